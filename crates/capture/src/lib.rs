@@ -1,0 +1,33 @@
+//! The capture side of lockscope: what runs inside the recorded program.
+//!
+//! This crate is shared by the LD_PRELOAD library (timing mode) and the
+//! ThreadSanitizer-ABI runtime (detailed mode), and read by the recorder
+//! (`lockscope record`), which drains the buffers while the program runs.
+//!
+//! # Entry points
+//! - [`ring`]: a single-producer single-consumer ring of 32-byte slots in
+//!   shared memory. [`ring::Producer`] is the hot path; [`ring::Consumer`]
+//!   is the recorder's side.
+//! - [`raw`]: the slot layout of an event in the ring ([`raw::RawEvent`]).
+//! - [`session`]: where buffers live (a session directory, one file per
+//!   thread and per process) and the layout of their headers.
+//! - [`tsc`]: the timestamp counter.
+//!
+//! # Design constraints (HaLock's lesson: the recorder must not disturb
+//! what it measures; figures from `shared/notes/capture-facts.md`)
+//! - No locks, no syscalls, no allocation, no page faults on the event
+//!   path. A ring is pre-faulted when created and reused forever.
+//! - Fixed-size slots written with plain stores and published with one
+//!   release store of the write index: the event is either wholly visible
+//!   to the consumer or not at all.
+//! - The rings are `MAP_SHARED` mappings of files on tmpfs: whatever was
+//!   published survives a crash or SIGKILL of the program, and the recorder
+//!   drains it afterwards.
+//! - A full ring never blocks the program: the event is dropped and counted
+//!   in the ring header ([`session::RingHeader::lost`]).
+#![deny(missing_docs)]
+
+pub mod raw;
+pub mod ring;
+pub mod session;
+pub mod tsc;

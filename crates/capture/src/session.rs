@@ -1,0 +1,195 @@
+//! The session directory shared by the recorder and the recorded program.
+//!
+//! `lockscope record` creates a directory on tmpfs and passes it to the
+//! program in [`ENV_SESSION`]. Inside it:
+//!
+//! ```text
+//! P<pid>-<gen>.proc          one per process image (gen = exec generation):
+//!                            a ProcessHeader page, then argv text
+//! P<pid>-<gen>.maps<k>       copies of /proc/self/maps taken by the program
+//!                            (k = 0 at start, 1.. later, e.g. before exec/exit)
+//! T<pid>-<gen>-<tid>.ring    one per thread: a RingHeader page, then slots
+//! ```
+//!
+//! Files rather than one big shared region: a thread that starts claims its
+//! own file with no coordination with any other thread or process, a fork
+//! child simply creates new files, and the recorder discovers new buffers by
+//! listing the directory. The exec generation is claimed by creating the
+//! `.proc` file with `O_EXCL` for gen = 0, 1, 2... so that an image that
+//! replaced another one under the same pid gets fresh names.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Environment variable naming the session directory.
+pub const ENV_SESSION: &str = "LOCKSCOPE_SESSION";
+/// Environment variable: ring size per thread in KiB.
+pub const ENV_RING_KB: &str = "LOCKSCOPE_RING_KB";
+/// Environment variable: `contended`, `all` or `none` (call paths).
+pub const ENV_STACKS: &str = "LOCKSCOPE_STACKS";
+/// Default ring size per thread, KiB.
+pub const DEFAULT_RING_KB: u64 = 4096;
+/// Size of the header page of a ring or process file.
+pub const HEADER_BYTES: usize = 4096;
+/// Magic of a ring file ("LSRING01").
+pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"LSRING01");
+/// Magic of a process file ("LSPROC01").
+pub const PROC_MAGIC: u64 = u64::from_le_bytes(*b"LSPROC01");
+
+/// Header page of a ring file. Each group of fields written by one side
+/// sits on its own cache line so that producer and consumer never share a
+/// line that either writes (no false sharing on the hot path).
+#[repr(C, align(64))]
+pub struct RingHeader {
+    // ---- line 0: written once at creation by the program ----
+    /// [`RING_MAGIC`].
+    pub magic: u64,
+    /// Layout version (1).
+    pub version: u32,
+    /// Bytes per slot (32).
+    pub slot_bytes: u32,
+    /// Capacity in slots (a power of two).
+    pub capacity: u64,
+    /// OS process id.
+    pub pid: u32,
+    /// OS thread id.
+    pub tid: u32,
+    /// Exec generation of the process image.
+    pub exec_generation: u32,
+    /// tid of the thread that created this one (0: main thread / unknown).
+    pub parent_tid: u32,
+    /// TSC when the thread started.
+    pub start_tsc: u64,
+    /// Initial thread name, NUL-padded.
+    pub name: [u8; 16],
+    // ---- line 1: written by the producer ----
+    /// Slots published (monotonic; index = write & (capacity-1)).
+    pub write: AtomicU64,
+    /// Events dropped because the ring was full.
+    pub lost: AtomicU64,
+    /// TSC when the thread exited, 0 while it runs.
+    pub end_tsc: AtomicU64,
+    _pad1: [u64; 5],
+    // ---- line 2: written by the consumer ----
+    /// Slots consumed.
+    pub read: AtomicU64,
+    _pad2: [u64; 7],
+}
+
+const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+
+/// Header page of a process file.
+#[repr(C, align(64))]
+pub struct ProcessHeader {
+    /// [`PROC_MAGIC`].
+    pub magic: u64,
+    /// Layout version (1).
+    pub version: u32,
+    /// OS process id.
+    pub pid: u32,
+    /// Parent OS process id.
+    pub ppid: u32,
+    /// Exec generation (0 for the first image of this pid).
+    pub exec_generation: u32,
+    /// TSC at process start (library constructor).
+    pub start_tsc: u64,
+    /// Bytes of argv text after the header page: NUL-separated, the
+    /// executable path first, then argv[0..].
+    pub argv_bytes: u32,
+    /// Set by the fork child: generation of the parent image.
+    pub parent_generation: u32,
+    /// Measured cost of recording one acquire, in TSC ticks (PinCS §2.2).
+    pub acquire_cost_ticks: AtomicU64,
+    /// Measured cost of recording one release, in TSC ticks.
+    pub release_cost_ticks: AtomicU64,
+    // ---- counters written by any thread of the program ----
+    /// Events dropped because a thread could not get a ring (creation
+    /// failed, e.g. tmpfs full).
+    pub lost_no_ring: AtomicU64,
+    /// Threads that could not get a ring.
+    pub threads_without_ring: AtomicU32,
+    /// Set to 1 when the recorder disabled itself after a caught panic.
+    pub disabled: AtomicU32,
+    /// TSC at normal process exit (atexit), 0 if not seen.
+    pub end_tsc: AtomicU64,
+    /// Exit code passed to exit(), valid when `end_tsc` != 0.
+    pub exit_code: AtomicU32,
+}
+
+const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);
+
+/// File name of a process file.
+pub fn proc_file_name(pid: u32, gen: u32) -> String {
+    format!("P{pid}-{gen}.proc")
+}
+
+/// File name of a ring file.
+pub fn ring_file_name(pid: u32, gen: u32, tid: u32) -> String {
+    format!("T{pid}-{gen}-{tid}.ring")
+}
+
+/// File name of the `k`-th maps snapshot of a process image.
+pub fn maps_file_name(pid: u32, gen: u32, k: u32) -> String {
+    format!("P{pid}-{gen}.maps{k}")
+}
+
+/// What a session file name denotes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionFile {
+    /// `P<pid>-<gen>.proc`
+    Proc {
+        /// pid
+        pid: u32,
+        /// exec generation
+        gen: u32,
+    },
+    /// `P<pid>-<gen>.maps<k>`
+    Maps {
+        /// pid
+        pid: u32,
+        /// exec generation
+        gen: u32,
+        /// snapshot number
+        k: u32,
+    },
+    /// `T<pid>-<gen>-<tid>.ring`
+    Ring {
+        /// pid
+        pid: u32,
+        /// exec generation
+        gen: u32,
+        /// tid
+        tid: u32,
+    },
+}
+
+/// Parses a session file name; `None` for anything else.
+pub fn parse_file_name(name: &str) -> Option<SessionFile> {
+    if let Some(rest) = name.strip_prefix('T').and_then(|r| r.strip_suffix(".ring")) {
+        let mut it = rest.split('-');
+        let (pid, gen, tid) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+        return it.next().is_none().then_some(SessionFile::Ring { pid, gen, tid });
+    }
+    let rest = name.strip_prefix('P')?;
+    let (pg, kind) = rest.split_once('.')?;
+    let (pid, gen) = pg.split_once('-')?;
+    let (pid, gen) = (pid.parse().ok()?, gen.parse().ok()?);
+    if kind == "proc" {
+        return Some(SessionFile::Proc { pid, gen });
+    }
+    let k = kind.strip_prefix("maps")?.parse().ok()?;
+    Some(SessionFile::Maps { pid, gen, k })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_roundtrip() {
+        assert_eq!(parse_file_name(&ring_file_name(12, 1, 13)), Some(SessionFile::Ring { pid: 12, gen: 1, tid: 13 }));
+        assert_eq!(parse_file_name(&proc_file_name(12, 0)), Some(SessionFile::Proc { pid: 12, gen: 0 }));
+        assert_eq!(parse_file_name(&maps_file_name(12, 0, 3)), Some(SessionFile::Maps { pid: 12, gen: 0, k: 3 }));
+        assert_eq!(parse_file_name("T1-2.ring"), None);
+        assert_eq!(parse_file_name("junk"), None);
+    }
+}

@@ -1,0 +1,10 @@
+//! `lockscope locks` (not yet implemented).
+
+/// Arguments of `lockscope locks`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Runs the subcommand; returns the exit code.
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`lockscope locks` is not implemented yet")
+}

@@ -1,0 +1,10 @@
+//! `lockscope record` (not yet implemented).
+
+/// Arguments of `lockscope record`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Runs the subcommand; returns the exit code.
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`lockscope record` is not implemented yet")
+}

@@ -1,0 +1,57 @@
+//! `lockscope`: the command-line front end.
+//!
+//! This crate is thin glue. Each subcommand lives in its own module under
+//! `cmd/`, owns its clap argument struct, turns it into the plain config
+//! struct of the library that does the work, and returns the process exit
+//! code. Nothing here knows how a trace is written or analysed.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// lockscope: find the locks that make a multithreaded program slow.
+///
+/// Typical session:
+///
+///   lockscope record -- ./my_program args     # writes lockscope.lstrace
+///   lockscope report lockscope.lstrace        # who waited, where, for whom
+///   lockscope run --lock mcs -- ./my_program  # try another lock algorithm
+#[derive(Parser)]
+#[command(name = "lockscope", version, about, long_about, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Record(cmd::record::Args),
+    Report(cmd::report::Args),
+    Run(cmd::run::Args),
+    Locks(cmd::locks::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => cmd::record::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Locks(a) => cmd::locks::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // A closed pipe (`lockscope report | head`) is not an error worth
+            // a message: exit quietly like other Unix filters do.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                std::process::exit(141);
+            }
+            eprintln!("lockscope: error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The decoded event: one point in time on one thread.
+
+/// Phase of an operation, stored in the low two bits of [`Event::flags`]
+/// for synchronization operations.
+///
+/// An acquisition that succeeded at once is a single [`phase::DONE`]
+/// event (attempt time == acquired time). One that had to wait is a
+/// [`phase::BEGIN`] at the attempt followed by a [`phase::DONE`] (or
+/// [`phase::FAIL`]) when the call returned, with [`phase::CONTENDED`] set on
+/// the second. Releases, signals and wakes are single [`phase::DONE`]
+/// events; [`phase::END`] marks the return of a release that entered the
+/// kernel (so that time spent inside unlock is visible).
+pub mod phase {
+    /// The call completed (acquired, released, woken, posted).
+    pub const DONE: u8 = 0;
+    /// The call started and is about to block (contended attempt).
+    pub const BEGIN: u8 = 1;
+    /// The call failed (trylock busy, timeout, error); `arg` holds the errno.
+    pub const FAIL: u8 = 2;
+    /// A release call returned after entering the kernel.
+    pub const END: u8 = 3;
+    /// Mask of the phase bits in `flags`.
+    pub const MASK: u8 = 0b11;
+    /// Set on the completing event of an acquisition that had to wait.
+    pub const CONTENDED: u8 = 0b100;
+    /// Extracts the phase from a flags byte.
+    pub fn of(flags: u8) -> u8 {
+        flags & MASK
+    }
+}
+
+macro_rules! ops {
+    ($( $(#[doc = $doc:literal])* $name:ident = $val:literal, )*) => {
+        /// What an event records. The numeric values are part of the file
+        /// format: never renumber, only append.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        #[non_exhaustive]
+        pub enum Op {
+            $( $(#[doc = $doc])* $name = $val, )*
+        }
+        impl Op {
+            /// Decodes an op byte; `None` for values this build does not know.
+            pub fn from_u8(v: u8) -> Option<Op> {
+                match v {
+                    $( $val => Some(Op::$name), )*
+                    _ => None,
+                }
+            }
+            /// A short stable name (used in JSON and CSV output).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Op::$name => stringify!($name), )*
+                }
+            }
+        }
+    };
+}
+
+ops! {
+    // ---- mutexes: addr = mutex, site = call site ----
+    /// `pthread_mutex_lock`.
+    MutexLock = 1,
+    /// `pthread_mutex_trylock`; FAIL phase when busy.
+    MutexTrylock = 2,
+    /// `pthread_mutex_timedlock` / `pthread_mutex_clocklock`; FAIL on timeout.
+    MutexTimedlock = 3,
+    /// `pthread_mutex_unlock`.
+    MutexUnlock = 4,
+    // ---- reader-writer locks: addr = rwlock ----
+    /// `pthread_rwlock_rdlock`.
+    RwRdlock = 5,
+    /// `pthread_rwlock_wrlock`.
+    RwWrlock = 6,
+    /// `pthread_rwlock_tryrdlock`.
+    RwTryRdlock = 7,
+    /// `pthread_rwlock_trywrlock`.
+    RwTryWrlock = 8,
+    /// `pthread_rwlock_timedrdlock` / `clockrdlock`.
+    RwTimedRdlock = 9,
+    /// `pthread_rwlock_timedwrlock` / `clockwrlock`.
+    RwTimedWrlock = 10,
+    /// `pthread_rwlock_unlock`.
+    RwUnlock = 11,
+    // ---- pthread spinlocks ----
+    /// `pthread_spin_lock`.
+    SpinLock = 12,
+    /// `pthread_spin_trylock`.
+    SpinTrylock = 13,
+    /// `pthread_spin_unlock`.
+    SpinUnlock = 14,
+    // ---- condition variables: addr = cond, arg = mutex ----
+    /// `pthread_cond_wait`: BEGIN releases the mutex, DONE has re-acquired it.
+    CondWait = 15,
+    /// `pthread_cond_timedwait` / `clockwait`: FAIL (ETIMEDOUT) still re-acquires.
+    CondTimedwait = 16,
+    /// `pthread_cond_signal`.
+    CondSignal = 17,
+    /// `pthread_cond_broadcast`.
+    CondBroadcast = 18,
+    // ---- barriers: addr = barrier ----
+    /// `pthread_barrier_wait`; DONE with arg = 1 for the serial thread.
+    BarrierWait = 19,
+    // ---- semaphores: addr = sem ----
+    /// `sem_wait`.
+    SemWait = 20,
+    /// `sem_trywait`.
+    SemTrywait = 21,
+    /// `sem_timedwait`.
+    SemTimedwait = 22,
+    /// `sem_post`.
+    SemPost = 23,
+    // ---- raw futexes (libc `syscall`): addr = futex word ----
+    /// FUTEX_WAIT / WAIT_BITSET: BEGIN at the call, DONE/FAIL at return;
+    /// arg = expected value (BEGIN) or errno (FAIL).
+    FutexWait = 24,
+    /// FUTEX_WAKE / WAKE_BITSET: arg = threads woken (return value).
+    FutexWake = 25,
+    // ---- threads and processes ----
+    /// `pthread_create` returned in the parent: arg = new thread's tid.
+    ThreadCreate = 26,
+    /// `pthread_join`: BEGIN at the call, DONE at return; arg = joined tid.
+    ThreadJoin = 27,
+    /// First event of a thread (its start routine is about to run).
+    ThreadStart = 28,
+    /// Last event of a thread (start routine returned or pthread_exit).
+    ThreadExit = 29,
+    /// `fork` returned in the parent: arg = child pid.
+    Fork = 30,
+    /// `execve` family is about to replace the image (arg = 0), or failed
+    /// (FAIL, arg = errno).
+    Exec = 31,
+    // ---- detailed mode: memory accesses, addr = location, site = pc ----
+    /// Plain read; flags = size in bytes (0: size in arg2).
+    Read = 40,
+    /// Plain write; flags = size in bytes (0: size in arg2).
+    Write = 41,
+    /// Atomic load; flags = log2(width) | order << 3; arg = value read.
+    AtomicLoad = 42,
+    /// Atomic store; arg = previous value, arg2 = value stored.
+    AtomicStore = 43,
+    /// Atomic exchange; arg = old, arg2 = new.
+    AtomicExchange = 44,
+    /// Atomic fetch_add; arg = old, arg2 = new.
+    AtomicFetchAdd = 45,
+    /// Atomic fetch_sub; arg = old, arg2 = new.
+    AtomicFetchSub = 46,
+    /// Atomic fetch_and; arg = old, arg2 = new.
+    AtomicFetchAnd = 47,
+    /// Atomic fetch_or; arg = old, arg2 = new.
+    AtomicFetchOr = 48,
+    /// Atomic fetch_xor; arg = old, arg2 = new.
+    AtomicFetchXor = 49,
+    /// Atomic fetch_nand; arg = old, arg2 = new.
+    AtomicFetchNand = 50,
+    /// Atomic compare-exchange (strong or weak: flag bit 7 = weak); phase DONE
+    /// on success, FAIL on failure; arg = old value seen, arg2 = value after.
+    AtomicCas = 51,
+    /// Atomic thread fence; flags = order << 3.
+    AtomicFence = 52,
+    /// Heap allocation: addr = block, arg = size, stack = allocation path.
+    Alloc = 60,
+    /// Heap free: addr = block.
+    Free = 61,
+    /// Value of a written location when the enclosing critical section was
+    /// released: addr = location, flags = size, arg = value.
+    ReleaseValue = 62,
+    /// Recorder annotation: arg = count of events dropped before this point
+    /// on this thread (buffer full).
+    Lost = 100,
+}
+
+impl Op {
+    /// True for operations that acquire a lock (mutex, rwlock, spinlock).
+    pub fn is_acquire(self) -> bool {
+        matches!(
+            self,
+            Op::MutexLock
+                | Op::MutexTrylock
+                | Op::MutexTimedlock
+                | Op::RwRdlock
+                | Op::RwWrlock
+                | Op::RwTryRdlock
+                | Op::RwTryWrlock
+                | Op::RwTimedRdlock
+                | Op::RwTimedWrlock
+                | Op::SpinLock
+                | Op::SpinTrylock
+        )
+    }
+    /// True for operations that release a lock.
+    pub fn is_release(self) -> bool {
+        matches!(self, Op::MutexUnlock | Op::RwUnlock | Op::SpinUnlock)
+    }
+    /// True for trylock-style calls (never wait; may fail with EBUSY).
+    pub fn is_try(self) -> bool {
+        matches!(
+            self,
+            Op::MutexTrylock | Op::RwTryRdlock | Op::RwTryWrlock | Op::SpinTrylock | Op::SemTrywait
+        )
+    }
+    /// True for atomic memory operations (detailed mode).
+    pub fn is_atomic(self) -> bool {
+        (Op::AtomicLoad as u8..=Op::AtomicFence as u8).contains(&(self as u8))
+    }
+}
+
+/// One event of one thread, as stored in a trace.
+///
+/// The meaning of `addr`, `arg` and `arg2` depends on [`Op`] (see each
+/// variant's doc). Unused fields are 0 and cost nothing on disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// Nanoseconds since the start of the trace ([`crate::Header`]).
+    pub time: u64,
+    /// What happened.
+    pub op: u8,
+    /// Op-specific bits; for synchronization ops, see [`phase`].
+    pub flags: u8,
+    /// The object: lock, condition variable, futex word, memory location.
+    pub addr: u64,
+    /// Return address of the call (the call site), or the PC of an access.
+    pub site: u64,
+    /// Interned call path ([`crate::StackTrace`]), 0 for none.
+    pub stack: u32,
+    /// Op-specific argument.
+    pub arg: u64,
+    /// Second op-specific argument.
+    pub arg2: u64,
+}
+
+impl Event {
+    /// The op, if this build knows it.
+    pub fn op(&self) -> Option<Op> {
+        Op::from_u8(self.op)
+    }
+    /// The phase bits of `flags` (see [`phase`]).
+    pub fn phase(&self) -> u8 {
+        phase::of(self.flags)
+    }
+}

@@ -1,0 +1,125 @@
+//! The one place that names atomics, spin hints, thread-locals and futexes.
+//!
+//! Every algorithm goes through this module so that the same code runs under
+//! loom (`RUSTFLAGS="--cfg loom"`), where atomics are loom's model-checked
+//! ones, a spin iteration is a loom yield, and a futex is modelled as a
+//! possibly spurious return (which every waiting loop here must tolerate).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+pub(crate) use std::sync::atomic::Ordering;
+
+/// One iteration of a busy-wait loop.
+#[inline(always)]
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// Gives the CPU away: spinning waiters call this every few hundred polls so
+/// that a lock holder that was preempted (threads > cores) can run.
+#[inline]
+pub(crate) fn yield_cpu() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
+/// Sleeps while `*word == expected` (may return spuriously).
+#[inline]
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
+    #[cfg(loom)]
+    {
+        let _ = (word, expected);
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    // SAFETY: FUTEX_WAIT reads the aligned u32 behind a live reference.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes up to `n` threads sleeping on `word`.
+#[inline]
+pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
+    #[cfg(loom)]
+    let _ = (word, n);
+    #[cfg(not(loom))]
+    // SAFETY: FUTEX_WAKE only uses the address as a key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        );
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static CPU_OVERRIDE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+    static THREAD_SEQ: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static CPU_OVERRIDE: std::cell::Cell<i32> = std::cell::Cell::new(-1);
+    static THREAD_SEQ: std::cell::Cell<i32> = std::cell::Cell::new(-1);
+}
+
+/// Pins the calling thread to a virtual CPU as far as hierarchical locks are
+/// concerned (`None` goes back to the real CPU). Tests and benchmarks use it
+/// to exercise deep hierarchies on a small machine.
+pub fn set_thread_cpu(cpu: Option<usize>) {
+    CPU_OVERRIDE.with(|c| c.set(cpu.map_or(-1, |v| v as i32)));
+}
+
+/// The CPU the calling thread runs on now, or its virtual CPU if one was set.
+#[inline]
+pub(crate) fn current_cpu() -> usize {
+    let o = CPU_OVERRIDE.with(|c| c.get());
+    if o >= 0 {
+        return o as usize;
+    }
+    #[cfg(loom)]
+    return 0;
+    #[cfg(not(loom))]
+    {
+        // SAFETY: plain libc call.
+        let c = unsafe { libc::sched_getcpu() };
+        c.max(0) as usize
+    }
+}
+
+/// A small number unique to the calling thread (0, 1, 2, ... in order of
+/// first call), used as a virtual CPU for hand-given hierarchies.
+#[inline]
+pub(crate) fn thread_seq() -> usize {
+    let o = CPU_OVERRIDE.with(|c| c.get());
+    if o >= 0 {
+        return o as usize;
+    }
+    THREAD_SEQ.with(|s| {
+        let v = s.get();
+        if v >= 0 {
+            return v as usize;
+        }
+        static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff;
+        s.set(n);
+        n as usize
+    })
+}
