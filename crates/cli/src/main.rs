@@ -29,6 +29,10 @@ enum Command {
     Report(cmd::report::Args),
     Run(cmd::run::Args),
     Locks(cmd::locks::Args),
+    Cc(cmd::cc::Args),
+    Ulcp(cmd::ulcp::Args),
+    Lockset(cmd::lockset::Args),
+    Occ(cmd::occ::Args),
 }
 
 fn main() {
@@ -38,6 +42,10 @@ fn main() {
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Locks(a) => cmd::locks::run(a),
+        Command::Cc(a) => cmd::cc::run(a),
+        Command::Ulcp(a) => cmd::ulcp::run(a),
+        Command::Lockset(a) => cmd::lockset::run(a),
+        Command::Occ(a) => cmd::occ::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

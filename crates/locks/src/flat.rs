@@ -449,11 +449,28 @@ unsafe impl<W: Wait> RawLock for Clh<W> {
     }
 }
 
-#[cfg(any(test, loom, feature = "internals"))]
+impl<W: Wait> Ticket<W> {
+    /// Test hook: tickets taken but not yet served (holder included).
+    #[doc(hidden)]
+    pub fn debug_queue_len(&self) -> u32 {
+        let n = self.next.load(Ordering::SeqCst) & TICKET_MASK;
+        let s = self.serving.load(Ordering::SeqCst) & TICKET_MASK;
+        n.wrapping_sub(s) & TICKET_MASK
+    }
+}
+
 impl<W: Wait> Mcs<W> {
-    /// Test hook: whether some thread is queued behind the holder.
-    pub fn has_waiter(&self) -> bool {
-        let t = self.tail.load(Ordering::SeqCst);
-        !t.is_null() && t != self.holder.load(Ordering::SeqCst)
+    /// Test hook: address of the queue tail (0 when free).
+    #[doc(hidden)]
+    pub fn debug_tail(&self) -> usize {
+        self.tail.load(Ordering::SeqCst) as usize
+    }
+}
+
+impl<W: Wait> Clh<W> {
+    /// Test hook: address of the queue tail (0 when free).
+    #[doc(hidden)]
+    pub fn debug_tail(&self) -> usize {
+        self.tail.load(Ordering::SeqCst) as usize
     }
 }

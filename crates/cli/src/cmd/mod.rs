@@ -1,7 +1,11 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod cc;
 pub mod locks;
+pub mod lockset;
+pub mod occ;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod ulcp;
 pub mod util;

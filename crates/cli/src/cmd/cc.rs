@@ -1,0 +1,10 @@
+//! `lockscope cc` (not yet implemented).
+
+/// Arguments of `lockscope cc`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Runs the subcommand; returns the exit code.
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`lockscope cc` is not implemented yet")
+}

@@ -1,0 +1,10 @@
+//! `lockscope ulcp` (not yet implemented).
+
+/// Arguments of `lockscope ulcp`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Runs the subcommand; returns the exit code.
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`lockscope ulcp` is not implemented yet")
+}
