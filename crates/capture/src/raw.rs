@@ -56,7 +56,7 @@ impl Head {
     /// Number of slots the whole event takes (head included).
     #[inline]
     pub fn slots(&self) -> usize {
-        1 + usize::from(self.xflags & XF_ARGS != 0) + (usize::from(self.nframes) + 3) / 4
+        1 + usize::from(self.xflags & XF_ARGS != 0) + usize::from(self.nframes).div_ceil(4)
     }
     /// Reinterprets the head as a plain slot.
     #[inline]
@@ -103,7 +103,12 @@ impl RawEvent {
         }
         let n = usize::from(head.nframes);
         let frames = slots[i..].iter().flat_map(|s| s.0).take(n).collect();
-        Some(RawEvent { head, arg, arg2, frames })
+        Some(RawEvent {
+            head,
+            arg,
+            arg2,
+            frames,
+        })
     }
 }
 

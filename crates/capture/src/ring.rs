@@ -30,6 +30,23 @@ pub fn capacity_for_kib(kib: u64) -> u64 {
     1u64 << (63 - slots.leading_zeros())
 }
 
+/// Who owns a ring: written into its header at creation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingIdentity {
+    /// OS process id.
+    pub pid: u32,
+    /// OS thread id.
+    pub tid: u32,
+    /// Exec generation of the process image.
+    pub exec_generation: u32,
+    /// tid of the creating thread (0: main thread or unknown).
+    pub parent_tid: u32,
+    /// TSC at thread start.
+    pub start_tsc: u64,
+    /// Thread name, NUL-padded.
+    pub name: [u8; 16],
+}
+
 /// The producer side. Plain data with a `const` empty value, so that it
 /// can live in initial-exec TLS with no constructor and no destructor.
 pub struct Producer {
@@ -43,8 +60,13 @@ pub struct Producer {
 impl Producer {
     /// A producer with no ring: every push fails (and is not counted here;
     /// the caller counts "no ring" losses).
-    pub const EMPTY: Producer =
-        Producer { hdr: core::ptr::null_mut(), slots: core::ptr::null_mut(), mask: 0, write: 0, read_cache: 0 };
+    pub const EMPTY: Producer = Producer {
+        hdr: core::ptr::null_mut(),
+        slots: core::ptr::null_mut(),
+        mask: 0,
+        write: 0,
+        read_cache: 0,
+    };
 
     /// True if this producer has a ring.
     #[inline]
@@ -58,16 +80,7 @@ impl Producer {
     /// # Safety
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the producer is used, aligned to a page, and zero-filled.
-    pub unsafe fn init(
-        base: *mut u8,
-        len: usize,
-        pid: u32,
-        tid: u32,
-        exec_generation: u32,
-        parent_tid: u32,
-        start_tsc: u64,
-        name: [u8; 16],
-    ) -> Option<Producer> {
+    pub unsafe fn init(base: *mut u8, len: usize, id: &RingIdentity) -> Option<Producer> {
         if len < HEADER_BYTES + 64 * SLOT_BYTES {
             return None;
         }
@@ -80,12 +93,12 @@ impl Producer {
         (*hdr).version = 1;
         (*hdr).slot_bytes = SLOT_BYTES as u32;
         (*hdr).capacity = cap;
-        (*hdr).pid = pid;
-        (*hdr).tid = tid;
-        (*hdr).exec_generation = exec_generation;
-        (*hdr).parent_tid = parent_tid;
-        (*hdr).start_tsc = start_tsc;
-        (*hdr).name = name;
+        (*hdr).pid = id.pid;
+        (*hdr).tid = id.tid;
+        (*hdr).exec_generation = id.exec_generation;
+        (*hdr).parent_tid = id.parent_tid;
+        (*hdr).start_tsc = id.start_tsc;
+        (*hdr).name = id.name;
         // Publish the header: a consumer that sees the magic sees the rest.
         core::sync::atomic::fence(Ordering::Release);
         core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
@@ -119,7 +132,11 @@ impl Producer {
         }
         let frames = &frames[..frames.len().min(MAX_FRAMES)];
         head.nframes = frames.len() as u8;
-        head.xflags = if args.is_some() { head.xflags | XF_ARGS } else { head.xflags & !XF_ARGS };
+        head.xflags = if args.is_some() {
+            head.xflags | XF_ARGS
+        } else {
+            head.xflags & !XF_ARGS
+        };
         let n = head.slots() as u64;
         let cap = self.mask + 1;
         if self.write - self.read_cache + n > cap {
@@ -134,10 +151,14 @@ impl Producer {
         // `write` and `read + cap` belong to the producer until published.
         unsafe {
             let mut w = self.write;
-            self.slots.add((w & self.mask) as usize).write(head.to_slot());
+            self.slots
+                .add((w & self.mask) as usize)
+                .write(head.to_slot());
             w += 1;
             if let Some((a, b)) = args {
-                self.slots.add((w & self.mask) as usize).write(Slot([a, b, 0, 0]));
+                self.slots
+                    .add((w & self.mask) as usize)
+                    .write(Slot([a, b, 0, 0]));
                 w += 1;
             }
             for chunk in frames.chunks(4) {
@@ -191,20 +212,35 @@ impl Consumer {
     /// the caller retries later.
     pub fn open(path: &std::path::Path) -> Result<Consumer, RingError> {
         use std::os::unix::io::AsRawFd;
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(RingError::Io)?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(RingError::Io)?;
         let len = f.metadata().map_err(RingError::Io)?.len() as usize;
         if len < HEADER_BYTES + 64 * SLOT_BYTES {
             return Err(RingError::BadHeader("file smaller than a ring"));
         }
         // SAFETY: mapping a regular file we opened; checked length.
         let base = unsafe {
-            libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(RingError::Io(std::io::Error::last_os_error()));
         }
         // From here on `c` owns the mapping: every early return unmaps it.
-        let mut c = Consumer { base: base as *mut u8, len, cap: 0 };
+        let mut c = Consumer {
+            base: base as *mut u8,
+            len,
+            cap: 0,
+        };
         let h = c.header();
         // SAFETY: within the mapping.
         let magic = unsafe { core::ptr::read_volatile(&h.magic) };
@@ -217,7 +253,9 @@ impl Consumer {
         }
         let cap = h.capacity;
         if !cap.is_power_of_two() || file_bytes(cap) > len {
-            return Err(RingError::BadHeader("capacity does not match the file size"));
+            return Err(RingError::BadHeader(
+                "capacity does not match the file size",
+            ));
         }
         c.cap = cap;
         Ok(c)
@@ -238,7 +276,9 @@ impl Consumer {
     /// Slots published but not yet consumed.
     pub fn pending(&self) -> u64 {
         let h = self.header();
-        h.write.load(Ordering::Acquire).saturating_sub(h.read.load(Ordering::Relaxed))
+        h.write
+            .load(Ordering::Acquire)
+            .saturating_sub(h.read.load(Ordering::Relaxed))
     }
 
     /// Decodes every published event, calls `f` on each, and frees the
@@ -295,12 +335,29 @@ mod tests {
 
     fn temp_ring(kib: u64) -> (std::path::PathBuf, *mut u8, usize) {
         use std::os::unix::io::AsRawFd;
-        let path = std::env::temp_dir().join(format!("lsring-test-{}-{kib}-{:?}", std::process::id(), std::thread::current().id()));
-        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+        let path = std::env::temp_dir().join(format!(
+            "lsring-test-{}-{kib}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         let len = file_bytes(capacity_for_kib(kib));
         f.set_len(len as u64).unwrap();
         let p = unsafe {
-            libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
         };
         assert_ne!(p, libc::MAP_FAILED);
         (path, p as *mut u8, len)
@@ -309,13 +366,25 @@ mod tests {
     #[test]
     fn events_cross_processes_in_order_with_args_and_frames() {
         let (path, base, len) = temp_ring(64);
-        let mut p = unsafe { Producer::init(base, len, 1, 2, 0, 0, 5, *b"main\0\0\0\0\0\0\0\0\0\0\0\0") }.unwrap();
+        let id = RingIdentity {
+            pid: 1,
+            tid: 2,
+            start_tsc: 5,
+            ..Default::default()
+        };
+        let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         let mut got = Vec::new();
         for i in 0..10_000u64 {
-            let head = Head { tsc: i, addr: 0x1000 + i % 3, site: 7, op: 1, ..Head::default() };
+            let head = Head {
+                tsc: i,
+                addr: 0x1000 + i % 3,
+                site: 7,
+                op: 1,
+                ..Head::default()
+            };
             let frames: Vec<u64> = (0..(i % 9)).collect();
-            let args = (i % 2 == 0).then_some((i, !i));
+            let args = i.is_multiple_of(2).then_some((i, !i));
             assert!(p.push(head, args, &frames));
             if i % 97 == 0 {
                 c.drain(|e| got.push(e));
@@ -327,7 +396,7 @@ mod tests {
             let i = i as u64;
             assert_eq!(e.head.tsc, i);
             assert_eq!(e.frames.len() as u64, i % 9);
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 assert_eq!((e.arg, e.arg2), (i, !i));
             }
         }
@@ -338,11 +407,18 @@ mod tests {
     #[test]
     fn full_ring_drops_and_counts_never_blocks() {
         let (path, base, len) = temp_ring(2);
-        let mut p = unsafe { Producer::init(base, len, 1, 2, 0, 0, 0, [0; 16]) }.unwrap();
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let cap = capacity_for_kib(2);
         let mut ok = 0;
         for i in 0..cap + 10 {
-            if p.push(Head { tsc: i, ..Head::default() }, None, &[]) {
+            if p.push(
+                Head {
+                    tsc: i,
+                    ..Head::default()
+                },
+                None,
+                &[],
+            ) {
                 ok += 1;
             }
         }
@@ -351,7 +427,10 @@ mod tests {
         assert_eq!(c.lost(), 10);
         let (n, corrupt) = c.drain(|_| {});
         assert_eq!((n, corrupt), (cap, 0));
-        assert!(p.push(Head::default(), None, &[]), "room again after the drain");
+        assert!(
+            p.push(Head::default(), None, &[]),
+            "room again after the drain"
+        );
         std::fs::remove_file(path).unwrap();
     }
 }

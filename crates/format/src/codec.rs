@@ -37,7 +37,10 @@ struct Mtf<const N: usize> {
 
 impl<const N: usize> Mtf<N> {
     fn new() -> Self {
-        Mtf { vals: [0; N], len: 0 }
+        Mtf {
+            vals: [0; N],
+            len: 0,
+        }
     }
     fn find(&self, v: u64) -> Option<usize> {
         self.vals[..self.len].iter().position(|&x| x == v)
@@ -170,7 +173,11 @@ pub fn decode_chunk(
         let op = c.u8("event op")?;
         let ctl = c.u8("event control byte")?;
         let dt = c.varint("event time")?;
-        last_time = if ctl & 0x40 != 0 { last_time.wrapping_sub(dt) } else { last_time.wrapping_add(dt) };
+        last_time = if ctl & 0x40 != 0 {
+            last_time.wrapping_sub(dt)
+        } else {
+            last_time.wrapping_add(dt)
+        };
         let acode = usize::from(ctl & 0x07);
         let addr = if acode == 7 {
             last_addr = last_addr.wrapping_add(unzigzag(c.varint("event address")?) as u64);
@@ -181,7 +188,10 @@ pub fn decode_chunk(
         } else {
             return Err(FormatError::Corrupt {
                 offset: at,
-                what: format!("event refers to address cache slot {acode}, only {} filled", addrs.len),
+                what: format!(
+                    "event refers to address cache slot {acode}, only {} filled",
+                    addrs.len
+                ),
             });
         };
         let scode = usize::from((ctl >> 3) & 0x07);
@@ -194,10 +204,19 @@ pub fn decode_chunk(
         } else {
             return Err(FormatError::Corrupt {
                 offset: at,
-                what: format!("event refers to site cache slot {scode}, only {} filled", sites.len),
+                what: format!(
+                    "event refers to site cache slot {scode}, only {} filled",
+                    sites.len
+                ),
             });
         };
-        let mut e = Event { time: last_time, op, addr, site, ..Event::default() };
+        let mut e = Event {
+            time: last_time,
+            op,
+            addr,
+            site,
+            ..Event::default()
+        };
         if ctl & 0x80 != 0 {
             let mask = c.u8("event extras mask")?;
             if mask & !0x0f != 0 {
@@ -224,7 +243,10 @@ pub fn decode_chunk(
     if !c.is_empty() {
         return Err(FormatError::Corrupt {
             offset: c.offset(),
-            what: format!("{} bytes left over after the chunk's {count} events", c.remaining()),
+            what: format!(
+                "{} bytes left over after the chunk's {count} events",
+                c.remaining()
+            ),
         });
     }
     Ok(())
@@ -252,10 +274,26 @@ mod tests {
         let mut ev = Vec::new();
         let mut t = 1_000_000;
         for i in 0..1000u64 {
-            let addr = if i % 2 == 0 { 0x5555_0000_1040 } else { 0x7fff_1234_0000 };
-            ev.push(Event { time: t, op: 1, addr, site: 0x4011a0, ..Default::default() });
+            let addr = if i % 2 == 0 {
+                0x5555_0000_1040
+            } else {
+                0x7fff_1234_0000
+            };
+            ev.push(Event {
+                time: t,
+                op: 1,
+                addr,
+                site: 0x4011a0,
+                ..Default::default()
+            });
             t += 90;
-            ev.push(Event { time: t, op: 4, addr, site: 0x4011c8, ..Default::default() });
+            ev.push(Event {
+                time: t,
+                op: 4,
+                addr,
+                site: 0x4011c8,
+                ..Default::default()
+            });
             t += 110;
         }
         let mut enc = Encoder::new();
@@ -263,7 +301,12 @@ mod tests {
         for e in &ev {
             enc.encode(e, &mut buf);
         }
-        assert!(buf.len() <= ev.len() * 3 + 32, "{} bytes for {} events", buf.len(), ev.len());
+        assert!(
+            buf.len() <= ev.len() * 3 + 32,
+            "{} bytes for {} events",
+            buf.len(),
+            ev.len()
+        );
         assert_eq!(roundtrip(&ev), ev);
     }
 

@@ -44,9 +44,8 @@ pub use error::FormatError;
 pub use event::{phase, Event, Op};
 pub use reader::{Trace, TraceReader};
 pub use record::{
-    EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process, ProcessEnd,
-    Record,
-    StackTrace, StringEntry, Thread, ThreadEnd, ThreadName,
+    EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process,
+    ProcessEnd, Record, StackTrace, StringEntry, Thread, ThreadEnd, ThreadName,
 };
 pub use writer::TraceWriter;
 

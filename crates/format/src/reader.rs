@@ -24,12 +24,22 @@ pub struct TraceReader<R: Read> {
 
 /// Reads exactly `buf.len()` bytes; distinguishes a clean EOF before the
 /// first byte (Ok(false)) from one in the middle (Truncated).
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8], offset: u64, what: &'static str) -> Result<bool, FormatError> {
+fn read_full<R: Read>(
+    r: &mut R,
+    buf: &mut [u8],
+    offset: u64,
+    what: &'static str,
+) -> Result<bool, FormatError> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(FormatError::Truncated { offset: offset + got as u64, what }),
+            Ok(0) => {
+                return Err(FormatError::Truncated {
+                    offset: offset + got as u64,
+                    what,
+                })
+            }
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
@@ -53,31 +63,60 @@ impl<R: Read> TraceReader<R> {
         }
         if got < 8 || pre[..8] != MAGIC {
             if got >= 1 && MAGIC.starts_with(&pre[..got.min(8)]) {
-                return Err(FormatError::Truncated { offset: got as u64, what: "the file signature" });
+                return Err(FormatError::Truncated {
+                    offset: got as u64,
+                    what: "the file signature",
+                });
             }
-            return Err(FormatError::NotATrace { found: pre[..got.min(8)].to_vec() });
+            return Err(FormatError::NotATrace {
+                found: pre[..got.min(8)].to_vec(),
+            });
         }
         if got < 12 {
-            return Err(FormatError::Truncated { offset: got as u64, what: "the format version" });
+            return Err(FormatError::Truncated {
+                offset: got as u64,
+                what: "the format version",
+            });
         }
         let major = u16::from_le_bytes([pre[8], pre[9]]);
         let minor = u16::from_le_bytes([pre[10], pre[11]]);
         if major > FORMAT_MAJOR {
-            return Err(FormatError::NewerVersion { found: (major, minor), supported: FORMAT_MAJOR });
+            return Err(FormatError::NewerVersion {
+                found: (major, minor),
+                supported: FORMAT_MAJOR,
+            });
         }
         if major == 0 {
-            return Err(FormatError::Corrupt { offset: 8, what: "format major version 0 does not exist".into() });
+            return Err(FormatError::Corrupt {
+                offset: 8,
+                what: "format major version 0 does not exist".into(),
+            });
         }
-        let mut tr = TraceReader { r, offset: 12, header: Header::default(), version: (major, minor), footer: None, done: false };
+        let mut tr = TraceReader {
+            r,
+            offset: 12,
+            header: Header::default(),
+            version: (major, minor),
+            footer: None,
+            done: false,
+        };
         match tr.next_raw()? {
             Some((kind::HEADER, payload, at)) => {
                 let mut c = Cursor::new(&payload, at + 5);
                 tr.header = decode_header(&mut c)?;
             }
             Some((k, _, at)) => {
-                return Err(FormatError::Corrupt { offset: at, what: format!("first record has kind {k}, expected the header (0)") })
+                return Err(FormatError::Corrupt {
+                    offset: at,
+                    what: format!("first record has kind {k}, expected the header (0)"),
+                })
             }
-            None => return Err(FormatError::Truncated { offset: 12, what: "the header record" }),
+            None => {
+                return Err(FormatError::Truncated {
+                    offset: 12,
+                    what: "the header record",
+                })
+            }
         }
         Ok(tr)
     }
@@ -121,16 +160,32 @@ impl<R: Read> TraceReader<R> {
         // Grow the buffer as bytes arrive instead of allocating `len` up
         // front: a corrupt length on a short file must not allocate 256 MiB.
         let mut payload = Vec::new();
-        let got = (&mut self.r).take(u64::from(len)).read_to_end(&mut payload)?;
+        let got = (&mut self.r)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)?;
         if got < len as usize {
-            return Err(FormatError::Truncated { offset: at + 5 + got as u64, what: "a record payload" });
+            return Err(FormatError::Truncated {
+                offset: at + 5 + got as u64,
+                what: "a record payload",
+            });
         }
         let mut crc = [0u8; 4];
-        if !read_full(&mut self.r, &mut crc, at + 5 + u64::from(len), "a record checksum")? {
-            return Err(FormatError::Truncated { offset: at + 5 + u64::from(len), what: "a record checksum" });
+        if !read_full(
+            &mut self.r,
+            &mut crc,
+            at + 5 + u64::from(len),
+            "a record checksum",
+        )? {
+            return Err(FormatError::Truncated {
+                offset: at + 5 + u64::from(len),
+                what: "a record checksum",
+            });
         }
         if crate::writer::record_crc(k, &payload) != u32::from_le_bytes(crc) {
-            return Err(FormatError::Corrupt { offset: at, what: format!("checksum mismatch in a record of kind {k} ({len} bytes)") });
+            return Err(FormatError::Corrupt {
+                offset: at,
+                what: format!("checksum mismatch in a record of kind {k} ({len} bytes)"),
+            });
         }
         self.offset = at + 9 + u64::from(len);
         Ok(Some((k, payload, at)))
@@ -174,7 +229,10 @@ impl Trace {
     /// Reads and decodes a whole trace from a reader.
     pub fn read<R: Read>(r: R) -> Result<Trace, FormatError> {
         let mut tr = TraceReader::new(r)?;
-        let mut t = Trace { header: tr.header().clone(), ..Trace::default() };
+        let mut t = Trace {
+            header: tr.header().clone(),
+            ..Trace::default()
+        };
         while let Some(rec) = tr.next()? {
             match rec {
                 Record::Events(c) => {

@@ -53,7 +53,10 @@ pub struct Header {
 impl Header {
     /// Looks up an `extra` value.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.extra.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.extra
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -341,7 +344,10 @@ fn opt_i32(v: i32) -> u64 {
 fn get_i32(c: &mut Cursor, what: &'static str) -> Result<i32, FormatError> {
     let at = c.offset();
     let v = unzigzag(c.varint(what)?);
-    i32::try_from(v).map_err(|_| FormatError::Corrupt { offset: at, what: format!("{what} = {v} out of range") })
+    i32::try_from(v).map_err(|_| FormatError::Corrupt {
+        offset: at,
+        what: format!("{what} = {v} out of range"),
+    })
 }
 
 fn put_strings(out: &mut Vec<u8>, v: &[String]) {
@@ -502,7 +508,10 @@ impl Record {
     /// Decodes the payload of a record of kind `k`.
     pub(crate) fn decode(k: u8, c: &mut Cursor, record_offset: u64) -> Result<Record, FormatError> {
         Ok(match k {
-            kind::STRING => Record::String(StringEntry { id: c.varint_u32("string id")?, text: c.string("string text")? }),
+            kind::STRING => Record::String(StringEntry {
+                id: c.varint_u32("string id")?,
+                text: c.string("string text")?,
+            }),
             kind::PROCESS => Record::Process(Process {
                 id: c.varint_u32("process id")?,
                 pid: c.varint_u32("process pid")?,
@@ -553,7 +562,11 @@ impl Record {
                     prev = prev.wrapping_add(unzigzag(c.varint("stack frame")?) as u64);
                     frames.push(prev);
                 }
-                Record::Stack(StackTrace { id, process, frames })
+                Record::Stack(StackTrace {
+                    id,
+                    process,
+                    frames,
+                })
             }
             kind::LOCK => Record::Lock(LockInfo {
                 process: c.varint_u32("lock process")?,
@@ -570,12 +583,20 @@ impl Record {
                 if u64::from(count) * 3 > c.remaining() as u64 {
                     return Err(FormatError::Corrupt {
                         offset: c.offset(),
-                        what: format!("event chunk claims {count} events in {} bytes", c.remaining()),
+                        what: format!(
+                            "event chunk claims {count} events in {} bytes",
+                            c.remaining()
+                        ),
                     });
                 }
                 let offset = c.offset();
                 let data = c.take(c.remaining(), "event data")?.to_vec();
-                Record::Events(EventChunk { thread, count, data, offset })
+                Record::Events(EventChunk {
+                    thread,
+                    count,
+                    data,
+                    offset,
+                })
             }
             kind::LOSS => Record::Loss(Loss {
                 thread: c.varint_u32("loss thread")?,
@@ -596,9 +617,15 @@ impl Record {
                 exit_status: get_i32(c, "footer exit status")?,
             }),
             kind::HEADER => {
-                return Err(FormatError::Corrupt { offset: record_offset, what: "a second header record".into() })
+                return Err(FormatError::Corrupt {
+                    offset: record_offset,
+                    what: "a second header record".into(),
+                })
             }
-            k => Record::Unknown { kind: k, offset: record_offset },
+            k => Record::Unknown {
+                kind: k,
+                offset: record_offset,
+            },
         })
     }
 }

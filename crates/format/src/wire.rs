@@ -133,7 +133,10 @@ impl<'a> Cursor<'a> {
         if n > self.remaining() as u64 {
             return Err(FormatError::Corrupt {
                 offset: self.offset(),
-                what: format!("{what} claims {n} bytes but only {} remain", self.remaining()),
+                what: format!(
+                    "{what} claims {n} bytes but only {} remain",
+                    self.remaining()
+                ),
             });
         }
         self.take(n as usize, what)
@@ -146,14 +149,21 @@ impl<'a> Cursor<'a> {
     }
     /// Reads a count that will size a collection of items of at least
     /// `min_item_bytes` each; rejects counts the payload cannot hold.
-    pub fn count(&mut self, min_item_bytes: usize, what: &'static str) -> Result<usize, FormatError> {
+    pub fn count(
+        &mut self,
+        min_item_bytes: usize,
+        what: &'static str,
+    ) -> Result<usize, FormatError> {
         let at = self.offset();
         let n = self.varint(what)?;
         let max = (self.remaining() / min_item_bytes.max(1)) as u64;
         if n > max {
             return Err(FormatError::Corrupt {
                 offset: at,
-                what: format!("{what} = {n} is more than the {} bytes left can hold", self.remaining()),
+                what: format!(
+                    "{what} = {n} is more than the {} bytes left can hold",
+                    self.remaining()
+                ),
             });
         }
         Ok(n as usize)
@@ -166,7 +176,16 @@ mod tests {
 
     #[test]
     fn varint_roundtrip_edges() {
-        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let mut b = Vec::new();
             put_varint(&mut b, v);
             let mut c = Cursor::new(&b, 0);

@@ -4,7 +4,9 @@ use std::io::Write;
 
 use crate::codec::Encoder;
 use crate::record::{encode_header, kind};
-use crate::{Event, EventChunk, Footer, FormatError, Header, Record, FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
+use crate::{
+    Event, EventChunk, Footer, FormatError, Header, Record, FORMAT_MAJOR, FORMAT_MINOR, MAGIC,
+};
 
 /// Most events in one chunk. Bounded so that a reader never needs more
 /// than a few MiB for one record, and a truncated file loses little.
@@ -26,7 +28,12 @@ impl<W: Write> TraceWriter<W> {
         w.write_all(&MAGIC)?;
         w.write_all(&FORMAT_MAJOR.to_le_bytes())?;
         w.write_all(&FORMAT_MINOR.to_le_bytes())?;
-        let mut tw = TraceWriter { w, offset: 12, payload: Vec::new(), events: 0 };
+        let mut tw = TraceWriter {
+            w,
+            offset: 12,
+            payload: Vec::new(),
+            events: 0,
+        };
         let mut p = std::mem::take(&mut tw.payload);
         encode_header(header, &mut p);
         tw.frame(kind::HEADER, &p)?;
@@ -71,7 +78,12 @@ impl<W: Write> TraceWriter<W> {
             for e in part {
                 enc.encode(e, &mut data);
             }
-            let chunk = EventChunk { thread, count: enc.count(), data, offset: 0 };
+            let chunk = EventChunk {
+                thread,
+                count: enc.count(),
+                data,
+                offset: 0,
+            };
             self.write(&Record::Events(chunk))?;
         }
         Ok(())

@@ -17,22 +17,83 @@ fn sample() -> (Header, Vec<Record>, Vec<Event>) {
         extra: vec![("stacks".into(), "contended".into())],
     };
     let records = vec![
-        Record::String(StringEntry { id: 1, text: "/usr/lib/libc.so.6".into() }),
-        Record::Process(Process { id: 1, pid: 100, parent: 0, exec_generation: 0, start_ns: 0, argv: vec!["demo".into()], exe: "/tmp/demo".into() }),
-        Record::Thread(Thread { id: 1, process: 1, tid: 100, parent: 0, start_ns: 5, name: "main".into() }),
-        Record::Map(MapEntry { process: 1, start: 0x7f00_0000_0000, end: 0x7f00_0010_0000, offset: 0x1000, path: 1, build_id: vec![0xde, 0xad], perms: "r-xp".into() }),
-        Record::Stack(StackTrace { id: 1, process: 1, frames: vec![0x401000, 0x7f00_0000_1234, 0x401500] }),
-        Record::Lock(LockInfo { process: 1, addr: 0x404040, first_op: Op::MutexLock as u8, first_ns: 10, first_site: 0x401010 }),
-        Record::Loss(Loss { thread: 1, process: 1, events: 7, reason: LossReason::BufferFull }),
-        Record::Overhead(Overhead { process: 1, acquire_ns: 8.5, release_ns: 7.25, event_ns: 8.0 }),
-        Record::ThreadName(ThreadName { thread: 1, time: 50, name: "worker".into() }),
-        Record::ThreadEnd(ThreadEnd { thread: 1, end_ns: 1000 }),
-        Record::ProcessEnd(ProcessEnd { process: 1, end_ns: 1001, status: 137 }),
+        Record::String(StringEntry {
+            id: 1,
+            text: "/usr/lib/libc.so.6".into(),
+        }),
+        Record::Process(Process {
+            id: 1,
+            pid: 100,
+            parent: 0,
+            exec_generation: 0,
+            start_ns: 0,
+            argv: vec!["demo".into()],
+            exe: "/tmp/demo".into(),
+        }),
+        Record::Thread(Thread {
+            id: 1,
+            process: 1,
+            tid: 100,
+            parent: 0,
+            start_ns: 5,
+            name: "main".into(),
+        }),
+        Record::Map(MapEntry {
+            process: 1,
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0010_0000,
+            offset: 0x1000,
+            path: 1,
+            build_id: vec![0xde, 0xad],
+            perms: "r-xp".into(),
+        }),
+        Record::Stack(StackTrace {
+            id: 1,
+            process: 1,
+            frames: vec![0x401000, 0x7f00_0000_1234, 0x401500],
+        }),
+        Record::Lock(LockInfo {
+            process: 1,
+            addr: 0x404040,
+            first_op: Op::MutexLock as u8,
+            first_ns: 10,
+            first_site: 0x401010,
+        }),
+        Record::Loss(Loss {
+            thread: 1,
+            process: 1,
+            events: 7,
+            reason: LossReason::BufferFull,
+        }),
+        Record::Overhead(Overhead {
+            process: 1,
+            acquire_ns: 8.5,
+            release_ns: 7.25,
+            event_ns: 8.0,
+        }),
+        Record::ThreadName(ThreadName {
+            thread: 1,
+            time: 50,
+            name: "worker".into(),
+        }),
+        Record::ThreadEnd(ThreadEnd {
+            thread: 1,
+            end_ns: 1000,
+        }),
+        Record::ProcessEnd(ProcessEnd {
+            process: 1,
+            end_ns: 1001,
+            status: 137,
+        }),
     ];
     let events = (0..500u64)
         .map(|i| Event {
             time: i * 37,
-            op: if i % 2 == 0 { Op::MutexLock as u8 } else { Op::MutexUnlock as u8 },
+            op: if i % 2 == 0 {
+                Op::MutexLock as u8
+            } else {
+                Op::MutexUnlock as u8
+            },
             flags: if i % 10 == 0 { phase::CONTENDED } else { 0 },
             addr: 0x404040 + (i % 3) * 64,
             site: 0x401010 + (i % 2) * 8,
@@ -51,7 +112,13 @@ fn write_sample() -> Vec<u8> {
         w.write(r).unwrap();
     }
     w.write_events(1, &ev).unwrap();
-    w.finish(&Footer { duration_ns: 1001, events: ev.len() as u64, lost: 7, exit_status: 137 }).unwrap()
+    w.finish(&Footer {
+        duration_ns: 1001,
+        events: ev.len() as u64,
+        lost: 7,
+        exit_status: 137,
+    })
+    .unwrap()
 }
 
 #[test]
@@ -73,7 +140,10 @@ fn truncation_at_every_offset_is_an_error_or_a_clean_partial_read() {
         match r {
             Err(e) => {
                 let msg = e.to_string();
-                assert!(msg.contains("offset") || msg.contains("not a lockscope trace"), "cut {cut}: {msg}");
+                assert!(
+                    msg.contains("offset") || msg.contains("not a lockscope trace"),
+                    "cut {cut}: {msg}"
+                );
             }
             // A cut exactly between records reads cleanly but has no footer.
             Ok(t) => assert!(t.footer.is_none(), "cut {cut} read as complete"),
@@ -104,7 +174,10 @@ fn newer_major_version_is_refused_readably() {
     bytes[8] = 2;
     let e = Trace::read(&bytes[..]).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("newer lockscope") && msg.contains("2.0"), "{msg}");
+    assert!(
+        msg.contains("newer lockscope") && msg.contains("2.0"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -140,7 +213,11 @@ fn crc32fast_hash(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
