@@ -166,8 +166,15 @@ pub enum SessionFile {
 pub fn parse_file_name(name: &str) -> Option<SessionFile> {
     if let Some(rest) = name.strip_prefix('T').and_then(|r| r.strip_suffix(".ring")) {
         let mut it = rest.split('-');
-        let (pid, gen, tid) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
-        return it.next().is_none().then_some(SessionFile::Ring { pid, gen, tid });
+        let (pid, gen, tid) = (
+            it.next()?.parse().ok()?,
+            it.next()?.parse().ok()?,
+            it.next()?.parse().ok()?,
+        );
+        return it
+            .next()
+            .is_none()
+            .then_some(SessionFile::Ring { pid, gen, tid });
     }
     let rest = name.strip_prefix('P')?;
     let (pg, kind) = rest.split_once('.')?;
@@ -186,9 +193,26 @@ mod tests {
 
     #[test]
     fn names_roundtrip() {
-        assert_eq!(parse_file_name(&ring_file_name(12, 1, 13)), Some(SessionFile::Ring { pid: 12, gen: 1, tid: 13 }));
-        assert_eq!(parse_file_name(&proc_file_name(12, 0)), Some(SessionFile::Proc { pid: 12, gen: 0 }));
-        assert_eq!(parse_file_name(&maps_file_name(12, 0, 3)), Some(SessionFile::Maps { pid: 12, gen: 0, k: 3 }));
+        assert_eq!(
+            parse_file_name(&ring_file_name(12, 1, 13)),
+            Some(SessionFile::Ring {
+                pid: 12,
+                gen: 1,
+                tid: 13
+            })
+        );
+        assert_eq!(
+            parse_file_name(&proc_file_name(12, 0)),
+            Some(SessionFile::Proc { pid: 12, gen: 0 })
+        );
+        assert_eq!(
+            parse_file_name(&maps_file_name(12, 0, 3)),
+            Some(SessionFile::Maps {
+                pid: 12,
+                gen: 0,
+                k: 3
+            })
+        );
         assert_eq!(parse_file_name("T1-2.ring"), None);
         assert_eq!(parse_file_name("junk"), None);
     }

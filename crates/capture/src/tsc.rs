@@ -25,7 +25,10 @@ pub fn now() -> u64 {
 
 /// CLOCK_MONOTONIC in nanoseconds.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -50,7 +53,13 @@ pub fn pair() -> ClockPair {
         let t = now();
         let b = monotonic_ns();
         if b - a < best.0 {
-            best = (b - a, ClockPair { tsc: t, mono_ns: a + (b - a) / 2 });
+            best = (
+                b - a,
+                ClockPair {
+                    tsc: t,
+                    mono_ns: a + (b - a) / 2,
+                },
+            );
         }
     }
     best.1
