@@ -3,4 +3,24 @@
 //! Independent of capture: everything here reads a trace through
 //! `lockscope-format` and produces plain result structs (serde-serializable)
 //! that the CLI renders as text, JSON or CSV. One module per analysis.
+//!
+//! Lock report (`lockscope report`): [`report::analyze`] (trace path +
+//! [`ReportConfig`] -> [`Report`]), built from [`input`] (two-pass,
+//! bounded-memory, time-ordered reading), [`model`] (per-thread state
+//! machine, per-lock state, blame), [`symbols`] and [`render`].
 #![deny(missing_docs)]
+
+pub mod detailed;
+mod error;
+pub mod hist;
+pub mod input;
+pub mod lockset;
+pub mod model;
+pub mod occ;
+pub mod render;
+pub mod report;
+pub mod symbols;
+pub mod ulcp;
+
+pub use error::AnalysisError;
+pub use report::{analyze, Report, ReportConfig, SortKey, SCHEMA};

@@ -12,6 +12,10 @@
 //! - [`session`]: where buffers live (a session directory, one file per
 //!   thread and per process) and the layout of their headers.
 //! - [`tsc`]: the timestamp counter.
+//! - [`thread`]: per-thread state in initial-exec TLS and the guarded
+//!   emit API ([`thread::recorder`]) used by every hook.
+//! - [`process`]: once-per-image work: session start ([`process::init`]),
+//!   fork child, maps snapshots, exit.
 //!
 //! # Design constraints (HaLock's lesson: the recorder must not disturb
 //! what it measures; figures from `shared/notes/capture-facts.md`)
@@ -27,7 +31,9 @@
 //!   in the ring header ([`session::RingHeader::lost`]).
 #![deny(missing_docs)]
 
+pub mod process;
 pub mod raw;
 pub mod ring;
 pub mod session;
+pub mod thread;
 pub mod tsc;

@@ -322,6 +322,47 @@ impl Consumer {
     }
 }
 
+impl Consumer {
+    /// Appends every published slot to `out` with one bulk copy (two at
+    /// the wrap-around) and frees them in the ring. Returns (slots copied,
+    /// slots found corrupt).
+    ///
+    /// For a consumer that decodes elsewhere (the recorder decodes on
+    /// another thread): [`Consumer::drain`] costs ~20 ns per event in
+    /// per-event decoding, a bulk copy ~3, and the ring is freed sooner.
+    /// The copied region always ends at an event boundary, because the
+    /// producer publishes whole events; decode it with
+    /// [`Head::slots`] / [`RawEvent::decode`], treating a head that claims
+    /// more slots than remain as corruption.
+    pub fn copy_out(&mut self, out: &mut Vec<Slot>) -> (u64, u64) {
+        let h = self.header();
+        let write = h.write.load(Ordering::Acquire);
+        let read = h.read.load(Ordering::Relaxed);
+        let n = write.wrapping_sub(read);
+        if n == 0 {
+            return (0, 0);
+        }
+        if n > self.cap {
+            // The producer cannot get more than `cap` ahead: corrupt header.
+            h.read.store(write, Ordering::Release);
+            return (0, n);
+        }
+        // SAFETY: slots follow the header page inside the mapping; the
+        // region [read, write) is published and not written by the producer
+        // until `read` moves past it.
+        let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
+        let mask = self.cap - 1;
+        let start = (read & mask) as usize;
+        let first = (n as usize).min(self.cap as usize - start);
+        unsafe {
+            out.extend_from_slice(core::slice::from_raw_parts(slots.add(start), first));
+            out.extend_from_slice(core::slice::from_raw_parts(slots, n as usize - first));
+        }
+        h.read.store(write, Ordering::Release);
+        (n, 0)
+    }
+}
+
 impl Drop for Consumer {
     fn drop(&mut self) {
         // SAFETY: unmapping what `open` mapped.
@@ -401,6 +442,38 @@ mod tests {
             }
         }
         assert_eq!(c.lost(), 0);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn copy_out_across_the_wrap_matches_drain() {
+        let (path, base, len) = temp_ring(2);
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        let mut slots = Vec::new();
+        let mut next = 0u64;
+        for round in 0..50u64 {
+            for _ in 0..(round % 7) * 2 {
+                let head = Head {
+                    tsc: next,
+                    ..Head::default()
+                };
+                let frames: Vec<u64> = (0..next % 6).collect();
+                assert!(p.push(head, (next % 3 == 0).then_some((next, 1)), &frames));
+                next += 1;
+            }
+            c.copy_out(&mut slots);
+        }
+        let mut i = 0;
+        let mut want = 0;
+        while i < slots.len() {
+            let e = RawEvent::decode(&slots[i..]).unwrap();
+            assert_eq!(e.head.tsc, want);
+            assert_eq!(e.frames.len() as u64, want % 6);
+            i += e.head.slots();
+            want += 1;
+        }
+        assert_eq!(want, next);
         std::fs::remove_file(path).unwrap();
     }
 

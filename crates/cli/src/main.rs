@@ -30,6 +30,8 @@ enum Command {
     Run(cmd::run::Args),
     Locks(cmd::locks::Args),
     Cc(cmd::cc::Args),
+    #[command(name = "c++")]
+    Cxx(cmd::cc::Args),
     Ulcp(cmd::ulcp::Args),
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
@@ -43,6 +45,7 @@ fn main() {
         Command::Run(a) => cmd::run::run(a),
         Command::Locks(a) => cmd::locks::run(a),
         Command::Cc(a) => cmd::cc::run(a),
+        Command::Cxx(a) => cmd::cc::run_cxx(a),
         Command::Ulcp(a) => cmd::ulcp::run(a),
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),

@@ -223,6 +223,9 @@ pub enum LossReason {
     TraceLimit,
     /// The recorder disabled itself after an internal error.
     RecorderDisabled,
+    /// Slots of a thread buffer were found corrupt (overwritten by the
+    /// program) and skipped; counts slots, an upper bound on events.
+    CorruptBuffer,
     /// A reason this build does not know.
     Other(u8),
 }
@@ -234,6 +237,7 @@ impl LossReason {
             LossReason::ThreadLimit => 2,
             LossReason::TraceLimit => 3,
             LossReason::RecorderDisabled => 4,
+            LossReason::CorruptBuffer => 5,
             LossReason::Other(v) => v,
         }
     }
@@ -243,6 +247,7 @@ impl LossReason {
             2 => LossReason::ThreadLimit,
             3 => LossReason::TraceLimit,
             4 => LossReason::RecorderDisabled,
+            5 => LossReason::CorruptBuffer,
             v => LossReason::Other(v),
         }
     }
@@ -253,6 +258,7 @@ impl LossReason {
             LossReason::ThreadLimit => "too many threads",
             LossReason::TraceLimit => "trace size limit reached",
             LossReason::RecorderDisabled => "recorder disabled after an internal error",
+            LossReason::CorruptBuffer => "corrupt thread buffer (overwritten by the program)",
             LossReason::Other(_) => "unknown reason",
         }
     }

@@ -156,12 +156,24 @@ impl<W: Wait> Tas<W> {
                 if self.try_lock() {
                     return;
                 }
-            } else if self.word.swap(HELD, Ordering::Acquire) == FREE {
+            } else if test_and_set(&self.word) {
                 return;
             }
             b.spin();
         }
     }
+}
+
+/// The atomic test-and-set of the spinning policy.
+#[inline(always)]
+fn test_and_set(word: &AtomicU32) -> bool {
+    // Under loom, an exchange that writes HELD over HELD on every poll makes
+    // the model's history grow without bound; a compare-and-swap from FREE
+    // acquires in exactly the same cases and stores nothing when it fails.
+    #[cfg(loom)]
+    return word.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok();
+    #[cfg(not(loom))]
+    return word.swap(HELD, Ordering::Acquire) == FREE;
 }
 
 // ---------------------------------------------------------------- TTAS
@@ -219,11 +231,7 @@ impl<W: Wait> Ttas<W> {
                 b.spin();
             }
             // Test-and-set.
-            let got = if W::PARKS {
-                self.try_lock()
-            } else {
-                self.word.swap(HELD, Ordering::Acquire) == FREE
-            };
+            let got = if W::PARKS { self.try_lock() } else { test_and_set(&self.word) };
             if got {
                 return;
             }
@@ -248,17 +256,15 @@ unsafe impl<W: Wait> RawLock for Ticket<W> {
 
     #[inline]
     fn lock(&self) {
-        let me = self.next.fetch_add(1, Ordering::Relaxed) & TICKET_MASK;
-        let s = self.serving.load(Ordering::Acquire);
-        if s & TICKET_MASK != me {
-            self.wait_turn(me);
-        }
+        self.lock_ticket();
     }
 
     #[inline]
     fn try_lock(&self) -> bool {
         let n = self.next.load(Ordering::Relaxed);
-        let s = self.serving.load(Ordering::Relaxed) & TICKET_MASK;
+        // Acquire: the previous holder published its writes by releasing
+        // `serving`, not `next`.
+        let s = self.serving.load(Ordering::Acquire) & TICKET_MASK;
         n & TICKET_MASK == s
             && self
                 .next
@@ -318,18 +324,7 @@ unsafe impl<W: Wait> RawLock for Mcs<W> {
 
     #[inline]
     fn lock(&self) {
-        let n = node::get();
-        // SAFETY: `n` is ours until we publish it in the queue.
-        unsafe {
-            (*n).next.store(null_mut(), Ordering::Relaxed);
-            (*n).status.store(MCS_WAIT, Ordering::Relaxed);
-            let pred = self.tail.swap(n, Ordering::AcqRel);
-            if !pred.is_null() {
-                (*pred).next.store(n, Ordering::Release);
-                wait_while_eq::<W>(&(*n).status, &(*n).sleeping, MCS_WAIT);
-            }
-        }
-        self.holder.store(n, Ordering::Relaxed);
+        self.lock_pred();
     }
 
     #[inline]
@@ -398,18 +393,7 @@ unsafe impl<W: Wait> RawLock for Clh<W> {
 
     #[inline]
     fn lock(&self) {
-        let n = node::get();
-        // SAFETY: `n` is ours until published; `pred` becomes ours once it
-        // says released (its owner no longer touches it but to wake us).
-        unsafe {
-            (*n).status.store(CLH_LOCKED, Ordering::Relaxed);
-            let pred = self.tail.swap(n, Ordering::AcqRel);
-            if !pred.is_null() {
-                wait_while_eq::<W>(&(*pred).status, &(*pred).sleeping, CLH_LOCKED);
-                node::put(pred);
-            }
-        }
-        self.holder.store(n, Ordering::Relaxed);
+        self.lock_pred();
     }
 
     #[inline]
@@ -450,6 +434,22 @@ unsafe impl<W: Wait> RawLock for Clh<W> {
 }
 
 impl<W: Wait> Ticket<W> {
+    #[inline]
+    fn lock_ticket(&self) -> u32 {
+        let me = self.next.fetch_add(1, Ordering::Relaxed) & TICKET_MASK;
+        let s = self.serving.load(Ordering::Acquire);
+        if s & TICKET_MASK != me {
+            self.wait_turn(me);
+        }
+        me
+    }
+
+    /// Test hook: acquires and returns the ticket number used.
+    #[doc(hidden)]
+    pub fn debug_lock_traced(&self) -> u32 {
+        self.lock_ticket()
+    }
+
     /// Test hook: tickets taken but not yet served (holder included).
     #[doc(hidden)]
     pub fn debug_queue_len(&self) -> u32 {
@@ -460,6 +460,33 @@ impl<W: Wait> Ticket<W> {
 }
 
 impl<W: Wait> Mcs<W> {
+    /// Acquires; returns (our node, the predecessor we queued behind).
+    #[inline]
+    fn lock_pred(&self) -> (*mut QNode, *mut QNode) {
+        let n = node::get();
+        // SAFETY: `n` is ours until we publish it in the queue.
+        let pred = unsafe {
+            (*n).next.store(null_mut(), Ordering::Relaxed);
+            (*n).status.store(MCS_WAIT, Ordering::Relaxed);
+            let pred = self.tail.swap(n, Ordering::AcqRel);
+            if !pred.is_null() {
+                (*pred).next.store(n, Ordering::Release);
+                wait_while_eq::<W>(&(*n).status, &(*n).sleeping, MCS_WAIT);
+            }
+            pred
+        };
+        self.holder.store(n, Ordering::Relaxed);
+        (n, pred)
+    }
+
+    /// Test hook: acquires and returns the addresses of our queue node and
+    /// of the node we queued behind (0 if the queue was empty).
+    #[doc(hidden)]
+    pub fn debug_lock_traced(&self) -> (usize, usize) {
+        let (n, p) = self.lock_pred();
+        (n as usize, p as usize)
+    }
+
     /// Test hook: address of the queue tail (0 when free).
     #[doc(hidden)]
     pub fn debug_tail(&self) -> usize {
@@ -468,6 +495,33 @@ impl<W: Wait> Mcs<W> {
 }
 
 impl<W: Wait> Clh<W> {
+    /// Acquires; returns (our node, the predecessor we queued behind).
+    #[inline]
+    fn lock_pred(&self) -> (*mut QNode, *mut QNode) {
+        let n = node::get();
+        // SAFETY: `n` is ours until published; `pred` becomes ours once it
+        // says released (its owner no longer touches it but to wake us).
+        let pred = unsafe {
+            (*n).status.store(CLH_LOCKED, Ordering::Relaxed);
+            let pred = self.tail.swap(n, Ordering::AcqRel);
+            if !pred.is_null() {
+                wait_while_eq::<W>(&(*pred).status, &(*pred).sleeping, CLH_LOCKED);
+                node::put(pred);
+            }
+            pred
+        };
+        self.holder.store(n, Ordering::Relaxed);
+        (n, pred)
+    }
+
+    /// Test hook: acquires and returns the addresses of our queue node and
+    /// of the node we queued behind (0 if the queue was empty).
+    #[doc(hidden)]
+    pub fn debug_lock_traced(&self) -> (usize, usize) {
+        let (n, p) = self.lock_pred();
+        (n as usize, p as usize)
+    }
+
     /// Test hook: address of the queue tail (0 when free).
     #[doc(hidden)]
     pub fn debug_tail(&self) -> usize {

@@ -6,9 +6,9 @@
 //! possibly spurious return (which every waiting loop here must tolerate).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32};
 
 pub(crate) use std::sync::atomic::Ordering;
 

@@ -14,7 +14,12 @@ const SPINS_PER_YIELD: u32 = 256;
 
 /// Polls before a `SpinThenPark` waiter goes to sleep in the kernel: long
 /// enough to cover a short critical section, short compared to a time slice.
+#[cfg(not(loom))]
 pub(crate) const SPINS_BEFORE_PARK: u32 = 200;
+/// Under loom every poll is a scheduling point: park almost at once, so
+/// that the parking protocol is what the model explores.
+#[cfg(loom)]
+pub(crate) const SPINS_BEFORE_PARK: u32 = 1;
 
 /// A waiting policy. Implemented by [`Spin`] and [`SpinThenPark`].
 pub trait Wait: Send + Sync + 'static {

@@ -1,10 +1,264 @@
-//! `lockscope record` (not yet implemented).
+//! `lockscope record`: run a program under the preload library and write
+//! a trace.
 
-/// Arguments of `lockscope record`.
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+
+use lockscope_record::{RecordConfig, RecordError, RecordOutcome, StackMode};
+
+/// Call paths to record.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Stacks {
+    /// Only for acquisitions that had to wait.
+    Contended,
+    /// For every event (slower).
+    All,
+    /// Never (call sites only).
+    None,
+}
+
+/// Run a program and record its lock operations into a trace file.
+///
+/// The program runs with its own stdin, stdout and stderr; lockscope
+/// prints a short summary on stderr when it ends and exits with the
+/// program's exit status (128+N when it was killed by signal N).
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Trace file to write (overwritten if it exists). Default:
+    /// lockscope.lstrace in the current directory, or the first free
+    /// lockscope-N.lstrace (an existing file is never overwritten unless
+    /// named here).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Which acquisitions get their full call path recorded.
+    #[arg(long, value_enum, default_value = "contended")]
+    stacks: Stacks,
+    /// Buffer per thread, KiB. Larger buffers ride out longer bursts
+    /// without losing events.
+    #[arg(long, value_name = "N", default_value_t = lockscope_capture_default_kb(),
+          value_parser = clap::value_parser!(u64).range(8..=(1 << 20)))]
+    buffer_kb: u64,
+    /// Print nothing unless events were lost.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The program to record and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    command: Vec<OsString>,
+}
+
+const fn lockscope_capture_default_kb() -> u64 {
+    4096
+}
+
+/// Creates the default output file, never replacing an existing one:
+/// `lockscope.lstrace`, else `lockscope-2.lstrace`, `-3`...
+fn default_output() -> anyhow::Result<(PathBuf, bool)> {
+    for n in 1..10_000 {
+        let p = if n == 1 {
+            PathBuf::from("lockscope.lstrace")
+        } else {
+            PathBuf::from(format!("lockscope-{n}.lstrace"))
+        };
+        // create_new: picking the name and claiming it is one step, so
+        // two recordings started together cannot pick the same file.
+        match OpenOptions::new().write(true).create_new(true).open(&p) {
+            Ok(_) => return Ok((p, n > 1)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => anyhow::bail!(
+                "cannot create {} in the current directory: {e}",
+                p.display()
+            ),
+        }
+    }
+    anyhow::bail!("lockscope.lstrace .. lockscope-9999.lstrace all exist; name the trace with -o")
+}
 
 /// Runs the subcommand; returns the exit code.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`lockscope record` is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let lib = crate::cmd::util::find_library("liblockscope_preload.so", "LOCKSCOPE_PRELOAD_LIB")?;
+    let mut it = args.command.into_iter();
+    let program = it.next().expect("clap requires PROGRAM");
+    let prog_args: Vec<OsString> = it.collect();
+    let (output, renamed) = match args.output {
+        Some(p) => (p, false),
+        None => default_output()?,
+    };
+    if renamed && !args.quiet {
+        eprintln!(
+            "lockscope: lockscope.lstrace exists; writing this trace to {}",
+            output.display()
+        );
+    }
+    let mut cfg = RecordConfig::new(program.clone(), prog_args, &output, lib);
+    cfg.stacks = match args.stacks {
+        Stacks::Contended => StackMode::Contended,
+        Stacks::All => StackMode::All,
+        Stacks::None => StackMode::None,
+    };
+    cfg.ring_kb = args.buffer_kb;
+    match lockscope_record::record(cfg) {
+        Ok(out) => {
+            print_summary(&out, &program, args.quiet);
+            Ok(out.exit_status)
+        }
+        // Like a shell: 127 when the program does not exist, 126 when it
+        // cannot be executed.
+        Err(e @ RecordError::Spawn { .. }) => {
+            let code = match &e {
+                RecordError::Spawn { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    127
+                }
+                _ => 126,
+            };
+            eprintln!("lockscope: error: {e}");
+            Ok(code)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn secs(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} us", ns as f64 / 1e3)
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    // SAFETY: strsignal returns a static or thread-local string.
+    let p = unsafe { libc_strsignal(sig) };
+    if p.is_null() {
+        return format!("signal {sig}");
+    }
+    // SAFETY: non-null C string.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+extern "C" {
+    #[link_name = "strsignal"]
+    fn libc_strsignal(sig: i32) -> *const std::os::raw::c_char;
+}
+
+fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
+    let lost_line = || {
+        let parts: Vec<String> = o
+            .losses
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{}: {}", r.describe(), thousands(*n)))
+            .collect();
+        format!(
+            "lockscope: WARNING: {} events were LOST ({}); the trace is incomplete. \
+             A larger --buffer-kb helps when the buffers overflowed.",
+            thousands(o.lost),
+            parts.join(", ")
+        )
+    };
+    if o.processes == 0 {
+        // Nothing came back from the program: the preload library never
+        // ran in it (statically linked, setuid, or it cleared LD_PRELOAD).
+        eprintln!(
+            "lockscope: WARNING: nothing was recorded: the preload library did not run in the \
+             program (statically linked or setuid programs cannot be recorded this way)"
+        );
+    }
+    if quiet {
+        if o.lost > 0 {
+            eprintln!("{}", lost_line());
+        }
+        return;
+    }
+    let prog = Path::new(program)
+        .file_name()
+        .map_or_else(|| program.to_string_lossy(), |f| f.to_string_lossy());
+    let bpe = if o.events > 0 {
+        o.bytes as f64 / o.events as f64
+    } else {
+        0.0
+    };
+    eprintln!(
+        "lockscope: recorded {prog} for {}: {} process{}, {} thread{}, {} events ({bpe:.1} bytes/event)",
+        secs(o.duration_ns),
+        o.processes,
+        if o.processes == 1 { "" } else { "es" },
+        o.threads,
+        if o.threads == 1 { "" } else { "s" },
+        thousands(o.events),
+    );
+    eprintln!(
+        "lockscope: trace: {} ({:.1} MB)",
+        o.output.display(),
+        o.bytes as f64 / 1e6
+    );
+    let top: Vec<_> = o
+        .top_locks
+        .iter()
+        .filter(|l| l.contended > 0)
+        .take(3)
+        .collect();
+    if top.is_empty() {
+        eprintln!("lockscope: no contended lock acquisition was seen");
+    } else {
+        eprintln!("lockscope: most contended locks:");
+        for (i, l) in top.iter().enumerate() {
+            let what = if l.kind == "FutexWait" || l.kind == "FutexWake" {
+                format!("{} waits", thousands(l.contended))
+            } else {
+                format!(
+                    "{} of {} acquisitions contended",
+                    thousands(l.contended),
+                    thousands(l.acquisitions)
+                )
+            };
+            eprintln!(
+                "  {}. {:#x} ({}, pid {}): {what}, {} waiting",
+                i + 1,
+                l.addr,
+                l.kind,
+                l.pid,
+                secs(l.wait_ns)
+            );
+        }
+    }
+    for s in &o.forwarded_signals {
+        eprintln!("lockscope: forwarded {} to the program", signal_name(*s));
+    }
+    for p in &o.disabled_processes {
+        eprintln!("lockscope: WARNING: the recorder disabled itself in process {p} after an internal error");
+    }
+    if o.lost > 0 {
+        eprintln!("{}", lost_line());
+    }
+    if let Some(sig) = o.signal {
+        eprintln!(
+            "lockscope: the program was killed by signal {sig} ({}); events it had not yet \
+             published are missing",
+            signal_name(sig)
+        );
+    }
 }

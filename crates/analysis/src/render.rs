@@ -1,0 +1,602 @@
+//! Text and CSV renderings of a [`Report`]. JSON is `serde_json` of the
+//! report itself.
+
+use std::fmt::Write as _;
+
+use crate::report::Report;
+
+/// A duration for humans: 3 significant digits and a unit.
+pub fn ns(v: u64) -> String {
+    let f = v as f64;
+    if v < 1_000 {
+        format!("{v} ns")
+    } else if v < 1_000_000 {
+        format!("{:.3} us", f / 1e3)
+    } else if v < 1_000_000_000 {
+        format!("{:.3} ms", f / 1e6)
+    } else {
+        format!("{:.3} s", f / 1e9)
+    }
+}
+
+fn nsf(v: f64) -> String {
+    ns(v.round() as u64)
+}
+
+fn pct(a: f64) -> String {
+    format!("{:.1}%", a * 100.0)
+}
+
+fn share(a: u64, b: u64) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        pct(a as f64 / b as f64)
+    }
+}
+
+/// Integer with thousands separators.
+pub fn count(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A left/right aligned table.
+struct Table {
+    head: Vec<&'static str>,
+    /// true: right-aligned (numbers).
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(cols: &[(&'static str, bool)]) -> Self {
+        Table {
+            head: cols.iter().map(|c| c.0).collect(),
+            right: cols.iter().map(|c| c.1).collect(),
+            rows: Vec::new(),
+        }
+    }
+    fn row(&mut self, r: Vec<String>) {
+        self.rows.push(r);
+    }
+    fn render(&self, out: &mut String, indent: &str) {
+        let mut w: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>, out: &mut String| {
+            let mut s = String::from(indent);
+            for (i, c) in cells.iter().enumerate() {
+                if i > 0 {
+                    s.push_str("  ");
+                }
+                let pad = w[i] - c.chars().count();
+                let last = i + 1 == cells.len();
+                if self.right[i] {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                } else {
+                    s.push_str(c);
+                    if !last {
+                        s.push_str(&" ".repeat(pad));
+                    }
+                }
+            }
+            out.push_str(s.trim_end());
+            out.push('\n');
+        };
+        line(self.head.clone(), out);
+        for r in &self.rows {
+            line(r.iter().map(String::as_str).collect(), out);
+        }
+    }
+}
+
+/// Options of the text rendering.
+#[derive(Clone, Debug)]
+pub struct TextOptions {
+    /// Sites shown under each lock.
+    pub sites_per_lock: usize,
+    /// Show the per-thread rows of each lock.
+    pub lock_threads: bool,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions {
+            sites_per_lock: 3,
+            lock_threads: false,
+        }
+    }
+}
+
+/// Terminal tables.
+pub fn text(r: &Report, o: &TextOptions) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "lockscope report: {}", r.command.join(" "));
+    let _ = writeln!(
+        out,
+        "duration {}, {} threads, {} events, {} lost",
+        ns(r.duration_ns),
+        r.threads.len(),
+        count(r.events),
+        count(r.lost_events)
+    );
+    if let Some(t) = &r.truncated {
+        let _ = writeln!(out, "WARNING: {t}");
+    }
+    let oh = &r.overhead;
+    if oh.subtracted {
+        let _ = writeln!(
+            out,
+            "recorder overhead subtracted: {:.1} ns per acquisition, {:.1} ns per release, \
+             {:.1} ns per other event (total {}, {} of thread time)",
+            oh.acquire_ns,
+            oh.release_ns,
+            oh.event_ns,
+            ns(oh.total_ns),
+            pct(oh.share_of_thread_time)
+        );
+    } else {
+        let _ = writeln!(out, "recorder overhead: not subtracted");
+    }
+
+    out.push_str("\nLOCKS (wait = attempt to acquired, per attempt; hold = acquired to release)\n");
+    if r.locks.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    let mut t = Table::new(&[
+        ("#", true),
+        ("lock", false),
+        ("kind", false),
+        ("acq", true),
+        ("contended", true),
+        ("cont%", true),
+        ("owner-chg", true),
+        ("try-fail", true),
+        ("1st-try", true),
+        ("wait total", true),
+        ("mean", true),
+        ("max", true),
+        ("p99", true),
+        ("hold total", true),
+        ("mean", true),
+        ("max", true),
+        ("p99", true),
+        ("waiters", true),
+    ]);
+    for (i, l) in r.locks.iter().enumerate() {
+        let name = l.name.clone().unwrap_or_else(|| l.address.clone());
+        t.row(vec![
+            (i + 1).to_string(),
+            name,
+            l.kind.to_string(),
+            count(l.acquisitions),
+            count(l.contended),
+            pct(l.contended_ratio),
+            count(l.owner_changes),
+            count(l.trylock_failures),
+            pct(l.first_attempt_ratio),
+            ns(l.wait_ns.total),
+            nsf(l.wait_ns.mean),
+            ns(l.wait_ns.max),
+            ns(l.wait_ns.p99),
+            ns(l.hold_ns.total),
+            nsf(l.hold_ns.mean),
+            ns(l.hold_ns.max),
+            ns(l.hold_ns.p99),
+            format!("{:.2}", l.avg_waiters),
+        ]);
+    }
+    if !r.locks.is_empty() {
+        t.render(&mut out, "  ");
+    }
+    for (i, l) in r.locks.iter().enumerate() {
+        if o.sites_per_lock == 0 {
+            break;
+        }
+        let _ = writeln!(
+            out,
+            "\n  #{} {} {} at {}, first used at {}; sites:",
+            i + 1,
+            l.kind,
+            l.name.as_deref().unwrap_or("(no symbol)"),
+            l.address,
+            l.first_use
+        );
+        let mut st = Table::new(&[
+            ("site", false),
+            ("acq", true),
+            ("contended", true),
+            ("try-fail", true),
+            ("wait", true),
+            ("max wait", true),
+            ("hold", true),
+        ]);
+        for s in l.sites.iter().take(o.sites_per_lock) {
+            let mut name = match (&s.function, &s.file, s.line) {
+                (Some(f), Some(file), Some(line)) => {
+                    format!("{f} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
+                }
+                (Some(f), _, _) => format!("{f} ({})", s.location),
+                _ => s.location.clone(),
+            };
+            if let Some(outer) = s.inlined.first() {
+                name.push_str(" in ");
+                name.push_str(outer);
+            }
+            st.row(vec![
+                name,
+                count(s.acquisitions),
+                count(s.contended),
+                count(s.trylock_failures),
+                ns(s.wait_ns),
+                ns(s.max_wait_ns),
+                ns(s.hold_ns),
+            ]);
+        }
+        st.render(&mut out, "    ");
+        if l.sites.len() > o.sites_per_lock {
+            let _ = writeln!(
+                out,
+                "    ... {} more sites",
+                l.sites.len() - o.sites_per_lock
+            );
+        }
+        if o.lock_threads {
+            let mut tt = Table::new(&[
+                ("tid", true),
+                ("thread", false),
+                ("acq", true),
+                ("contended", true),
+                ("try-fail", true),
+                ("wait", true),
+                ("hold", true),
+            ]);
+            for th in &l.threads {
+                tt.row(vec![
+                    th.tid.to_string(),
+                    th.name.clone(),
+                    count(th.acquisitions),
+                    count(th.contended),
+                    count(th.trylock_failures),
+                    ns(th.wait_ns),
+                    ns(th.hold_ns),
+                ]);
+            }
+            tt.render(&mut out, "    ");
+        }
+    }
+
+    out.push_str("\nBLAME (each wait charged to the critical section holding the lock then)\n");
+    if r.blame_matrix.is_empty() {
+        out.push_str("  (no waiting)\n");
+    } else {
+        let mut t = Table::new(&[
+            ("wait", true),
+            ("waits", true),
+            ("lock", false),
+            ("waiter site", false),
+            ("<- holder's critical section", false),
+        ]);
+        for b in &r.blame_matrix {
+            t.row(vec![
+                ns(b.wait_ns),
+                count(b.waits),
+                b.lock_name.clone(),
+                b.waiter_site.clone(),
+                b.holder_site.clone(),
+            ]);
+        }
+        t.render(&mut out, "  ");
+        out.push_str("\n  blocking sites (wait caused):\n");
+        let mut t = Table::new(&[
+            ("wait caused", true),
+            ("waits", true),
+            ("holder site", false),
+            ("lock", false),
+        ]);
+        for b in &r.blocking_sites {
+            t.row(vec![
+                ns(b.wait_caused_ns),
+                count(b.waits),
+                b.site.clone(),
+                b.lock_name.clone(),
+            ]);
+        }
+        t.render(&mut out, "    ");
+    }
+
+    out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
+    let mut t = Table::new(&[
+        ("tid", true),
+        ("name", false),
+        ("lifetime", true),
+        ("free", true),
+        ("lock", true),
+        ("unlock", true),
+        ("hold", true),
+        ("unknown", true),
+        ("blocked (cond/barrier/sem/join)", true),
+    ]);
+    for th in &r.threads {
+        let lt = th.lifetime_ns;
+        let cell = |v: u64| format!("{} {}", ns(v), share(v, lt));
+        t.row(vec![
+            th.tid.to_string(),
+            th.name.clone(),
+            ns(lt),
+            cell(th.free_ns),
+            cell(th.lock_ns),
+            cell(th.unlock_ns),
+            cell(th.hold_ns),
+            cell(th.unknown_ns),
+            ns(th.cond_wait_ns + th.barrier_wait_ns + th.sem_wait_ns + th.join_wait_ns),
+        ]);
+    }
+    t.render(&mut out, "  ");
+
+    if !r.conds.is_empty() {
+        out.push_str("\nCONDITION VARIABLES\n");
+        let mut t = Table::new(&[
+            ("cond", false),
+            ("waits", true),
+            ("timeouts", true),
+            ("signals", true),
+            ("broadcasts", true),
+            ("wait total", true),
+            ("max", true),
+        ]);
+        for c in &r.conds {
+            t.row(vec![
+                c.name.clone(),
+                count(c.waits),
+                count(c.timeouts),
+                count(c.signals),
+                count(c.broadcasts),
+                ns(c.wait_ns.total),
+                ns(c.wait_ns.max),
+            ]);
+        }
+        t.render(&mut out, "  ");
+    }
+    if !r.barriers.is_empty() {
+        out.push_str("\nBARRIERS (waiting blamed on the last thread to arrive)\n");
+        let mut t = Table::new(&[
+            ("barrier", false),
+            ("rounds", true),
+            ("waits", true),
+            ("wait total", true),
+            ("max", true),
+            ("per thread (tid: wait)", false),
+            ("last arrivers (tid: wait caused)", false),
+        ]);
+        for b in &r.barriers {
+            let per = |v: &[crate::report::ObjThreadOut]| {
+                v.iter()
+                    .map(|x| format!("{}: {}", x.tid, ns(x.wait_ns)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            t.row(vec![
+                b.name.clone(),
+                count(b.rounds),
+                count(b.waits),
+                ns(b.wait_ns.total),
+                ns(b.wait_ns.max),
+                per(&b.threads),
+                per(&b.blamed_on),
+            ]);
+        }
+        t.render(&mut out, "  ");
+    }
+    if !r.semaphores.is_empty() {
+        out.push_str("\nSEMAPHORES\n");
+        let mut t = Table::new(&[
+            ("semaphore", false),
+            ("waits", true),
+            ("blocked", true),
+            ("trywait-fail", true),
+            ("timeouts", true),
+            ("posts", true),
+            ("wait total", true),
+            ("max", true),
+        ]);
+        for s in &r.semaphores {
+            t.row(vec![
+                s.name.clone(),
+                count(s.waits),
+                count(s.contended),
+                count(s.trywait_failures),
+                count(s.timeouts),
+                count(s.posts),
+                ns(s.wait_ns.total),
+                ns(s.wait_ns.max),
+            ]);
+        }
+        t.render(&mut out, "  ");
+    }
+    let a = &r.anomalies;
+    let items = [
+        ("clock steps back", a.clock_backwards),
+        ("unknown intervals", a.unknown_intervals),
+        ("unmatched releases", a.unmatched_releases),
+        ("unmatched completions", a.unmatched_completions),
+        ("interrupted waits", a.interrupted_waits),
+        ("held at exit", a.held_at_exit),
+        ("lost releases", a.lost_releases),
+        ("unknown ops", a.unknown_ops),
+        ("events of unknown threads", a.orphan_events),
+    ];
+    let bad: Vec<String> = items
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k} {}", count(*v)))
+        .collect();
+    if !bad.is_empty() {
+        let _ = writeln!(out, "\nanomalies: {}", bad.join(", "));
+    }
+    if a.overlapping_holds > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} exclusive acquisitions were stamped before the previous holder's release \
+             (calls are stamped at entry; TSC skew between CPUs): hold intervals overlap by a few ns there",
+            count(a.overlapping_holds)
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// Tables available as CSV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CsvTable {
+    /// One row per lock.
+    Locks,
+    /// One row per (lock, site).
+    Sites,
+    /// One row per thread.
+    Threads,
+    /// One row per blame entry.
+    Blame,
+}
+
+impl CsvTable {
+    /// Parses a table name.
+    pub fn parse(s: &str) -> Option<CsvTable> {
+        Some(match s {
+            "locks" => CsvTable::Locks,
+            "sites" => CsvTable::Sites,
+            "threads" => CsvTable::Threads,
+            "blame" => CsvTable::Blame,
+            _ => return None,
+        })
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// One table as CSV (RFC 4180), header row first, raw ns values.
+pub fn csv(r: &Report, table: CsvTable) -> String {
+    let mut out = String::new();
+    let mut row = |cells: Vec<String>| {
+        let v: Vec<String> = cells.iter().map(|c| csv_field(c)).collect();
+        out.push_str(&v.join(","));
+        out.push('\n');
+    };
+    let s = |v: &dyn ToString| v.to_string();
+    match table {
+        CsvTable::Locks => {
+            row("address,pid,kind,name,first_use,acquisitions,contended,contended_ratio,trylock_failures,timeouts,owner_changes,first_attempt_ratio,avg_waiters,wait_total_ns,wait_mean_ns,wait_max_ns,wait_p99_ns,hold_total_ns,hold_mean_ns,hold_max_ns,hold_p99_ns"
+                .split(',').map(String::from).collect());
+            for l in &r.locks {
+                row(vec![
+                    l.address.clone(),
+                    s(&l.pid),
+                    l.kind.into(),
+                    l.name.clone().unwrap_or_default(),
+                    l.first_use.clone(),
+                    s(&l.acquisitions),
+                    s(&l.contended),
+                    format!("{:.6}", l.contended_ratio),
+                    s(&l.trylock_failures),
+                    s(&l.timeouts),
+                    s(&l.owner_changes),
+                    format!("{:.6}", l.first_attempt_ratio),
+                    format!("{:.6}", l.avg_waiters),
+                    s(&l.wait_ns.total),
+                    format!("{:.1}", l.wait_ns.mean),
+                    s(&l.wait_ns.max),
+                    s(&l.wait_ns.p99),
+                    s(&l.hold_ns.total),
+                    format!("{:.1}", l.hold_ns.mean),
+                    s(&l.hold_ns.max),
+                    s(&l.hold_ns.p99),
+                ]);
+            }
+        }
+        CsvTable::Sites => {
+            row("lock,lock_name,function,file,line,location,acquisitions,contended,trylock_failures,wait_ns,max_wait_ns,hold_ns"
+                .split(',').map(String::from).collect());
+            for l in &r.locks {
+                for x in &l.sites {
+                    row(vec![
+                        l.address.clone(),
+                        l.name.clone().unwrap_or_default(),
+                        x.function.clone().unwrap_or_default(),
+                        x.file.clone().unwrap_or_default(),
+                        x.line.map(|v| v.to_string()).unwrap_or_default(),
+                        x.location.clone(),
+                        s(&x.acquisitions),
+                        s(&x.contended),
+                        s(&x.trylock_failures),
+                        s(&x.wait_ns),
+                        s(&x.max_wait_ns),
+                        s(&x.hold_ns),
+                    ]);
+                }
+            }
+        }
+        CsvTable::Threads => {
+            row("tid,pid,name,lifetime_ns,free_ns,lock_ns,unlock_ns,hold_ns,unknown_ns,cond_wait_ns,barrier_wait_ns,sem_wait_ns,join_wait_ns,overhead_ns,events,lost_events"
+                .split(',').map(String::from).collect());
+            for t in &r.threads {
+                row(vec![
+                    s(&t.tid),
+                    s(&t.pid),
+                    t.name.clone(),
+                    s(&t.lifetime_ns),
+                    s(&t.free_ns),
+                    s(&t.lock_ns),
+                    s(&t.unlock_ns),
+                    s(&t.hold_ns),
+                    s(&t.unknown_ns),
+                    s(&t.cond_wait_ns),
+                    s(&t.barrier_wait_ns),
+                    s(&t.sem_wait_ns),
+                    s(&t.join_wait_ns),
+                    s(&t.overhead_ns),
+                    s(&t.events),
+                    s(&t.lost_events),
+                ]);
+            }
+        }
+        CsvTable::Blame => {
+            row("lock,lock_name,waiter_tid,waiter_site,holder_tid,holder_site,holder_path,wait_ns,waits"
+                .split(',').map(String::from).collect());
+            for b in &r.blame {
+                row(vec![
+                    b.lock.clone(),
+                    b.lock_name.clone(),
+                    s(&b.waiter_tid),
+                    b.waiter_site.clone(),
+                    b.holder_tid.map(|v| v.to_string()).unwrap_or_default(),
+                    b.holder_site.clone(),
+                    b.holder_path.join(" <- "),
+                    s(&b.wait_ns),
+                    s(&b.waits),
+                ]);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,1141 @@
+//! The lock-contention report: which locks make threads wait, where, for
+//! how long, and whose fault it is.
+//!
+//! Entry point: [`analyze`] (path + [`ReportConfig`] -> [`Report`]). The
+//! [`Report`] is plain data: serialize it with serde for JSON (schema
+//! [`SCHEMA`]), or render it with [`crate::render`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::hist::Summary;
+use crate::input::{index, Merge, Meta};
+use crate::model::{Anomalies, Culprit, Kind, Model, ModelConfig};
+use crate::symbols::{Location, Symbolizer};
+use crate::AnalysisError;
+
+/// Version tag of the JSON output. Bumped on any incompatible change;
+/// fields may be added without a bump.
+pub const SCHEMA: &str = "lockscope.report/1";
+
+/// Order of the lock table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SortKey {
+    /// Total wait time, descending (default).
+    #[default]
+    Wait,
+    /// Total hold time, descending.
+    Hold,
+    /// Acquisitions, descending.
+    Acquisitions,
+    /// Contended acquisitions, descending.
+    Contended,
+    /// Owner changes, descending.
+    OwnerChanges,
+    /// Maximum wait, descending.
+    MaxWait,
+    /// Lock name (or address), ascending.
+    Name,
+}
+
+impl SortKey {
+    /// Parses a `--sort` value.
+    pub fn parse(s: &str) -> Option<SortKey> {
+        Some(match s {
+            "wait" => SortKey::Wait,
+            "hold" => SortKey::Hold,
+            "acquisitions" | "acq" => SortKey::Acquisitions,
+            "contended" => SortKey::Contended,
+            "owner-changes" => SortKey::OwnerChanges,
+            "max-wait" => SortKey::MaxWait,
+            "name" => SortKey::Name,
+            _ => return None,
+        })
+    }
+    /// Accepted `--sort` values.
+    pub const NAMES: &'static [&'static str] = &[
+        "wait",
+        "hold",
+        "acquisitions",
+        "contended",
+        "owner-changes",
+        "max-wait",
+        "name",
+    ];
+}
+
+/// What to analyse and what to keep in the report.
+#[derive(Clone, Debug)]
+pub struct ReportConfig {
+    /// Resolve addresses to functions, lines and data symbols.
+    pub symbolize: bool,
+    /// Subtract the recorder's measured overhead (PinCS §2.2).
+    pub correct_overhead: bool,
+    /// Order of locks.
+    pub sort: SortKey,
+    /// Keep at most this many locks and blame rows (None: all).
+    pub top: Option<usize>,
+    /// Drop locks whose total wait is below this, ns.
+    pub min_wait_ns: u64,
+    /// Keep only locks whose address (`0x...`) or name contains this.
+    pub lock_filter: Option<String>,
+    /// Keep only threads whose tid equals, or name contains, this.
+    pub thread_filter: Option<String>,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig {
+            symbolize: true,
+            correct_overhead: true,
+            sort: SortKey::Wait,
+            top: None,
+            min_wait_ns: 0,
+            lock_filter: None,
+            thread_filter: None,
+        }
+    }
+}
+
+/// The report (JSON schema [`SCHEMA`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// Recorded command line.
+    pub command: Vec<String>,
+    /// Length of the recording, ns.
+    pub duration_ns: u64,
+    /// Events analysed.
+    pub events: u64,
+    /// Events the recorder could not record (counted, not analysed).
+    pub lost_events: u64,
+    /// Set when the trace was cut short.
+    pub truncated: Option<String>,
+    /// Recorder overhead subtracted.
+    pub overhead: OverheadOut,
+    /// Locks (mutex, rwlock, spin, futex), sorted.
+    pub locks: Vec<LockOut>,
+    /// Wait charged to critical sections, per waiter thread and site and
+    /// holder thread, site and call path.
+    pub blame: Vec<BlameOut>,
+    /// The same summed over threads: waiter site x holder site.
+    pub blame_matrix: Vec<MatrixOut>,
+    /// Holder sites ranked by the waiting they caused.
+    pub blocking_sites: Vec<BlockingOut>,
+    /// Per thread time breakdown.
+    pub threads: Vec<ThreadOut>,
+    /// Condition variables.
+    pub conds: Vec<CondOut>,
+    /// Barriers.
+    pub barriers: Vec<BarrierOut>,
+    /// Semaphores.
+    pub semaphores: Vec<SemOut>,
+    /// Protocol anomalies (lost events, clock trouble).
+    pub anomalies: Anomalies,
+    /// Free-text notes (symbolization problems, filters applied).
+    pub notes: Vec<String>,
+}
+
+/// Overhead correction applied.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OverheadOut {
+    /// Whether it was subtracted.
+    pub subtracted: bool,
+    /// ns per acquisition call (mean over processes with a measurement).
+    pub acquire_ns: f64,
+    /// ns per release call.
+    pub release_ns: f64,
+    /// ns per other event.
+    pub event_ns: f64,
+    /// Total subtracted over all threads, ns.
+    pub total_ns: u64,
+    /// Total as a fraction of the uncorrected thread time.
+    pub share_of_thread_time: f64,
+}
+
+/// One lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockOut {
+    /// Address, `0x...`.
+    pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
+    /// Exec generation of that process image (0 before any exec).
+    pub exec_generation: u32,
+    /// mutex | rwlock | spin | futex.
+    pub kind: &'static str,
+    /// Symbol of a static lock, else null.
+    pub name: Option<String>,
+    /// Where it was first used (`function (file:line)` or module+offset).
+    pub first_use: String,
+    /// Successful acquisitions (lock, trylock, timed calls).
+    pub acquisitions: u64,
+    /// Of which had to wait.
+    pub contended: u64,
+    /// contended / acquisitions.
+    pub contended_ratio: f64,
+    /// Failed trylock calls.
+    pub trylock_failures: u64,
+    /// Timed calls that timed out.
+    pub timeouts: u64,
+    /// Acquisitions by a different thread than the previous one.
+    pub owner_changes: u64,
+    /// Acquisitions at the first attempt / acquisitions.
+    pub first_attempt_ratio: f64,
+    /// Mean number of waiters while held.
+    pub avg_waiters: f64,
+    /// Wait per attempt.
+    pub wait_ns: Summary,
+    /// Hold per critical section.
+    pub hold_ns: Summary,
+    /// Releases that entered the kernel, and time inside them.
+    pub slow_unlocks: u64,
+    /// Time inside unlock calls that entered the kernel, ns.
+    pub unlock_ns: u64,
+    /// Futex words: FUTEX_WAKE calls on it (0 for other kinds).
+    pub wakes: u64,
+    /// Acquisition sites.
+    pub sites: Vec<SiteOut>,
+    /// Acquisition call paths (contended acquisitions carry one).
+    pub call_paths: Vec<PathOut>,
+    /// Per thread.
+    pub threads: Vec<LockThreadOut>,
+}
+
+/// One acquisition site of one lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteOut {
+    /// Function, if known.
+    pub function: Option<String>,
+    /// Source file, if known.
+    pub file: Option<String>,
+    /// Line, if known.
+    pub line: Option<u32>,
+    /// `module+0xoffset`.
+    pub location: String,
+    /// Inlined frames, innermost first, as `function (file:line)`.
+    pub inlined: Vec<String>,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Of which had to wait.
+    pub contended: u64,
+    /// Trylock failures.
+    pub trylock_failures: u64,
+    /// Wait, ns.
+    pub wait_ns: u64,
+    /// Longest wait, ns.
+    pub max_wait_ns: u64,
+    /// Hold of sections entered here, ns.
+    pub hold_ns: u64,
+}
+
+/// One call path of one lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct PathOut {
+    /// Frames, innermost first (`function (file:line)`); empty if none.
+    pub frames: Vec<String>,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Of which had to wait.
+    pub contended: u64,
+    /// Wait, ns.
+    pub wait_ns: u64,
+}
+
+/// One thread's use of one lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockThreadOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Of which had to wait.
+    pub contended: u64,
+    /// Trylock failures.
+    pub trylock_failures: u64,
+    /// Timeouts.
+    pub timeouts: u64,
+    /// Wait, ns.
+    pub wait_ns: u64,
+    /// Longest wait, ns.
+    pub max_wait_ns: u64,
+    /// Hold, ns.
+    pub hold_ns: u64,
+}
+
+/// Wait charged from a waiter site to a holder's critical section.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlameOut {
+    /// Lock address.
+    pub lock: String,
+    /// Lock name or first use.
+    pub lock_name: String,
+    /// Waiting thread's tid.
+    pub waiter_tid: u32,
+    /// Where the waiter waited.
+    pub waiter_site: String,
+    /// Holder's tid; null when nobody held the lock (hand-off latency).
+    pub holder_tid: Option<u32>,
+    /// Holder's acquisition site (or waker's site for futex words).
+    pub holder_site: String,
+    /// Holder's call path, innermost first.
+    pub holder_path: Vec<String>,
+    /// Wait charged, ns.
+    pub wait_ns: u64,
+    /// Waits that received a share.
+    pub waits: u64,
+}
+
+/// Waiter site x holder site.
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixOut {
+    /// Lock name or first use.
+    pub lock_name: String,
+    /// Where threads waited.
+    pub waiter_site: String,
+    /// Critical section they waited for.
+    pub holder_site: String,
+    /// Wait charged, ns.
+    pub wait_ns: u64,
+    /// Waits that received a share.
+    pub waits: u64,
+}
+
+/// A holder site and the waiting it caused.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockingOut {
+    /// Holder site.
+    pub site: String,
+    /// Lock name or first use.
+    pub lock_name: String,
+    /// Wait charged to it, ns.
+    pub wait_caused_ns: u64,
+    /// Waits that received a share.
+    pub waits: u64,
+}
+
+/// One thread's time breakdown. free + lock + unlock + hold + unknown =
+/// lifetime.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadOut {
+    /// OS tid.
+    pub tid: u32,
+    /// OS pid.
+    pub pid: u32,
+    /// Exec generation of the process image.
+    pub exec_generation: u32,
+    /// Name.
+    pub name: String,
+    /// Lifetime after overhead correction, ns.
+    pub lifetime_ns: u64,
+    /// Not in a lock call, holding nothing.
+    pub free_ns: u64,
+    /// Waiting to acquire.
+    pub lock_ns: u64,
+    /// Inside unlock calls that entered the kernel.
+    pub unlock_ns: u64,
+    /// Holding >= 1 lock, not waiting or unlocking.
+    pub hold_ns: u64,
+    /// Not classifiable.
+    pub unknown_ns: u64,
+    /// Of free/hold: waiting on condition variables.
+    pub cond_wait_ns: u64,
+    /// Of free/hold: waiting at barriers.
+    pub barrier_wait_ns: u64,
+    /// Of free/hold: waiting on semaphores.
+    pub sem_wait_ns: u64,
+    /// Of free/hold: waiting in pthread_join.
+    pub join_wait_ns: u64,
+    /// Recorder overhead subtracted from this thread, ns.
+    pub overhead_ns: u64,
+    /// Events recorded.
+    pub events: u64,
+    /// Events lost.
+    pub lost_events: u64,
+}
+
+/// One condition variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct CondOut {
+    /// Address.
+    pub address: String,
+    /// Symbol or first use.
+    pub name: String,
+    /// Completed waits.
+    pub waits: u64,
+    /// Timed waits that timed out.
+    pub timeouts: u64,
+    /// Signals.
+    pub signals: u64,
+    /// Broadcasts.
+    pub broadcasts: u64,
+    /// Wait per call.
+    pub wait_ns: Summary,
+    /// Per thread (tid, waits, ns).
+    pub threads: Vec<ObjThreadOut>,
+}
+
+/// One thread's waits on one object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ObjThreadOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Waits.
+    pub waits: u64,
+    /// Wait, ns.
+    pub wait_ns: u64,
+}
+
+/// One barrier.
+#[derive(Clone, Debug, Serialize)]
+pub struct BarrierOut {
+    /// Address.
+    pub address: String,
+    /// Symbol or first use.
+    pub name: String,
+    /// Rounds completed.
+    pub rounds: u64,
+    /// Waits.
+    pub waits: u64,
+    /// Wait per call.
+    pub wait_ns: Summary,
+    /// Per thread.
+    pub threads: Vec<ObjThreadOut>,
+    /// Waiting charged to the last thread to arrive (tid, ns).
+    pub blamed_on: Vec<ObjThreadOut>,
+}
+
+/// One semaphore.
+#[derive(Clone, Debug, Serialize)]
+pub struct SemOut {
+    /// Address.
+    pub address: String,
+    /// Symbol or first use.
+    pub name: String,
+    /// Successful waits.
+    pub waits: u64,
+    /// Of which blocked.
+    pub contended: u64,
+    /// Failed sem_trywait calls.
+    pub trywait_failures: u64,
+    /// Timed waits that timed out.
+    pub timeouts: u64,
+    /// Posts.
+    pub posts: u64,
+    /// Wait per call.
+    pub wait_ns: Summary,
+    /// Per thread.
+    pub threads: Vec<ObjThreadOut>,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Analyses a trace file. `progress(done, total, phase)` is called now
+/// and then (phase 0: indexing bytes, 1: events).
+pub fn analyze(
+    path: &Path,
+    cfg: &ReportConfig,
+    progress: &mut dyn FnMut(u64, u64, u8),
+) -> Result<Report, AnalysisError> {
+    let meta = index(path, &mut |d, t| progress(d, t, 0))?;
+    let mut model = build_model(path, &meta, cfg, progress)?;
+    Ok(build_report(&meta, &mut model, cfg))
+}
+
+/// Runs the timing model over a trace (exposed for other analyses).
+pub fn build_model(
+    path: &Path,
+    meta: &Meta,
+    cfg: &ReportConfig,
+    progress: &mut dyn FnMut(u64, u64, u8),
+) -> Result<Model, AnalysisError> {
+    let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
+    overhead.sort_by_key(|o| o.process);
+    let mut model = Model::new(
+        ModelConfig {
+            correct_overhead: cfg.correct_overhead,
+        },
+        overhead,
+    );
+    let mut threads: Vec<_> = meta.threads.values().collect();
+    threads.sort_by_key(|t| t.id);
+    for t in &threads {
+        let name = meta
+            .thread_names
+            .get(&t.id)
+            .cloned()
+            .unwrap_or_else(|| t.name.clone());
+        model.add_thread(t.id, t.process, t.tid, name, t.start_ns);
+    }
+    for l in &meta.locks {
+        model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
+    }
+    // Two stages on two threads: reading, decoding and merging the
+    // chunks on one, the model on the other (each is about half of the
+    // work). Batches of events go through a bounded channel and come back
+    // empty for reuse, so memory stays bounded.
+    // Up to 8 batches of 16 Ki events (7 MiB) in flight: enough to ride
+    // out a few ms of one stage not being scheduled on a busy machine.
+    // Events are copied into the batches: sharing the decoded chunks
+    // (Arc) instead cost more, as the reference counts bounced between
+    // the two cores on every short run.
+    type Batch = Vec<(u32, lockscope_format::Event)>;
+    const BATCH: usize = 16384;
+    let mut last = 0u64;
+    std::thread::scope(|s| -> Result<(), AnalysisError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Batch, AnalysisError>>(8);
+        let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
+        s.spawn(move || {
+            let run = || -> Result<(), AnalysisError> {
+                let mut merge = Merge::new(path, meta)?;
+                let mut batch: Batch = Vec::with_capacity(BATCH + 64);
+                let mut gone = false;
+                merge.run_runs(
+                    |thread, buf, a, b| {
+                        batch.extend(buf[a..b].iter().map(|e| (thread, *e)));
+                        if batch.len() >= BATCH && !gone {
+                            let next = back_rx
+                                .try_recv()
+                                .unwrap_or_else(|_| Vec::with_capacity(BATCH + 64));
+                            gone = tx.send(Ok(std::mem::replace(&mut batch, next))).is_err();
+                        } else if gone {
+                            batch.clear();
+                        }
+                    },
+                    &mut |_, _| {},
+                )?;
+                let _ = tx.send(Ok(batch));
+                Ok(())
+            };
+            if let Err(e) = run() {
+                let _ = tx.send(Err(e));
+            }
+        });
+        let total = meta.events;
+        let mut done = 0u64;
+        let mut next_progress = 0u64;
+        for batch in rx {
+            let mut b = batch?;
+            for (thread, e) in &b {
+                last = last.max(e.time);
+                model.event(*thread, e);
+            }
+            done += b.len() as u64;
+            if done >= next_progress {
+                progress(done, total, 1);
+                next_progress = done + (1 << 22);
+            }
+            b.clear();
+            let _ = back_tx.send(b);
+        }
+        progress(total, total, 1);
+        Ok(())
+    })?;
+    let trace_end = meta
+        .footer
+        .as_ref()
+        .map_or(last, |f| f.duration_ns.max(last));
+    for t in &threads {
+        let end = meta
+            .thread_ends
+            .get(&t.id)
+            .copied()
+            .or_else(|| meta.process_ends.get(&t.process).map(|p| p.end_ns))
+            .unwrap_or(trace_end);
+        model.set_thread_end(t.id, end);
+    }
+    for l in &meta.losses {
+        model.add_lost(l.thread, l.events);
+    }
+    model.finish(trace_end);
+    Ok(model)
+}
+
+struct Names<'a> {
+    sym: Symbolizer,
+    model: &'a Model,
+    meta: &'a Meta,
+    sites: HashMap<u32, Location>,
+}
+
+impl Names<'_> {
+    fn site(&mut self, s: u32) -> Location {
+        if s == u32::MAX {
+            return Location {
+                module: "?".into(),
+                ..Location::default()
+            };
+        }
+        if let Some(l) = self.sites.get(&s) {
+            return l.clone();
+        }
+        let (p, pc) = self.model.sites[s as usize];
+        let l = self.sym.code(p, pc);
+        self.sites.insert(s, l.clone());
+        l
+    }
+    fn site_str(&mut self, s: u32) -> String {
+        if s == u32::MAX {
+            return "(no holder: hand-off / wake-up latency)".into();
+        }
+        self.site(s).short()
+    }
+    fn path(&mut self, process: u32, stack: u32) -> Vec<String> {
+        let Some(st) = self.meta.stacks.get(&stack) else {
+            return Vec::new();
+        };
+        let p = if st.process != 0 { st.process } else { process };
+        st.frames
+            .iter()
+            .map(|&pc| self.sym.code(p, pc).short())
+            .collect()
+    }
+    /// The first frame of a call path that is the program's own code, not
+    /// the runtime's lock implementation (std, core, libc, the dynamic
+    /// loader). A futex word's wait is always called from inside std's
+    /// mutex, so its return address names std, not the program.
+    fn program_frame(&mut self, process: u32, stack: u32) -> Option<Location> {
+        let st = self.meta.stacks.get(&stack)?;
+        let p = if st.process != 0 { st.process } else { process };
+        let frames = st.frames.clone();
+        let runtime_fn = |f: &str| {
+            [
+                "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "syscall", "__",
+            ]
+            .iter()
+            .any(|x| f.starts_with(x))
+        };
+        for pc in frames {
+            let loc = self.sym.code(p, pc);
+            if ["libc.", "libpthread", "ld-linux", "liblockscope"]
+                .iter()
+                .any(|m| loc.module.starts_with(m))
+            {
+                continue;
+            }
+            // Inlined frames count: std's lock() is usually inlined into
+            // the program's function, which is then an outer frame of the
+            // same return address.
+            let own = loc
+                .frames
+                .iter()
+                .position(|f| f.function.as_deref().is_some_and(|n| !runtime_fn(n)));
+            if let Some(k) = own {
+                return Some(Location {
+                    module: loc.module.clone(),
+                    offset: loc.offset,
+                    frames: loc.frames[k..].to_vec(),
+                });
+            }
+        }
+        None
+    }
+    fn obj_name(&mut self, oi: u32) -> (Option<String>, String) {
+        let o = &self.model.objs[oi as usize];
+        let (p, a, fs) = (o.process, o.addr, o.first_site);
+        let name = self.sym.data(p, a);
+        let first = self.site(fs).short();
+        (name, first)
+    }
+    /// Short name: the symbol of a static object, else its address (the
+    /// lock table says where it was first used).
+    fn label(&mut self, oi: u32) -> String {
+        let o = &self.model.objs[oi as usize];
+        let (p, a) = (o.process, o.addr);
+        self.sym.data(p, a).unwrap_or_else(|| format!("{a:#x}"))
+    }
+}
+
+/// An empty site row for a resolved location.
+fn site_out(loc: &Location) -> SiteOut {
+    SiteOut {
+        function: loc.function().map(str::to_string),
+        file: loc.file_line().map(|(f, _)| f.to_string()),
+        line: loc.file_line().map(|(_, l)| l),
+        location: loc.module_offset(),
+        inlined: loc
+            .frames
+            .iter()
+            .skip(1)
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    f.function.as_deref().unwrap_or("?"),
+                    f.file
+                        .as_deref()
+                        .map_or("?", |p| p.rsplit('/').next().unwrap_or(p)),
+                    f.line.unwrap_or(0)
+                )
+            })
+            .collect(),
+        acquisitions: 0,
+        contended: 0,
+        trylock_failures: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        hold_ns: 0,
+    }
+}
+
+/// (lock, waiter tid, waiter site, holder tid, holder site, holder path).
+type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
+
+fn pid_of(meta: &Meta, process: u32) -> u32 {
+    meta.processes.get(&process).map_or(0, |p| p.pid)
+}
+
+fn gen_of(meta: &Meta, process: u32) -> u32 {
+    meta.processes
+        .get(&process)
+        .map_or(0, |p| p.exec_generation)
+}
+
+/// Turns a finished model into the report (symbolizes, sorts, filters).
+pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
+    let model: &Model = model;
+    let mut names = Names {
+        sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), cfg.symbolize),
+        model,
+        meta,
+        sites: HashMap::new(),
+    };
+    let thread_ok = |ti: u32| -> bool {
+        let Some(f) = &cfg.thread_filter else {
+            return true;
+        };
+        let Some(t) = model.threads.get(ti as usize) else {
+            return false;
+        };
+        f.parse::<u32>().ok() == Some(t.tid) || t.name.contains(f.as_str())
+    };
+
+    // ---- locks ----
+    let mut order: Vec<u32> = (0..model.objs.len() as u32)
+        .filter(|&i| {
+            let o = &model.objs[i as usize];
+            matches!(
+                o.kind,
+                Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex
+            )
+        })
+        .filter(|&i| model.objs[i as usize].wait.total() >= cfg.min_wait_ns)
+        .filter(|&i| {
+            cfg.thread_filter.is_none()
+                || model.objs[i as usize]
+                    .per_thread
+                    .keys()
+                    .any(|&t| thread_ok(t))
+        })
+        .collect();
+    let mut labels: HashMap<u32, (Option<String>, String)> = HashMap::new();
+    for &i in &order {
+        labels.insert(i, names.obj_name(i));
+    }
+    if let Some(f) = &cfg.lock_filter {
+        order.retain(|i| {
+            let o = &model.objs[*i as usize];
+            let addr = format!("{:#x}", o.addr);
+            let (n, first) = &labels[i];
+            addr.contains(f.as_str())
+                || n.as_deref().is_some_and(|n| n.contains(f.as_str()))
+                || first.contains(f.as_str())
+        });
+    }
+    let key_name = |i: &u32| -> String {
+        let (n, _) = &labels[i];
+        n.clone()
+            .unwrap_or_else(|| format!("~{:016x}", model.objs[*i as usize].addr))
+    };
+    match cfg.sort {
+        SortKey::Name => order.sort_by_key(|i| key_name(i)),
+        k => order.sort_by_key(|&i| {
+            let o = &model.objs[i as usize];
+            let v = match k {
+                SortKey::Hold => o.hold.total(),
+                SortKey::Acquisitions => o.acquisitions,
+                SortKey::Contended => o.contended,
+                SortKey::OwnerChanges => o.owner_changes,
+                SortKey::MaxWait => o.wait.max(),
+                _ => o.wait.total(),
+            };
+            (
+                std::cmp::Reverse(v),
+                std::cmp::Reverse(o.acquisitions),
+                o.addr,
+            )
+        }),
+    }
+    if let Some(n) = cfg.top {
+        order.truncate(n);
+    }
+    // Group site and path stats by lock once.
+    let mut sites_of: HashMap<u32, Vec<(u32, &crate::model::SiteStats)>> = HashMap::new();
+    for (&(o, s), &i) in &model.by_site {
+        sites_of
+            .entry(o)
+            .or_default()
+            .push((s, &model.site_stats[i as usize]));
+    }
+    let mut paths_of: HashMap<u32, Vec<(u32, &crate::model::SiteStats)>> = HashMap::new();
+    for (&(o, s), st) in &model.by_path {
+        paths_of.entry(o).or_default().push((s, st));
+    }
+    let mut locks = Vec::new();
+    for &i in &order {
+        let o = &model.objs[i as usize];
+        let (name, first_use) = labels[&i].clone();
+        // Several return addresses can be the same source line (and a
+        // site without line info is its module+offset): merge by that.
+        let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
+        for &(s, st) in sites_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
+            if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
+                continue;
+            }
+            let loc = names.site(s);
+            let key = loc.key();
+            let e = merged.entry(key).or_insert_with(|| site_out(&loc));
+            e.acquisitions += st.acquisitions;
+            e.contended += st.contended;
+            e.trylock_failures += st.trylock_failures;
+            e.wait_ns += st.wait_ns;
+            e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+            e.hold_ns += st.hold_ns;
+        }
+        // Futex words: sites from call paths (the program's frame), when
+        // the recorder took them: see `program_frame`.
+        if o.kind == Kind::Futex {
+            let mut by_caller: BTreeMap<String, SiteOut> = BTreeMap::new();
+            for &(stack, st) in paths_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
+                if stack == 0 || st.acquisitions + st.contended == 0 {
+                    continue;
+                }
+                let Some(loc) = names.program_frame(o.process, stack) else {
+                    continue;
+                };
+                let e = by_caller.entry(loc.key()).or_insert_with(|| site_out(&loc));
+                e.acquisitions += st.acquisitions;
+                e.contended += st.contended;
+                e.wait_ns += st.wait_ns;
+                e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+            }
+            let covered: u64 = by_caller.values().map(|s| s.acquisitions).sum();
+            if covered == o.acquisitions && covered > 0 {
+                merged = by_caller;
+            }
+        }
+        let mut sites: Vec<SiteOut> = merged.into_values().collect();
+        sites.sort_by(|a, b| {
+            (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
+        });
+        let mut call_paths: Vec<PathOut> = paths_of
+            .get(&i)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
+            .map(|&(s, st)| PathOut {
+                frames: names.path(o.process, s),
+                acquisitions: st.acquisitions,
+                contended: st.contended,
+                wait_ns: st.wait_ns,
+            })
+            .collect();
+        call_paths.sort_by(|a, b| (b.wait_ns, &a.frames).cmp(&(a.wait_ns, &b.frames)));
+        let mut threads: Vec<LockThreadOut> = o
+            .per_thread
+            .iter()
+            .filter(|(&t, _)| thread_ok(t))
+            .map(|(&t, &lti)| {
+                let lt = &model.lock_threads[lti as usize];
+                let th = &model.threads[t as usize];
+                LockThreadOut {
+                    tid: th.tid,
+                    name: th.name.clone(),
+                    acquisitions: lt.acquisitions,
+                    contended: lt.contended,
+                    trylock_failures: lt.trylock_failures,
+                    timeouts: lt.timeouts,
+                    wait_ns: lt.wait_ns,
+                    max_wait_ns: lt.max_wait_ns,
+                    hold_ns: lt.hold_ns,
+                }
+            })
+            .collect();
+        threads.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+        locks.push(LockOut {
+            address: format!("{:#x}", o.addr),
+            pid: pid_of(meta, o.process),
+            exec_generation: gen_of(meta, o.process),
+            kind: o.kind.name(),
+            name,
+            first_use,
+            acquisitions: o.acquisitions,
+            contended: o.contended,
+            contended_ratio: ratio(o.contended, o.acquisitions),
+            trylock_failures: o.trylock_failures,
+            timeouts: o.timeouts,
+            owner_changes: o.owner_changes,
+            first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
+            avg_waiters: o.avg_waiters(),
+            wait_ns: o.wait.summary(),
+            hold_ns: o.hold.summary(),
+            slow_unlocks: o.slow_unlocks,
+            unlock_ns: o.unlock_ns,
+            wakes: if o.kind == Kind::Futex { o.signals } else { 0 },
+            sites,
+            call_paths,
+            threads,
+        });
+    }
+
+    // ---- blame ----
+    let kept: std::collections::HashSet<u32> = order.iter().copied().collect();
+    let mut blame_rows: BTreeMap<BlameKey, (u64, u64)> = BTreeMap::new();
+    let mut blocking: BTreeMap<(String, u32), (u64, u64)> = BTreeMap::new();
+    let mut matrix: BTreeMap<(u32, String, String), (u64, u64)> = BTreeMap::new();
+    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
+        if !kept.contains(&oi) || ns == 0 {
+            continue;
+        }
+        if cfg.thread_filter.is_some()
+            && !thread_ok(wthread)
+            && !(c != Culprit::NONE && thread_ok(c.thread))
+        {
+            continue;
+        }
+        let process = model.objs[oi as usize].process;
+        let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
+        let ws = names.site_str(wsite);
+        let (htid, hs, hp) = if c == Culprit::NONE {
+            (None, names.site_str(u32::MAX), Vec::new())
+        } else {
+            (
+                model.threads.get(c.thread as usize).map(|t| t.tid),
+                names.site_str(c.site),
+                names.path(process, c.stack),
+            )
+        };
+        let m = matrix.entry((oi, ws.clone(), hs.clone())).or_default();
+        m.0 += ns;
+        m.1 += n;
+        let e = blame_rows
+            .entry((oi, wtid, ws, htid, hs.clone(), hp))
+            .or_default();
+        e.0 += ns;
+        e.1 += n;
+        let b = blocking.entry((hs, oi)).or_default();
+        b.0 += ns;
+        b.1 += n;
+    }
+    let mut blame: Vec<BlameOut> = blame_rows
+        .into_iter()
+        .map(|((oi, wtid, ws, htid, hs, hp), (ns, n))| BlameOut {
+            lock: format!("{:#x}", model.objs[oi as usize].addr),
+            lock_name: names.label(oi),
+            waiter_tid: wtid,
+            waiter_site: ws,
+            holder_tid: htid,
+            holder_site: hs,
+            holder_path: hp,
+            wait_ns: ns,
+            waits: n,
+        })
+        .collect();
+    blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
+    let mut blocking_sites: Vec<BlockingOut> = blocking
+        .into_iter()
+        .map(|((site, oi), (ns, n))| BlockingOut {
+            site,
+            lock_name: names.label(oi),
+            wait_caused_ns: ns,
+            waits: n,
+        })
+        .collect();
+    blocking_sites.sort_by_key(|b| std::cmp::Reverse(b.wait_caused_ns));
+    let mut blame_matrix: Vec<MatrixOut> = matrix
+        .into_iter()
+        .map(|((oi, ws, hs), (ns, n))| MatrixOut {
+            lock_name: names.label(oi),
+            waiter_site: ws,
+            holder_site: hs,
+            wait_ns: ns,
+            waits: n,
+        })
+        .collect();
+    blame_matrix.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
+    if let Some(n) = cfg.top {
+        blame.truncate(n);
+        blocking_sites.truncate(n);
+        blame_matrix.truncate(n);
+    }
+
+    // ---- threads ----
+    let mut threads: Vec<ThreadOut> = model
+        .threads
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| thread_ok(*i as u32))
+        .map(|(_, t)| ThreadOut {
+            tid: t.tid,
+            pid: pid_of(meta, t.process),
+            exec_generation: gen_of(meta, t.process),
+            name: t.name.clone(),
+            lifetime_ns: t.lifetime(),
+            free_ns: t.cats[0],
+            lock_ns: t.cats[1],
+            unlock_ns: t.cats[2],
+            hold_ns: t.cats[3],
+            unknown_ns: t.cats[4],
+            cond_wait_ns: t.blocked[0],
+            barrier_wait_ns: t.blocked[1],
+            sem_wait_ns: t.blocked[2],
+            join_wait_ns: t.blocked[3],
+            overhead_ns: t.overhead_ns,
+            events: t.events,
+            lost_events: t.lost,
+        })
+        .collect();
+    threads.sort_by_key(|t| (t.pid, t.tid));
+
+    // ---- other objects ----
+    let mut obj_threads: HashMap<u32, Vec<ObjThreadOut>> = HashMap::new();
+    for (&(oi, ti), &(n, ns)) in &model.obj_waits {
+        if !thread_ok(ti) {
+            continue;
+        }
+        obj_threads.entry(oi).or_default().push(ObjThreadOut {
+            tid: model.threads[ti as usize].tid,
+            waits: n,
+            wait_ns: ns,
+        });
+    }
+    for v in obj_threads.values_mut() {
+        v.sort_by_key(|t| t.tid);
+    }
+    let mut conds = Vec::new();
+    let mut barriers = Vec::new();
+    let mut semaphores = Vec::new();
+    for (i, o) in model.objs.iter().enumerate() {
+        let i = i as u32;
+        let threads = obj_threads.remove(&i).unwrap_or_default();
+        match o.kind {
+            Kind::Cond => conds.push(CondOut {
+                address: format!("{:#x}", o.addr),
+                name: names.label(i),
+                waits: o.acquisitions,
+                timeouts: o.timeouts,
+                signals: o.signals,
+                broadcasts: o.broadcasts,
+                wait_ns: o.wait.summary(),
+                threads,
+            }),
+            Kind::Barrier => {
+                let mut blamed_on: Vec<ObjThreadOut> = model
+                    .barrier_blame
+                    .iter()
+                    .filter(|((b, _), _)| *b == i)
+                    .map(|((_, t), &ns)| ObjThreadOut {
+                        tid: model.threads.get(*t as usize).map_or(0, |t| t.tid),
+                        waits: 0,
+                        wait_ns: ns,
+                    })
+                    .collect();
+                blamed_on.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+                barriers.push(BarrierOut {
+                    address: format!("{:#x}", o.addr),
+                    name: names.label(i),
+                    rounds: o.rounds,
+                    waits: o.acquisitions,
+                    wait_ns: o.wait.summary(),
+                    threads,
+                    blamed_on,
+                })
+            }
+            Kind::Semaphore => semaphores.push(SemOut {
+                address: format!("{:#x}", o.addr),
+                name: names.label(i),
+                waits: o.acquisitions,
+                contended: o.contended,
+                trywait_failures: o.trylock_failures,
+                timeouts: o.timeouts,
+                posts: o.signals,
+                wait_ns: o.wait.summary(),
+                threads,
+            }),
+            _ => {}
+        }
+    }
+    conds.sort_by_key(|c| std::cmp::Reverse(c.wait_ns.total));
+    barriers.sort_by_key(|b| std::cmp::Reverse(b.wait_ns.total));
+    semaphores.sort_by_key(|s| std::cmp::Reverse(s.wait_ns.total));
+
+    // ---- overhead ----
+    let n = model.overhead.len().max(1) as f64;
+    let total_ns = model.overhead_total();
+    let raw_time: u64 = model
+        .threads
+        .iter()
+        .map(|t| t.lifetime() + t.overhead_ns)
+        .sum();
+    let overhead = OverheadOut {
+        subtracted: cfg.correct_overhead && !model.overhead.is_empty(),
+        acquire_ns: model.overhead.iter().map(|o| o.acquire_ns).sum::<f64>() / n,
+        release_ns: model.overhead.iter().map(|o| o.release_ns).sum::<f64>() / n,
+        event_ns: model.overhead.iter().map(|o| o.event_ns).sum::<f64>() / n,
+        total_ns,
+        share_of_thread_time: ratio(total_ns, raw_time),
+    };
+
+    let mut notes: Vec<String> = names
+        .sym
+        .problems()
+        .iter()
+        .map(|p| format!("symbols: {p}"))
+        .collect();
+    if !cfg.symbolize {
+        notes.push("symbolization disabled: sites are module+offset".into());
+    }
+    // Loss records and in-stream Lost annotations may describe the same
+    // drops: take the largest account rather than their sum.
+    let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
+    let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
+    Report {
+        schema: SCHEMA,
+        command: meta.header.command.clone(),
+        duration_ns: meta.footer.as_ref().map_or_else(
+            || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
+            |f| f.duration_ns,
+        ),
+        events: meta.events,
+        lost_events: meta
+            .footer
+            .as_ref()
+            .map_or(0, |f| f.lost)
+            .max(lost_records)
+            .max(lost_annot),
+        truncated: meta.truncated.clone(),
+        overhead,
+        locks,
+        blame,
+        blame_matrix,
+        blocking_sites,
+        threads,
+        conds,
+        barriers,
+        semaphores,
+        anomalies: model.anomalies.clone(),
+        notes,
+    }
+}

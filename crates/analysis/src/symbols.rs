@@ -1,0 +1,464 @@
+//! Symbolization of code and data addresses after the program is gone.
+//!
+//! Addresses are resolved against the memory maps recorded in the trace
+//! ([`lockscope_format::MapEntry`]): address -> mapped file + file offset ->
+//! ELF virtual address (through the program headers) -> symbol (`.symtab`,
+//! else `.dynsym`, read with `object`) and source line with inlined frames
+//! (DWARF, read with `addr2line`).
+//!
+//! Nothing here may fail a report: a file that is gone, unreadable, not
+//! ELF, or whose GNU build-id differs from the one recorded (it was rebuilt
+//! since) degrades to `module+0xoffset`, and the reason is kept so the
+//! report can say why names are missing.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use lockscope_format::MapEntry;
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// One frame of a resolved code address (innermost inlined frame first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// Function name, demangled, if known.
+    pub function: Option<String>,
+    /// Source file, if DWARF line info is present.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+}
+
+/// What an address resolved to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    /// Base name of the mapped file, or `"?"` when no map covers it.
+    pub module: String,
+    /// Offset of the address from the start of the module's file.
+    pub offset: u64,
+    /// Frames: `frames[0]` is the innermost (possibly inlined) function,
+    /// the last one is the function that physically contains the address.
+    /// Empty when nothing is known beyond module+offset.
+    pub frames: Vec<Frame>,
+}
+
+impl Location {
+    /// Innermost function name, if known.
+    pub fn function(&self) -> Option<&str> {
+        self.frames.iter().find_map(|f| f.function.as_deref())
+    }
+    /// Innermost frame that has a file and line.
+    pub fn file_line(&self) -> Option<(&str, u32)> {
+        self.frames
+            .iter()
+            .find_map(|f| Some((f.file.as_deref()?, f.line?)))
+    }
+    /// `module+0xoffset`, the fallback name.
+    pub fn module_offset(&self) -> String {
+        format!("{}+{:#x}", self.module, self.offset)
+    }
+    /// A one-line description: `function (file:line)`, or the fallback.
+    /// When the call was inlined, the function it was inlined into is
+    /// added (`with (lib.rs:41) in worker (main.rs:97)`, the immediate
+    /// caller): a small wrapper
+    /// like a lock guard is otherwise the same "site" for every caller.
+    pub fn short(&self) -> String {
+        let mut s = match (self.function(), self.file_line()) {
+            (Some(f), Some((file, line))) => format!("{f} ({}:{line})", base_name(file)),
+            (Some(f), None) => format!("{f} ({})", self.module_offset()),
+            _ => return self.module_offset(),
+        };
+        // The caller the innermost function was inlined into (not the
+        // outermost frame: that is often a thread-start wrapper).
+        if self.frames.len() > 1 {
+            if let Some(outer) = self.frames.get(1) {
+                let f = outer.function.as_deref().unwrap_or("?");
+                match (&outer.file, outer.line) {
+                    (Some(file), Some(line)) => {
+                        s.push_str(&format!(" in {f} ({}:{line})", base_name(file)))
+                    }
+                    _ => s.push_str(&format!(" in {f}")),
+                }
+            }
+        }
+        s
+    }
+
+    /// Identity of the source position: every frame's function, file and
+    /// line (two return addresses on the same line of the same inlining
+    /// chain are one site), or module+offset when nothing is known.
+    pub fn key(&self) -> String {
+        if self.file_line().is_none() {
+            return self.module_offset();
+        }
+        self.frames
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}@{}:{}",
+                    f.function.as_deref().unwrap_or(""),
+                    f.file.as_deref().unwrap_or(""),
+                    f.line.unwrap_or(0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("<")
+    }
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+struct Module {
+    /// (vaddr, size, name) of defined symbols, sorted by address.
+    symbols: Vec<(u64, u64, String)>,
+    /// (file offset, size in file, size in memory, vaddr) of loadable
+    /// segments. The size in memory covers `.bss`, which the kernel maps
+    /// anonymously right after the file-backed part.
+    segments: Vec<(u64, u64, u64, u64)>,
+    dwarf: Option<addr2line::Loader>,
+}
+
+impl Module {
+    fn load(path: &str, want_build_id: &[u8]) -> Result<Module, String> {
+        let data = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let file = object::File::parse(&*data).map_err(|e| format!("{path}: not ELF ({e})"))?;
+        if !want_build_id.is_empty() {
+            match file.build_id() {
+                Ok(Some(id)) if id == want_build_id => {}
+                Ok(Some(_)) => {
+                    return Err(format!(
+                        "{path}: build-id differs from the recorded one (file was rebuilt)"
+                    ))
+                }
+                _ => return Err(format!("{path}: no build-id, recorded file had one")),
+            }
+        }
+        let mut symbols: Vec<(u64, u64, String)> = Vec::new();
+        let add = |symbols: &mut Vec<(u64, u64, String)>, syms: object::SymbolIterator<'_, '_>| {
+            for s in syms {
+                if s.is_undefined() || s.address() == 0 {
+                    continue;
+                }
+                if !matches!(
+                    s.kind(),
+                    SymbolKind::Text | SymbolKind::Data | SymbolKind::Tls
+                ) {
+                    continue;
+                }
+                if let Ok(name) = s.name() {
+                    if !name.is_empty() {
+                        symbols.push((s.address(), s.size(), demangle(name)));
+                    }
+                }
+            }
+        };
+        add(&mut symbols, file.symbols());
+        if symbols.is_empty() {
+            add(&mut symbols, file.dynamic_symbols());
+        }
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        symbols.dedup_by_key(|s| s.0);
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (off, fsize) = s.file_range();
+                (off, fsize, s.size().max(fsize), s.address())
+            })
+            .collect();
+        // DWARF is optional: a stripped binary still gives symbols.
+        let dwarf = addr2line::Loader::new(path).ok();
+        Ok(Module {
+            symbols,
+            segments,
+            dwarf,
+        })
+    }
+
+    fn vaddr_of(&self, file_off: u64) -> Option<u64> {
+        // Inside a segment's file bytes first; only then in the `.bss`
+        // tail of the last segment starting before it. (A RELRO segment's
+        // memory size can reach over the file bytes of the next segment:
+        // matching by memory size first would pick the wrong one.)
+        let inside = self
+            .segments
+            .iter()
+            .find(|&&(off, fsz, _, _)| file_off >= off && file_off - off < fsz);
+        let seg = inside.or_else(|| {
+            self.segments
+                .iter()
+                .filter(|&&(off, _, msz, _)| file_off >= off && file_off - off < msz)
+                .max_by_key(|s| s.0)
+        })?;
+        Some(seg.3 + (file_off - seg.0))
+    }
+
+    /// Symbol containing `va`; a symbol of size 0 matches only its own address.
+    fn symbol(&self, va: u64) -> Option<(&str, u64)> {
+        let i = self.symbols.partition_point(|s| s.0 <= va);
+        let (start, size, name) = self.symbols.get(i.checked_sub(1)?)?;
+        let inside = va - start < (*size).max(1);
+        inside.then_some((name.as_str(), va - start))
+    }
+}
+
+fn demangle(name: &str) -> String {
+    // Only mangled names: a C symbol like `m` would otherwise be read as
+    // an Itanium type code ("unsigned long").
+    if name.starts_with("_Z") || name.starts_with("_R") {
+        addr2line::demangle_auto(name.into(), None).into_owned()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Resolves addresses of the processes of one trace. Modules are loaded
+/// once each and kept; results are not cached (callers symbolize only the
+/// few hundred addresses that appear in a report).
+pub struct Symbolizer {
+    maps: HashMap<u32, Vec<MapEntry>>,
+    strings: HashMap<u32, String>,
+    modules: HashMap<(String, Vec<u8>), Option<Module>>,
+    /// Why modules could not be used, for the report's notes.
+    problems: Vec<String>,
+    enabled: bool,
+}
+
+impl Symbolizer {
+    /// A symbolizer over the maps and strings of a trace. With
+    /// `enabled = false` every address stays module+offset (fast, and
+    /// stable across machines: used by snapshot tests).
+    pub fn new(
+        maps: HashMap<u32, Vec<MapEntry>>,
+        strings: HashMap<u32, String>,
+        enabled: bool,
+    ) -> Self {
+        let mut maps = maps;
+        for v in maps.values_mut() {
+            v.sort_by_key(|m| m.start);
+        }
+        Symbolizer {
+            maps,
+            strings,
+            modules: HashMap::new(),
+            problems: Vec::new(),
+            enabled,
+        }
+    }
+
+    /// Messages about modules that could not be read.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    fn map_of(&self, process: u32, addr: u64) -> Option<&MapEntry> {
+        let v = self.maps.get(&process)?;
+        let i = v.partition_point(|m| m.start <= addr);
+        let k = i.checked_sub(1)?;
+        let m = v.get(k)?;
+        if addr >= m.end {
+            return None;
+        }
+        // Static data in `.bss` lives in an anonymous map that directly
+        // follows the module's last file-backed map: resolve it through
+        // that map (its file offset extends into the segment's memory size).
+        if m.path == 0 && k > 0 && v[k - 1].end == m.start && v[k - 1].path != 0 {
+            return Some(&v[k - 1]);
+        }
+        Some(m)
+    }
+
+    fn module(&mut self, path: &str, build_id: &[u8]) -> Option<&Module> {
+        let key = (path.to_string(), build_id.to_vec());
+        if !self.modules.contains_key(&key) {
+            let m = if self.enabled && Path::new(path).is_absolute() {
+                match Module::load(path, build_id) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        self.problems.push(e);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            self.modules.insert(key.clone(), m);
+        }
+        self.modules.get(&key)?.as_ref()
+    }
+
+    /// Common part: (module base name, file offset, module, vaddr).
+    fn locate(&mut self, process: u32, addr: u64) -> (String, u64, Option<(&Module, u64)>) {
+        let Some(m) = self.map_of(process, addr) else {
+            return ("?".into(), addr, None);
+        };
+        let file_off = addr - m.start + m.offset;
+        let path = self.strings.get(&m.path).cloned().unwrap_or_default();
+        let build_id = m.build_id.clone();
+        let name = if path.is_empty() {
+            "[anon]".to_string()
+        } else {
+            base_name(&path).to_string()
+        };
+        if path.is_empty() || path.starts_with('[') {
+            return (name, file_off, None);
+        }
+        let module = self.module(&path, &build_id);
+        let resolved = module.and_then(|md| md.vaddr_of(file_off).map(|va| (md, va)));
+        (name, file_off, resolved)
+    }
+
+    /// Resolves a return address (the call site): the line looked up is the
+    /// one of `pc - 1`, the call instruction itself.
+    pub fn code(&mut self, process: u32, pc: u64) -> Location {
+        let (module, offset, resolved) = self.locate(process, pc.saturating_sub(1));
+        let mut loc = Location {
+            module,
+            offset: offset + 1,
+            frames: Vec::new(),
+        };
+        let Some((md, va)) = resolved else {
+            return loc;
+        };
+        if let Some(d) = &md.dwarf {
+            if let Ok(mut it) = d.find_frames(va) {
+                while let Ok(Some(f)) = it.next() {
+                    let function = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                    let (file, line) = match &f.location {
+                        Some(l) => (l.file.map(str::to_string), l.line),
+                        None => (None, None),
+                    };
+                    loc.frames.push(Frame {
+                        function,
+                        file,
+                        line,
+                    });
+                }
+            }
+        }
+        if loc.frames.iter().all(|f| f.function.is_none()) {
+            if let Some((name, _)) = md.symbol(va) {
+                let name = name.to_string();
+                match loc.frames.first_mut() {
+                    Some(f) => f.function = Some(name),
+                    None => loc.frames.push(Frame {
+                        function: Some(name),
+                        file: None,
+                        line: None,
+                    }),
+                }
+            }
+        }
+        loc
+    }
+
+    /// Name of a data address (a static lock): the symbol containing it,
+    /// with `+offset` when it is inside a larger object. `None` for heap,
+    /// stack and anonymous memory, or when the file cannot be read.
+    pub fn data(&mut self, process: u32, addr: u64) -> Option<String> {
+        let (_, _, resolved) = self.locate(process, addr);
+        let (md, va) = resolved?;
+        let (name, off) = md.symbol(va)?;
+        Some(if off == 0 {
+            name.to_string()
+        } else {
+            format!("{name}+{off:#x}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_address_degrades_to_module_offset() {
+        let mut s = Symbolizer::new(HashMap::new(), HashMap::new(), true);
+        let l = s.code(1, 0x1234);
+        assert_eq!(l.module, "?");
+        assert_eq!(l.short(), "?+0x1234");
+        assert_eq!(s.data(1, 0x1234), None);
+    }
+
+    #[test]
+    fn missing_file_degrades_and_is_reported() {
+        let mut maps = HashMap::new();
+        maps.insert(
+            1,
+            vec![MapEntry {
+                process: 1,
+                start: 0x1000,
+                end: 0x2000,
+                offset: 0x3000,
+                path: 7,
+                build_id: vec![],
+                perms: "r-xp".into(),
+            }],
+        );
+        let mut strings = HashMap::new();
+        strings.insert(7, "/nonexistent/libgone.so".to_string());
+        let mut s = Symbolizer::new(maps, strings, true);
+        let l = s.code(1, 0x1010);
+        assert_eq!(l.short(), "libgone.so+0x3010");
+        assert_eq!(s.problems().len(), 1);
+    }
+
+    #[test]
+    fn resolves_own_test_binary() {
+        // The running test binary is a real ELF file with symbols: map it
+        // as the kernel would (offset 0 at its lowest segment) and resolve
+        // a static.
+        static MARKER_LOCK: std::sync::Mutex<u32> = std::sync::Mutex::new(0);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps_txt = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mut maps = Vec::new();
+        for line in maps_txt.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // The executable's own maps, and anonymous ones (its .bss).
+            let path = match f.get(5) {
+                None => 0,
+                Some(p) if *p == exe.to_str().unwrap() => 1,
+                Some(_) => continue,
+            };
+            let (a, b) = f[0].split_once('-').unwrap();
+            maps.push(MapEntry {
+                process: 1,
+                start: u64::from_str_radix(a, 16).unwrap(),
+                end: u64::from_str_radix(b, 16).unwrap(),
+                offset: u64::from_str_radix(f[2], 16).unwrap(),
+                path,
+                build_id: vec![],
+                perms: f[1].into(),
+            });
+        }
+        let mut strings = HashMap::new();
+        strings.insert(1, exe.to_string_lossy().into_owned());
+        let mut m = HashMap::new();
+        m.insert(1, maps);
+        let mut s = Symbolizer::new(m, strings, true);
+        let addr = &MARKER_LOCK as *const _ as u64;
+        let name = s.data(1, addr);
+        let name = name.unwrap_or_else(|| {
+            panic!(
+                "{addr:#x}: {:?} {:#x?}",
+                s.problems(),
+                s.maps[&1]
+                    .iter()
+                    .map(|m| (m.start, m.end, m.offset, m.path))
+                    .collect::<Vec<_>>()
+            )
+        });
+        assert!(name.contains("MARKER_LOCK"), "{name}");
+        let here = resolves_own_test_binary as *const () as usize as u64;
+        let loc = s.code(1, here + 1);
+        assert!(
+            loc.function()
+                .unwrap_or("")
+                .contains("resolves_own_test_binary"),
+            "{loc:?}"
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! `lockscope-bench-capture`: the recorder's figures, printed (not timed
+//! tests: the machine is shared and noisy, so these are read by people and
+//! compared as ratios).
+//!
+//! 1. Drain throughput: a producer thread fills a 4 MiB ring as fast as
+//!    it can while the real drain pipeline ([`lockscope_record::drain_dir`])
+//!    empties it into a trace; events/s delivered and the loss.
+//! 2. ns added per uncontended lock+unlock pair (tests/programs/bench/
+//!    uncontended.c, 10M pairs, best of 5 rounds) with and without the
+//!    recorder.
+//! 3. Wall-time ratio recorded/unrecorded on a contended fixture
+//!    (tests/programs/bench/contended.c) with 2, 8 and 64 threads.
+//! 4. Distortion: contended fraction in the trace against a minimal
+//!    counting shim (tests/programs/bench/count_shim.c).
+//! 5. Bytes per event on disk over the record fixtures.
+//!
+//! Usage: `lockscope-bench-capture [--quick]`. Needs gcc, and `lockscope`
+//! and `liblockscope_preload.so` next to this binary (build the workspace
+//! in release mode first), or LOCKSCOPE_BIN naming the lockscope binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use lockscope_capture::raw::Head;
+use lockscope_capture::ring::{self, Producer, RingIdentity};
+use lockscope_capture::session::{proc_file_name, ring_file_name, ProcessHeader, PROC_MAGIC};
+use lockscope_format::{phase, Op, Trace};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn lockscope_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOCKSCOPE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("own path");
+    exe.with_file_name("lockscope")
+}
+
+fn gcc(src: &Path, out: &Path, extra: &[&str]) {
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed on {}", src.display());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn map_file(path: &Path, len: usize) -> *mut u8 {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    f.set_len(len as u64).unwrap();
+    // SAFETY: fresh file of len bytes.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p as *mut u8
+}
+
+/// Drain throughput with the real pipeline. `wait_for_room`: the producer
+/// retries a full ring (measures what the consumer sustains) or drops
+/// (measures loss at full producer speed).
+fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
+    let dir = std::env::temp_dir().join(format!("lsbench-drain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.with_extension("lstrace");
+    let pid = 1;
+    let base = map_file(&dir.join(proc_file_name(pid, 0)), 4096 + 8);
+    // SAFETY: header page of a fresh mapping; magic last.
+    unsafe {
+        let h = base as *mut ProcessHeader;
+        (*h).version = 1;
+        (*h).pid = pid;
+        (*h).start_tsc = lockscope_capture::tsc::now();
+        std::sync::atomic::fence(Ordering::Release);
+        std::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
+    }
+    let len = ring::file_bytes(ring::capacity_for_kib(4096));
+    let rb = map_file(&dir.join(ring_file_name(pid, 0, 2)), len);
+    let id = RingIdentity {
+        pid,
+        tid: 2,
+        start_tsc: lockscope_capture::tsc::now(),
+        ..RingIdentity::default()
+    };
+    // SAFETY: fresh zeroed mapping.
+    let mut p = unsafe { Producer::init(rb, len, &id) }.unwrap();
+    let stop = AtomicBool::new(false);
+    let mut elapsed = 0.0;
+    let outcome = std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir(&dir, &out, &stop).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t0 = Instant::now();
+        for i in 0..n {
+            let head = Head {
+                tsc: lockscope_capture::tsc::now(),
+                addr: 0x5555_0000_1000 + (i & 1) * 64,
+                site: 0x4011a0 + (i & 1) * 8,
+                op: if i & 1 == 0 { 1 } else { 4 },
+                ..Head::default()
+            };
+            while !p.push(head, None, &[]) && wait_for_room {
+                std::hint::spin_loop();
+            }
+        }
+        elapsed = t0.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Release);
+        h.join().unwrap()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = std::fs::metadata(&out).map_or(0, |m| m.len());
+    let _ = std::fs::remove_file(&out);
+    let recorded = outcome.events;
+    let _ = bytes;
+    (n as f64 / elapsed, recorded, outcome.lost)
+}
+
+struct Recorded {
+    wall_s: f64,
+    stdout: String,
+    stderr: String,
+    trace: PathBuf,
+}
+
+fn run_plain(bin: &Path, args: &[&str], env: &[(&str, &Path)]) -> (f64, String, String) {
+    let t0 = Instant::now();
+    let mut c = Command::new(bin);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.stdin(Stdio::null()).output().expect("run");
+    (
+        t0.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn run_recorded(tmp: &Path, bin: &Path, args: &[&str], opts: &[&str]) -> Recorded {
+    let trace = tmp.join("bench.lstrace");
+    let t0 = Instant::now();
+    let out = Command::new(lockscope_bin())
+        .arg("record")
+        .args(opts)
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("lockscope record");
+    Recorded {
+        wall_s: t0.elapsed().as_secs_f64(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        trace,
+    }
+}
+
+fn field(s: &str, key: &str) -> Option<f64> {
+    s.split_whitespace()
+        .find_map(|f| f.strip_prefix(key))
+        .and_then(|v| v.trim_start_matches('=').parse().ok())
+}
+
+/// (acquisitions, contended) of MutexLock in a trace.
+fn contended_in_trace(t: &Trace) -> (u64, u64) {
+    let (mut acq, mut cont) = (0, 0);
+    for evs in t.events.values() {
+        for e in evs {
+            if e.op == Op::MutexLock as u8 && phase::of(e.flags) == phase::DONE {
+                acq += 1;
+                if e.flags & phase::CONTENDED != 0 {
+                    cont += 1;
+                }
+            }
+        }
+    }
+    (acq, cont)
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
+    let reps = if quick { 1 } else { 5 };
+    let tmp = std::env::temp_dir().join(format!("lsbench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let progs = workspace().join("tests/programs");
+
+    println!(
+        "# lockscope-bench-capture{}",
+        if quick { " (quick)" } else { "" }
+    );
+    if want("drain") {
+        println!("\n## 1. drain throughput (one 4 MiB ring, real drain + writer pipeline)");
+        let n = if quick { 20_000_000 } else { 100_000_000 };
+        let (rate, got, lost) = drain_throughput(n, true);
+        println!(
+        "producer waits for room: {:.1} M events/s sustained ({got} events written, {lost} pushes found the ring full)",
+        rate / 1e6
+    );
+        let (rate, got, lost) = drain_throughput(n, false);
+        println!(
+        "producer never waits:    {:.1} M events/s offered, {got} written, {lost} lost ({:.2}%)",
+        rate / 1e6,
+        lost as f64 * 100.0 / n as f64
+    );
+    }
+
+    let unc = tmp.join("uncontended");
+    gcc(&progs.join("bench/uncontended.c"), &unc, &[]);
+    if want("uncontended") {
+        println!(
+            "\n## 2. uncontended lock+unlock pair (uncontended.c, 10M pairs, best of 5 rounds)"
+        );
+        let (mut plain, mut rec, mut lost_v) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let (_, out, _) = run_plain(&unc, &[], &[]);
+            plain.push(field(&out, "ns_per_pair").unwrap_or(f64::NAN));
+            let r = run_recorded(&tmp, &unc, &[], &["--quiet"]);
+            rec.push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
+            let t = Trace::open(&r.trace).expect("trace");
+            lost_v.push((t.footer.as_ref().map_or(0, |f| f.lost), t.event_count()));
+        }
+        let (p, r) = (median(plain), median(rec));
+        println!(
+        "unrecorded {p:.1} ns/pair, recorded {r:.1} ns/pair: +{:.1} ns per pair, ratio {:.2}x (median of {reps} runs)",
+        r - p,
+        r / p
+    );
+        for (l, e) in &lost_v {
+            println!("  run: {e} events in the trace, {l} lost");
+        }
+    }
+
+    if want("contended") {
+        println!("\n## 3+4. contended fixture (contended.c): wall time and distortion");
+        let cont = tmp.join("contended");
+        gcc(&progs.join("bench/contended.c"), &cont, &[]);
+        let shim = tmp.join("libcount_shim.so");
+        gcc(
+            &progs.join("bench/count_shim.c"),
+            &shim,
+            &["-shared", "-fPIC", "-ldl"],
+        );
+        println!("| threads | unrecorded s | recorded s | ratio | contended (shim) | contended (trace) | events lost |");
+        println!("|---|---|---|---|---|---|---|");
+        for threads in [2, 8, 64] {
+            let ops = (1_600_000 / threads).to_string();
+            let th = threads.to_string();
+            let args = [th.as_str(), ops.as_str()];
+            let (mut pw, mut rw, mut shim_f, mut trace_f, mut lost) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..reps {
+                pw.push(run_plain(&cont, &args, &[]).0);
+                let r = run_recorded(&tmp, &cont, &args, &["--quiet"]);
+                rw.push(r.wall_s);
+                let t = Trace::open(&r.trace).expect("trace");
+                let l = t.footer.as_ref().map_or(0, |f| f.lost);
+                lost.push(l as f64 / (l as f64 + t.event_count() as f64));
+                let (a, c) = contended_in_trace(&t);
+                trace_f.push(c as f64 / a.max(1) as f64);
+                let (_, _, err) = run_plain(&cont, &args, &[("LD_PRELOAD", &shim)]);
+                let a = field(&err, "acquisitions").unwrap_or(0.0);
+                let c = field(&err, "contended").unwrap_or(0.0);
+                shim_f.push(c / a.max(1.0));
+                let _ = r.stderr;
+            }
+            let (p, r) = (median(pw), median(rw));
+            println!(
+                "| {threads} | {p:.3} | {r:.3} | {:.2}x | {:.3}% | {:.3}% | {:.1}% |",
+                r / p,
+                median(shim_f) * 100.0,
+                median(trace_f) * 100.0,
+                median(lost) * 100.0
+            );
+        }
+    }
+
+    if want("bytes") {
+        println!("\n## 5. bytes per event on disk");
+        println!("| program | events | bytes | bytes/event |");
+        println!("|---|---|---|---|");
+        let mut fixtures: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
+        for f in [
+            "mutex",
+            "rwlock",
+            "condvar",
+            "barrier_sem_spin",
+            "many_threads",
+        ] {
+            let b = tmp.join(f);
+            gcc(&progs.join(format!("{f}.c")), &b, &[]);
+            fixtures.push((f.to_string(), b, vec![]));
+        }
+        let demo = lockscope_bin().with_file_name("lockscope-demo");
+        if demo.exists() {
+            fixtures.push(("lockscope-demo".into(), demo, vec![]));
+        }
+        fixtures.push((
+            "uncontended (1M pairs)".into(),
+            unc.clone(),
+            vec!["200000".into()],
+        ));
+        let (mut te, mut tb) = (0u64, 0u64);
+        for (name, bin, args) in &fixtures {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let r = run_recorded(&tmp, bin, &a, &["--quiet"]);
+            let t = Trace::open(&r.trace).expect("trace");
+            let e = t.event_count() as u64;
+            let b = std::fs::metadata(&r.trace).map_or(0, |m| m.len());
+            te += e;
+            tb += b;
+            println!("| {name} | {e} | {b} | {:.2} |", b as f64 / e.max(1) as f64);
+        }
+        println!(
+            "| all | {te} | {tb} | {:.2} |",
+            tb as f64 / te.max(1) as f64
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

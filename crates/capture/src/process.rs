@@ -1,0 +1,664 @@
+//! The process side of a recording session: what the injected library does
+//! once per process image, outside the event path.
+//!
+//! - [`init`] (library constructor, or `__tsan_init` in detailed mode):
+//!   reads the session from the environment, claims the exec generation by
+//!   creating `P<pid>-<gen>.proc` with `O_EXCL`, writes the
+//!   [`ProcessHeader`] and the argv text, copies `/proc/self/maps` to
+//!   `maps0`, measures the recorder's own cost, registers the fork-child
+//!   and exit handlers, and switches recording on.
+//! - [`after_fork_child`] (atfork child handler): the child drops the
+//!   parent's process file and thread ring, and starts its own
+//!   `P<childpid>-0.proc` as if it had just started.
+//! - [`snapshot_maps`]: `maps1`, `maps2`... before exec and at exit.
+//! - [`disable`]: after a caught panic, recording stops for good.
+//!
+//! None of this allocates: paths are formatted into stack buffers and
+//! files are copied through a stack buffer, because these functions run
+//! inside hooks (fork, exec, exit) where the program may hold malloc's
+//! locks or be in an unusual state.
+
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use crate::ring::{self, Producer};
+use crate::session::{ProcessHeader, DEFAULT_RING_KB, HEADER_BYTES, PROC_MAGIC};
+use crate::thread::{self, StacksMode, RECORDING, REC_DISABLED, REC_OFF, REC_ON};
+use crate::tsc;
+
+/// `lockscope_format::Op::ThreadStart` (capture does not depend on the
+/// format crate; the preload tests check the values agree).
+pub const OP_THREAD_START: u8 = 28;
+/// `lockscope_format::Op::ThreadExit`.
+pub const OP_THREAD_EXIT: u8 = 29;
+
+/// Longest session directory path we accept (stack-formatted paths).
+const MAX_DIR: usize = 480;
+/// Bytes kept for each environment entry saved for exec.
+const MAX_ENV: usize = 4096;
+/// Environment entries that must survive into exec'd images.
+const ENV_KEYS: [&[u8]; 4] = [
+    b"LD_PRELOAD",
+    b"LOCKSCOPE_SESSION",
+    b"LOCKSCOPE_RING_KB",
+    b"LOCKSCOPE_STACKS",
+];
+
+/// Write-once configuration, filled by [`init`] before recording is
+/// switched on (Release) and only read afterwards.
+struct Config {
+    dir: [u8; MAX_DIR],
+    dir_len: usize,
+    ring_kb: u64,
+    env: [[u8; MAX_ENV]; 4],
+    env_len: [usize; 4],
+}
+
+struct ConfigCell(core::cell::UnsafeCell<Config>);
+// SAFETY: written only by `init` (once, single-threaded constructor, before
+// RECORDING is published), read-only afterwards.
+unsafe impl Sync for ConfigCell {}
+
+static CONFIG: ConfigCell = ConfigCell(core::cell::UnsafeCell::new(Config {
+    dir: [0; MAX_DIR],
+    dir_len: 0,
+    ring_kb: DEFAULT_RING_KB,
+    env: [[0; MAX_ENV]; 4],
+    env_len: [0; 4],
+}));
+
+/// 0 = never initialised, 1 = initialising, 2 = done.
+static INIT: AtomicU8 = AtomicU8::new(0);
+static STACKS: AtomicU8 = AtomicU8::new(StacksMode::Contended as u8);
+static PID: AtomicU32 = AtomicU32::new(0);
+static GEN: AtomicU32 = AtomicU32::new(0);
+static MAPS_K: AtomicU32 = AtomicU32::new(0);
+static MAIN_STACK_HI: AtomicU64 = AtomicU64::new(0);
+/// pthread_self() of the main thread (whose stack MAIN_STACK_HI bounds).
+static MAIN_PTHREAD: AtomicU64 = AtomicU64::new(0);
+static HEADER: AtomicPtr<ProcessHeader> = AtomicPtr::new(core::ptr::null_mut());
+
+fn config() -> &'static Config {
+    // SAFETY: see ConfigCell.
+    unsafe { &*CONFIG.0.get() }
+}
+
+/// pid of the process image being recorded (0 before [`init`]).
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
+/// Exec generation of this process image.
+pub fn generation() -> u32 {
+    GEN.load(Ordering::Relaxed)
+}
+
+/// The process header, while recording.
+pub fn header() -> Option<&'static ProcessHeader> {
+    let p = HEADER.load(Ordering::Acquire);
+    // SAFETY: HEADER points to a live shared mapping or is null; the
+    // mapping is only replaced in the single-threaded fork child.
+    unsafe { p.as_ref() }
+}
+
+#[inline(always)]
+pub(crate) fn stacks_mode() -> StacksMode {
+    match STACKS.load(Ordering::Relaxed) {
+        1 => StacksMode::All,
+        2 => StacksMode::None,
+        _ => StacksMode::Contended,
+    }
+}
+
+pub(crate) fn main_stack_top() -> u64 {
+    MAIN_STACK_HI.load(Ordering::Relaxed)
+}
+
+pub(crate) fn count_lost_no_ring() {
+    if let Some(h) = header() {
+        h.lost_no_ring.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_thread_without_ring() {
+    if let Some(h) = header() {
+        h.threads_without_ring.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The `KEY=value` environment entries (LD_PRELOAD and LOCKSCOPE_*) that
+/// were set when this image started, for exec hooks that must pass them
+/// on. Empty slices for keys that were not set.
+pub fn saved_env() -> [&'static [u8]; 4] {
+    let c = config();
+    [0, 1, 2, 3].map(|i| &c.env[i][..c.env_len[i]])
+}
+
+/// Stops recording for good (after a caught panic in a hook) and says so
+/// in the process header. Hooks forward from now on.
+pub fn disable() {
+    RECORDING.store(REC_DISABLED, Ordering::Release);
+    if let Some(h) = header() {
+        h.disabled.store(1, Ordering::Release);
+    }
+}
+
+/// A NUL-terminated path built on the stack.
+struct PathBuf {
+    buf: [u8; MAX_DIR + 64],
+    len: usize,
+}
+
+impl PathBuf {
+    fn in_session() -> PathBuf {
+        let c = config();
+        let mut p = PathBuf {
+            buf: [0; MAX_DIR + 64],
+            len: 0,
+        };
+        p.push(&c.dir[..c.dir_len]);
+        p.push(b"/");
+        p
+    }
+    fn push(&mut self, s: &[u8]) -> &mut Self {
+        // Leave room for the NUL; the directory length was checked so that
+        // our fixed names always fit.
+        let n = s.len().min(self.buf.len() - 1 - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+        self
+    }
+    fn num(&mut self, v: u32) -> &mut Self {
+        let mut d = [0u8; 10];
+        let mut i = d.len();
+        let mut v = v;
+        loop {
+            i -= 1;
+            d[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&d[i..])
+    }
+    fn c(&mut self) -> *const libc::c_char {
+        self.buf[self.len] = 0;
+        self.buf.as_ptr() as *const libc::c_char
+    }
+}
+
+/// `errno` of the last failed libc call.
+fn errno() -> i32 {
+    // SAFETY: errno location is always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Opens a new session file exclusively.
+unsafe fn create_excl(p: &mut PathBuf) -> Result<i32, i32> {
+    let fd = libc::open(
+        p.c(),
+        libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+        0o644,
+    );
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Copies the file at `src` (NUL-terminated) into `fd` from `off`, through
+/// a stack buffer. Returns bytes copied (short on error).
+unsafe fn copy_file_into(src: &[u8], fd: i32, mut off: i64) -> u64 {
+    let s = libc::open(
+        src.as_ptr() as *const libc::c_char,
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if s < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 4096];
+    let mut total = 0u64;
+    loop {
+        let n = libc::read(s, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        if libc::pwrite(fd, buf.as_ptr() as *const libc::c_void, n as usize, off) != n {
+            break;
+        }
+        off += n as i64;
+        total += n as u64;
+    }
+    libc::close(s);
+    total
+}
+
+/// Writes `P<pid>-<gen>.maps<k>` (the next k) from /proc/self/maps.
+/// Returns false if the file could not be written.
+pub fn snapshot_maps() -> bool {
+    if RECORDING.load(Ordering::Acquire) == REC_OFF && HEADER.load(Ordering::Relaxed).is_null() {
+        return false;
+    }
+    let k = MAPS_K.fetch_add(1, Ordering::Relaxed);
+    let mut p = PathBuf::in_session();
+    p.push(b"P")
+        .num(pid())
+        .push(b"-")
+        .num(generation())
+        .push(b".maps")
+        .num(k);
+    // SAFETY: plain file I/O on descriptors we own.
+    unsafe {
+        let Ok(fd) = create_excl(&mut p) else {
+            return false;
+        };
+        let n = copy_file_into(b"/proc/self/maps\0", fd, 0);
+        libc::close(fd);
+        n > 0
+    }
+}
+
+/// Creates and maps `P<pid>-<gen>.proc` for the next free generation.
+unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
+    let pid = libc::getpid() as u32;
+    let mut gen = 0u32;
+    let (fd, path) = loop {
+        let mut p = PathBuf::in_session();
+        p.push(b"P").num(pid).push(b"-").num(gen).push(b".proc");
+        match create_excl(&mut p) {
+            Ok(fd) => break (fd, p),
+            Err(libc::EEXIST) if gen < 100_000 => gen += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let _ = path;
+    if libc::ftruncate(fd, HEADER_BYTES as i64) != 0 {
+        let e = errno();
+        libc::close(fd);
+        return Err(e);
+    }
+    // argv text: executable path, NUL, then /proc/self/cmdline (already
+    // NUL-separated).
+    let mut exe = [0u8; 4096];
+    let n = libc::readlink(
+        c"/proc/self/exe".as_ptr(),
+        exe.as_mut_ptr() as *mut libc::c_char,
+        exe.len() - 1,
+    );
+    let n = if n < 0 { 0 } else { n as usize };
+    exe[n] = 0;
+    let mut argv_bytes = 0u64;
+    if libc::pwrite(
+        fd,
+        exe.as_ptr() as *const libc::c_void,
+        n + 1,
+        HEADER_BYTES as i64,
+    ) == (n + 1) as isize
+    {
+        argv_bytes = (n + 1) as u64;
+        argv_bytes += copy_file_into(
+            b"/proc/self/cmdline\0",
+            fd,
+            HEADER_BYTES as i64 + argv_bytes as i64,
+        );
+    }
+    let m = libc::mmap(
+        core::ptr::null_mut(),
+        HEADER_BYTES,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+        fd,
+        0,
+    );
+    libc::close(fd);
+    if m == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    let h = m as *mut ProcessHeader;
+    (*h).version = 1;
+    (*h).pid = pid;
+    (*h).ppid = ppid;
+    (*h).exec_generation = gen;
+    (*h).start_tsc = tsc::now();
+    (*h).argv_bytes = argv_bytes.min(u32::MAX as u64) as u32;
+    (*h).parent_generation = parent_generation;
+    let (acq, rel) = measure_costs();
+    (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);
+    (*h).release_cost_ticks.store(rel, Ordering::Relaxed);
+    core::sync::atomic::fence(Ordering::Release);
+    core::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
+    PID.store(pid, Ordering::Relaxed);
+    GEN.store(gen, Ordering::Relaxed);
+    MAPS_K.store(0, Ordering::Relaxed);
+    HEADER.store(h, Ordering::Release);
+    Ok(())
+}
+
+/// Creates the ring file of thread `tid` and returns its producer (cold
+/// path: once per thread).
+pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
+    let cap = ring::capacity_for_kib(config().ring_kb);
+    let len = ring::file_bytes(cap);
+    let mut p = PathBuf::in_session();
+    p.push(b"T")
+        .num(pid())
+        .push(b"-")
+        .num(generation())
+        .push(b"-")
+        .num(tid)
+        .push(b".ring");
+    let fd = create_excl(&mut p).ok()?;
+    // fallocate first: on a full tmpfs it fails cleanly, where touching a
+    // page of a sparse shared mapping would raise SIGBUS.
+    let fa = libc::fallocate(fd, 0, 0, len as i64);
+    if fa != 0 && errno() != libc::EOPNOTSUPP {
+        libc::close(fd);
+        libc::unlink(p.c());
+        return None;
+    }
+    if fa != 0 && libc::ftruncate(fd, len as i64) != 0 {
+        libc::close(fd);
+        libc::unlink(p.c());
+        return None;
+    }
+    let m = libc::mmap(
+        core::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+        fd,
+        0,
+    );
+    libc::close(fd);
+    if m == libc::MAP_FAILED {
+        libc::unlink(p.c());
+        return None;
+    }
+    prefault(m as *mut u8, len);
+    let mut name = [0u8; 16];
+    libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
+    let id = ring::RingIdentity {
+        pid: pid(),
+        tid,
+        exec_generation: generation(),
+        parent_tid,
+        start_tsc: tsc::now(),
+        name,
+    };
+    Producer::init(m as *mut u8, len, &id)
+}
+
+/// Faults every page of a fresh mapping in now, so that the event path
+/// never takes a page fault (3-6 us each on this kind of VM).
+unsafe fn prefault(p: *mut u8, len: usize) {
+    // MADV_POPULATE_WRITE (Linux 5.14); older kernels say EINVAL and we
+    // touch each page instead (the file was fallocated, so no SIGBUS).
+    const MADV_POPULATE_WRITE: i32 = 23;
+    if libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_WRITE) == 0 {
+        return;
+    }
+    let mut off = 0;
+    while off < len {
+        core::ptr::write_volatile(p.add(off), 0);
+        off += 4096;
+    }
+}
+
+/// Median recorder cost per event in ticks: (acquire, release). Times
+/// batches of what a hook adds around the real call (TLS state, guard
+/// flag, a TSC read, a 32-byte event into a ring; the release also reads
+/// the lock word) into a scratch ring in anonymous memory.
+fn measure_costs() -> (u64, u64) {
+    const BATCH: usize = 32;
+    const BATCHES: usize = 63;
+    let cap = 4096u64;
+    let len = ring::file_bytes(cap);
+    // SAFETY: anonymous private mapping, unmapped below.
+    unsafe {
+        let m = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        );
+        if m == libc::MAP_FAILED {
+            return (0, 0);
+        }
+        let mut res = [0u64; 2];
+        let word = core::sync::atomic::AtomicU32::new(0);
+        for (kind, out) in res.iter_mut().enumerate() {
+            // A fresh ring per kind: 63*32 = 2016 events fit in 4096 slots.
+            core::ptr::write_bytes(m as *mut u8, 0, HEADER_BYTES);
+            let Some(mut prod) = Producer::init(m as *mut u8, len, &ring::RingIdentity::default())
+            else {
+                break;
+            };
+            let mut samples = [0u64; BATCHES];
+            for s in samples.iter_mut() {
+                let t0 = tsc::now();
+                for i in 0..BATCH {
+                    let busy = core::hint::black_box(thread::locks_held());
+                    let t = tsc::now();
+                    let waiters = kind == 1 && word.load(Ordering::Relaxed) > 1;
+                    let head = crate::raw::Head {
+                        tsc: t,
+                        addr: core::hint::black_box(&word) as *const _ as u64,
+                        site: i as u64,
+                        op: 1 + 3 * kind as u8,
+                        flags: waiters as u8,
+                        aux: busy,
+                        ..Default::default()
+                    };
+                    core::hint::black_box(prod.push(head, None, &[]));
+                }
+                *s = tsc::now().wrapping_sub(t0) / BATCH as u64;
+            }
+            samples.sort_unstable();
+            *out = samples[BATCHES / 2];
+        }
+        libc::munmap(m, len);
+        (res[0], res[1])
+    }
+}
+
+/// Reads `KEY=value` from the environment into the saved slot `i`.
+unsafe fn save_env(c: &mut Config, i: usize) {
+    let key = ENV_KEYS[i];
+    let mut k = [0u8; 32];
+    k[..key.len()].copy_from_slice(key);
+    let v = libc::getenv(k.as_ptr() as *const libc::c_char);
+    c.env_len[i] = 0;
+    if v.is_null() {
+        return;
+    }
+    let v = core::ffi::CStr::from_ptr(v).to_bytes();
+    if key.len() + 1 + v.len() >= MAX_ENV {
+        return;
+    }
+    c.env[i][..key.len()].copy_from_slice(key);
+    c.env[i][key.len()] = b'=';
+    c.env[i][key.len() + 1..key.len() + 1 + v.len()].copy_from_slice(v);
+    c.env_len[i] = key.len() + 1 + v.len();
+}
+
+/// Starts recording in this process image if `LOCKSCOPE_SESSION` is set.
+/// Idempotent: the preload constructor and the detailed runtime's
+/// `__tsan_init` may both call it; only the first call does anything.
+/// Returns true if the process is recording afterwards.
+pub fn init() -> bool {
+    if INIT
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return thread::is_recording();
+    }
+    // SAFETY: constructor context, single-threaded; CONFIG is written only
+    // here, before RECORDING is published.
+    let ok = unsafe { init_inner() };
+    INIT.store(2, Ordering::Release);
+    ok
+}
+
+unsafe fn init_inner() -> bool {
+    let c = &mut *CONFIG.0.get();
+    let dir = libc::getenv(c"LOCKSCOPE_SESSION".as_ptr());
+    if dir.is_null() {
+        return false;
+    }
+    let dir = core::ffi::CStr::from_ptr(dir).to_bytes();
+    if dir.is_empty() {
+        return false;
+    }
+    if dir.len() > MAX_DIR {
+        complain(b"session directory path too long; not recording\n");
+        return false;
+    }
+    c.dir[..dir.len()].copy_from_slice(dir);
+    c.dir_len = dir.len();
+    for i in 0..ENV_KEYS.len() {
+        save_env(c, i);
+    }
+    let kb = libc::getenv(c"LOCKSCOPE_RING_KB".as_ptr());
+    if !kb.is_null() {
+        let s = core::ffi::CStr::from_ptr(kb).to_bytes();
+        if let Some(v) = core::str::from_utf8(s)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            c.ring_kb = v.clamp(4, 1 << 20);
+        }
+    }
+    let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
+    if !st.is_null() {
+        let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());
+        STACKS.store(m as u8, Ordering::Relaxed);
+    }
+    // Only on the main thread: a runtime may initialise us lazily from
+    // another thread, whose stack must not bound the main thread's walks.
+    if libc::gettid() == libc::getpid() {
+        MAIN_STACK_HI.store(thread::thread_stack_top(), Ordering::Relaxed);
+        MAIN_PTHREAD.store(libc::pthread_self() as u64, Ordering::Relaxed);
+    }
+    if let Err(e) = open_process(libc::getppid() as u32, 0) {
+        complain_errno(b"cannot create the process file; not recording", e);
+        return false;
+    }
+    snapshot_maps();
+    libc::pthread_atfork(None, None, Some(fork_child_handler));
+    on_exit(exit_handler, core::ptr::null_mut());
+    RECORDING.store(REC_ON, Ordering::Release);
+    thread_start_event(0);
+    true
+}
+
+extern "C" {
+    fn on_exit(
+        f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// First event of the calling thread (the main thread, or the fork child).
+fn thread_start_event(parent_tid: u32) {
+    thread::set_parent_tid(parent_tid);
+    if let Some(mut g) = thread::recorder() {
+        g.event(OP_THREAD_START, 0, tsc::now(), 0, 0, 0);
+    }
+}
+
+extern "C" fn fork_child_handler() {
+    // fork() returns 0 in the child with errno as it was: keep it so.
+    // SAFETY: errno's location is valid for the calling thread.
+    let saved = unsafe { *libc::__errno_location() };
+    after_fork_child();
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// The fork child's re-initialisation (atfork child handler; also callable
+/// by a runtime that forks by other means). The child keeps recording into
+/// its own `P<childpid>-0.proc` and rings; the inherited ring of the
+/// forking thread and the parent's process header are unmapped.
+pub fn after_fork_child() {
+    if RECORDING.load(Ordering::Acquire) != REC_ON {
+        return;
+    }
+    RECORDING.store(REC_OFF, Ordering::Relaxed);
+    // SAFETY: single-threaded fork child; the mappings are the parent's
+    // and nobody else in this process uses them.
+    unsafe {
+        let ring = thread::ring_header_addr();
+        let (old_tid, stack_hi) = thread::reset_after_fork();
+        // The forking thread is the child's main thread (tid == pid). If it
+        // was not the parent's main thread, its stack is a thread stack:
+        // its bounds, not the parent main thread's, limit call-path walks
+        // (0 if unknown: no walks).
+        if libc::pthread_self() as u64 != MAIN_PTHREAD.load(Ordering::Relaxed) {
+            MAIN_STACK_HI.store(stack_hi, Ordering::Relaxed);
+            MAIN_PTHREAD.store(libc::pthread_self() as u64, Ordering::Relaxed);
+        }
+        if ring != 0 {
+            // The whole ring mapping starts at its header.
+            let len = ring::file_bytes((*(ring as *const crate::session::RingHeader)).capacity);
+            libc::munmap(ring as *mut libc::c_void, len);
+        }
+        thread::forget_retired_after_fork();
+        let old = HEADER.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            libc::munmap(old as *mut libc::c_void, HEADER_BYTES);
+        }
+        let (ppid, pgen) = (pid(), generation());
+        if let Err(e) = open_process(ppid, pgen) {
+            complain_errno(
+                b"fork child: cannot create its process file; not recording",
+                e,
+            );
+            return;
+        }
+        snapshot_maps();
+        RECORDING.store(REC_ON, Ordering::Release);
+        thread_start_event(old_tid);
+    }
+}
+
+extern "C" fn exit_handler(status: libc::c_int, _arg: *mut libc::c_void) {
+    // A vfork child exiting through exit() would share our memory: only
+    // the process that owns the header records its exit.
+    // SAFETY: getpid has no preconditions.
+    if RECORDING.load(Ordering::Acquire) != REC_ON || unsafe { libc::getpid() } as u32 != pid() {
+        return;
+    }
+    snapshot_maps();
+    let now = tsc::now();
+    if let Some(mut g) = thread::recorder() {
+        g.event(OP_THREAD_EXIT, 0, now, 0, 0, 0);
+        g.stamp_exit(now);
+    }
+    if let Some(h) = header() {
+        h.exit_code.store(status as u32, Ordering::Relaxed);
+        h.end_tsc.store(now, Ordering::Release);
+    }
+}
+
+/// One line on stderr: the recorder's failures are loud.
+fn complain(msg: &[u8]) {
+    // SAFETY: write(2) on stderr.
+    unsafe {
+        libc::write(2, b"lockscope: ".as_ptr() as *const libc::c_void, 11);
+        libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
+    }
+}
+
+fn complain_errno(msg: &[u8], e: i32) {
+    let mut p = PathBuf {
+        buf: [0; MAX_DIR + 64],
+        len: 0,
+    };
+    p.push(msg).push(b" (errno ").num(e as u32).push(b")\n");
+    complain(&p.buf[..p.len]);
+}

@@ -1,0 +1,663 @@
+//! Per-thread recorder state and the guarded emit API.
+//!
+//! Every thread of the recorded program has one `ThreadState` in
+//! initial-exec TLS: its ring [`Producer`], a re-entrancy flag, the number
+//! of locks it holds, and the top of its stack (for frame-pointer walks).
+//! The hooks of the preload library and the detailed (TSan-ABI) runtime
+//! reach it only through [`recorder`], which returns a [`Guard`]:
+//!
+//! ```ignore
+//! if let Some(mut g) = lockscope_capture::thread::recorder() {
+//!     g.event(op, flags, tsc::now(), addr, site, 0);
+//! } // None: recording is off, disabled, or this thread is already inside
+//!   // the recorder (a hook reached from a hook): just forward.
+//! ```
+//!
+//! # Why raw `.tbss` and not `thread_local!`
+//! In a cdylib, `thread_local!` compiles to a `__tls_get_addr` call
+//! (~2.3 ns, twice per lock/unlock pair), and a `thread_local!` with a
+//! destructor breaks programs whose own key destructors lock at thread exit
+//! (capture-facts.md). Stable Rust cannot ask for the initial-exec model,
+//! so on x86-64 the state is a zero-filled `.tbss` symbol declared with
+//! `global_asm!` and addressed with the initial-exec sequence
+//! (`mov %fs:0` + `@gottpoff`): one load and one add, no call, no lazy
+//! initialisation, no destructor. The alternative, a C file built by the
+//! `cc` crate with `tls_model("initial-exec")`, would cost a
+//! non-inlinable call per access. An all-zero `ThreadState` is the valid
+//! initial state, which is what `.tbss` gives every new thread.
+//! On other targets a `const`-initialised `thread_local!` (no `Drop`) is
+//! used instead.
+
+use core::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
+
+use crate::process;
+use crate::raw::{Head, MAX_FRAMES};
+use crate::ring::Producer;
+
+/// Ring state of a thread: no ring yet (created on the first event).
+const RING_NONE: u8 = 0;
+/// The thread has a ring.
+const RING_OK: u8 = 1;
+/// Creating the ring failed: events are counted as lost.
+const RING_FAILED: u8 = 2;
+
+/// Recording state of the process: off (no session, or not yet
+/// initialised, or between fork and the child's re-initialisation).
+pub(crate) const REC_OFF: u8 = 0;
+/// Recording.
+pub(crate) const REC_ON: u8 = 1;
+/// Disabled for good after a caught panic.
+pub(crate) const REC_DISABLED: u8 = 2;
+
+/// The process-wide recording switch, checked first by every hook.
+pub(crate) static RECORDING: AtomicU8 = AtomicU8::new(REC_OFF);
+
+/// One thread's recorder state. All-zero is the valid initial value.
+#[repr(C)]
+pub(crate) struct ThreadState {
+    pub(crate) prod: Producer,
+    /// 1 while the thread is inside the recorder (a [`Guard`] is alive).
+    busy: u8,
+    /// RING_NONE / RING_OK / RING_FAILED.
+    ring: u8,
+    /// OS thread id, known once the ring is created.
+    pub(crate) tid: u32,
+    /// Locks currently held (acquisitions minus releases, saturating).
+    locks_held: u32,
+    /// tid of the creating thread, set by the thread trampoline.
+    parent_tid: u32,
+    /// Highest address of the thread's stack (0: unknown, no walks).
+    stack_hi: u64,
+}
+
+impl ThreadState {
+    const EMPTY: ThreadState = ThreadState {
+        prod: Producer::EMPTY,
+        busy: 0,
+        ring: RING_NONE,
+        tid: 0,
+        locks_held: 0,
+        parent_tid: 0,
+        stack_hi: 0,
+    };
+}
+
+/// Bytes reserved in `.tbss` for the state (checked at compile time).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+const TLS_BYTES: usize = 128;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+const _: () = assert!(core::mem::size_of::<ThreadState>() <= TLS_BYTES);
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+core::arch::global_asm!(
+    ".pushsection .tbss.lockscope_thread_state,\"awT\",@nobits",
+    ".p2align 6",
+    ".globl lockscope_thread_state",
+    ".hidden lockscope_thread_state",
+    ".type lockscope_thread_state,@object",
+    ".size lockscope_thread_state,{size}",
+    "lockscope_thread_state:",
+    ".zero {size}",
+    ".popsection",
+    size = const TLS_BYTES,
+);
+
+/// The calling thread's state.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn state() -> *mut ThreadState {
+    let p: *mut ThreadState;
+    // SAFETY: the initial-exec TLS access sequence for the symbol above;
+    // the result is this thread's copy, valid for the thread's lifetime.
+    // `pure, readonly`: the address never changes within a thread, so the
+    // compiler may reuse it.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + lockscope_thread_state@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+    }
+    p
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+std::thread_local! {
+    static STATE: core::cell::UnsafeCell<ThreadState> =
+        const { core::cell::UnsafeCell::new(ThreadState::EMPTY) };
+}
+
+/// The calling thread's state.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[inline(always)]
+fn state() -> *mut ThreadState {
+    STATE.with(|s| s.get())
+}
+
+/// The calling thread's recorder, or `None` when the hook must just
+/// forward: recording is off (no session, not initialised yet, disabled
+/// after a panic) or the thread is already inside the recorder.
+///
+/// The first call on a thread creates its ring (open, ftruncate, mmap,
+/// pre-fault): the only time the event path makes system calls. If that
+/// fails the guard is still returned and its events are counted in
+/// `ProcessHeader::lost_no_ring`.
+#[inline(always)]
+pub fn recorder() -> Option<Guard> {
+    if RECORDING.load(Ordering::Relaxed) != REC_ON {
+        return None;
+    }
+    let st = state();
+    // SAFETY: `st` is this thread's state; only this thread (and signal
+    // handlers running on it, which see `busy`) touches it.
+    unsafe {
+        if (*st).busy != 0 {
+            return None;
+        }
+        (*st).busy = 1;
+        // A signal handler on this thread must see `busy` before we touch
+        // the ring.
+        compiler_fence(Ordering::SeqCst);
+        if (*st).ring == RING_NONE {
+            attach(st);
+        }
+    }
+    Some(Guard { st })
+}
+
+/// Locks the calling thread holds right now (0 when not recording). Cheap:
+/// one TLS load, no guard; the detailed runtime checks it before
+/// recording a memory access.
+#[inline(always)]
+pub fn locks_held() -> u32 {
+    // SAFETY: this thread's state.
+    unsafe { (*state()).locks_held }
+}
+
+/// True while the process is recording (session set, initialised, not
+/// disabled).
+#[inline]
+pub fn is_recording() -> bool {
+    RECORDING.load(Ordering::Relaxed) == REC_ON
+}
+
+/// Records which thread created the calling one; call it first thing in a
+/// new thread, before [`recorder`] creates the ring (it goes in the ring
+/// header's `parent_tid`).
+pub fn set_parent_tid(tid: u32) {
+    // SAFETY: this thread's state.
+    unsafe { (*state()).parent_tid = tid };
+}
+
+/// Call first thing in a new thread (the start trampoline), outside any
+/// lock: records the creating thread's tid and reads this thread's stack
+/// bounds (pthread_getattr_np, which allocates: done here, once, at a safe
+/// point, rather than on the thread's first event).
+pub fn thread_started(parent_tid: u32) {
+    // SAFETY: this thread's state.
+    unsafe {
+        let st = state();
+        (*st).parent_tid = parent_tid;
+        (*st).stack_hi = thread_stack_top();
+    }
+}
+
+/// A supplier of call paths: fills `out` with return addresses, innermost
+/// first, and returns how many it wrote. It runs inside the recorder
+/// (re-entrant hooks forward), must not allocate or block.
+pub type PathProvider = fn(out: &mut [u64]) -> usize;
+
+static PATH_PROVIDER: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs (or with `None` removes) the call-path provider used by
+/// [`Guard::call_path`] instead of walking frame pointers. The detailed
+/// runtime installs one that copies its shadow stack.
+pub fn set_path_provider(p: Option<PathProvider>) {
+    PATH_PROVIDER.store(p.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// Which events carry a call path (`LOCKSCOPE_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StacksMode {
+    /// Only acquisitions and waits that blocked (the default).
+    Contended = 0,
+    /// Every event with a call site.
+    All = 1,
+    /// None: the call site only.
+    None = 2,
+}
+
+impl StacksMode {
+    /// Parses the environment value; unknown text gives the default.
+    pub fn parse(s: &[u8]) -> StacksMode {
+        match s {
+            b"all" => StacksMode::All,
+            b"none" => StacksMode::None,
+            _ => StacksMode::Contended,
+        }
+    }
+}
+
+/// The current [`StacksMode`].
+#[inline(always)]
+pub fn stacks_mode() -> StacksMode {
+    process::stacks_mode()
+}
+
+/// Proof that the calling thread is inside the recorder. Not `Send`: it
+/// points to this thread's state. Dropping it leaves the recorder.
+pub struct Guard {
+    st: *mut ThreadState,
+}
+
+impl Drop for Guard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state.
+        unsafe { (*self.st).busy = 0 };
+    }
+}
+
+impl Guard {
+    #[inline(always)]
+    fn st(&mut self) -> &mut ThreadState {
+        // SAFETY: this thread's state; the guard is the only live
+        // reference while `busy` is set.
+        unsafe { &mut *self.st }
+    }
+
+    /// Appends an event: the head (its `nframes`/`xflags` are set from
+    /// `args`/`frames`), an optional (arg, arg2) extension slot, and up to
+    /// [`MAX_FRAMES`] frames. Returns false if it was dropped (ring full:
+    /// counted in the ring; no ring: counted in the process header).
+    #[inline(always)]
+    pub fn emit(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+        let st = self.st();
+        if st.prod.push(head, args, frames) {
+            return true;
+        }
+        if st.ring != RING_OK {
+            process::count_lost_no_ring();
+        }
+        false
+    }
+
+    /// The compact form of [`Guard::emit`]: one 32-byte slot, `arg` in
+    /// the head's 32-bit `aux`.
+    #[inline(always)]
+    pub fn event(&mut self, op: u8, flags: u8, tsc: u64, addr: u64, site: u64, arg: u32) -> bool {
+        self.emit(
+            Head {
+                tsc,
+                addr,
+                site,
+                op,
+                flags,
+                nframes: 0,
+                xflags: 0,
+                aux: arg,
+            },
+            None,
+            &[],
+        )
+    }
+
+    /// OS thread id of the calling thread (0 if its ring could not be
+    /// created before the tid was read).
+    #[inline]
+    pub fn tid(&mut self) -> u32 {
+        self.st().tid
+    }
+
+    /// Locks the thread holds right now.
+    #[inline]
+    pub fn locks_held(&mut self) -> u32 {
+        self.st().locks_held
+    }
+
+    /// Counts a successful acquisition (mutex, rwlock, spinlock).
+    #[inline(always)]
+    pub fn acquired(&mut self) {
+        let st = self.st();
+        st.locks_held = st.locks_held.wrapping_add(1);
+    }
+
+    /// Counts a release (saturating: a lock taken before recording started
+    /// may be released while recording).
+    #[inline(always)]
+    pub fn released(&mut self) {
+        let st = self.st();
+        st.locks_held = st.locks_held.saturating_sub(1);
+    }
+
+    /// True if an event should carry a call path under the current
+    /// [`StacksMode`] (`blocked`: the call had to wait).
+    #[inline(always)]
+    pub fn wants_path(&mut self, blocked: bool) -> bool {
+        match process::stacks_mode() {
+            StacksMode::All => true,
+            StacksMode::Contended => blocked,
+            StacksMode::None => false,
+        }
+    }
+
+    /// Fills `out` with the call path of the hooked call: `site` first,
+    /// then either what the registered [`PathProvider`] supplies, or a
+    /// frame-pointer walk starting at `fp` (the caller's frame pointer, as
+    /// seen at the hook's entry). Returns the number of frames.
+    ///
+    /// The walk never faults: every frame address must lie between the
+    /// current stack pointer and the top of this thread's stack, be
+    /// 8-aligned and strictly increasing, so a binary built without frame
+    /// pointers yields a short (possibly bogus) path instead of a crash.
+    pub fn call_path(&mut self, site: u64, fp: u64, out: &mut [u64; MAX_FRAMES]) -> usize {
+        out[0] = site;
+        let prov = PATH_PROVIDER.load(Ordering::Acquire);
+        if prov != 0 {
+            // SAFETY: only `set_path_provider` stores here, from a fn
+            // pointer of this exact type.
+            let f: PathProvider = unsafe { core::mem::transmute::<usize, PathProvider>(prov) };
+            let n = f(&mut out[1..]);
+            return 1 + n.min(MAX_FRAMES - 1);
+        }
+        let hi = self.st().stack_hi;
+        // The lowest address we may read: our own frame. Everything between
+        // it and the stack top is live stack, hence mapped.
+        let marker = 0u8;
+        let lo = core::ptr::addr_of!(marker) as u64;
+        1 + walk_frames(fp, lo, hi, &mut out[1..])
+    }
+
+    /// Offers this thread's ring for unmapping by whoever joins it (see
+    /// [`release_joined`]); call it at thread exit of a joinable thread,
+    /// after [`Guard::stamp_exit`]. The ring stays usable until the join.
+    pub fn retire_ring(&mut self) {
+        let st = self.st();
+        if !st.prod.is_attached() {
+            return;
+        }
+        // SAFETY: attached; the header is the start of the mapping.
+        let base = unsafe { st.prod.header() } as *const _ as usize;
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let start = slot_start(me);
+        for k in 0..RETIRED_SLOTS {
+            let i = (start + k) % RETIRED_SLOTS;
+            if RETIRED_KEY[i]
+                .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                RETIRED_RING[i].store(base, Ordering::Release);
+                RETIRED_KEY[i].store(me, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// Stamps the ring header's `end_tsc` (thread exit). Events may still
+    /// follow (destructors at thread exit); the recorder keeps draining.
+    pub fn stamp_exit(&mut self, tsc: u64) {
+        let st = self.st();
+        if st.prod.is_attached() {
+            // SAFETY: attached.
+            unsafe { st.prod.header() }
+                .end_tsc
+                .store(tsc, Ordering::Release);
+        }
+    }
+}
+
+/// Rings of threads whose start routine has returned, keyed by
+/// `pthread_t`, waiting for a join to prove the thread is gone. A ring
+/// cannot be unmapped by its own thread at exit: destructors that run
+/// later (TLS, pthread keys) may still lock and record. Without this, every
+/// thread ever created would keep its pre-faulted ring (4 MiB by default)
+/// mapped until the process ends. Detached threads are never joined and
+/// keep theirs (bounded: a full table just leaves rings mapped).
+const RETIRED_SLOTS: usize = 1024;
+static RETIRED_KEY: [AtomicUsize; RETIRED_SLOTS] = [const { AtomicUsize::new(0) }; RETIRED_SLOTS];
+static RETIRED_RING: [AtomicUsize; RETIRED_SLOTS] = [const { AtomicUsize::new(0) }; RETIRED_SLOTS];
+/// Key of a slot being filled or emptied.
+const CLAIMED: usize = usize::MAX;
+
+fn slot_start(t: usize) -> usize {
+    (t >> 12) % RETIRED_SLOTS
+}
+
+/// Unmaps the ring of thread `t`, which a successful `pthread_join` has
+/// just proved to be gone (call it after the real join returned 0). No-op
+/// if the thread did not retire its ring.
+pub fn release_joined(t: libc::pthread_t) {
+    let t = t as usize;
+    if t == 0 || t == CLAIMED {
+        return;
+    }
+    let start = slot_start(t);
+    for k in 0..RETIRED_SLOTS {
+        let i = (start + k) % RETIRED_SLOTS;
+        if RETIRED_KEY[i]
+            .compare_exchange(t, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            let base = RETIRED_RING[i].swap(0, Ordering::AcqRel);
+            if base != 0 {
+                unmap_ring(base);
+            }
+            RETIRED_KEY[i].store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Unmaps a whole ring mapping given its header address.
+fn unmap_ring(base: usize) {
+    // SAFETY: `base` is the start of a live ring mapping that nobody will
+    // use again (its thread is gone); its header gives the length.
+    unsafe {
+        let cap = (*(base as *const crate::session::RingHeader)).capacity;
+        libc::munmap(base as *mut libc::c_void, crate::ring::file_bytes(cap));
+    }
+}
+
+/// Fork child: the retired rings are the parent's threads', inherited
+/// mappings nobody here will join; unmap them all.
+pub(crate) fn forget_retired_after_fork() {
+    for i in 0..RETIRED_SLOTS {
+        let base = RETIRED_RING[i].swap(0, Ordering::AcqRel);
+        RETIRED_KEY[i].store(0, Ordering::Release);
+        if base != 0 {
+            unmap_ring(base);
+        }
+    }
+}
+
+/// Walks a frame-pointer chain starting at `fp`, writing return addresses
+/// to `out`; only reads 16-byte frame records inside `[lo, hi)`.
+pub fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
+    let mut n = 0;
+    while n < out.len() {
+        if fp < lo || fp & 7 != 0 || fp.saturating_add(16) > hi {
+            break;
+        }
+        // SAFETY: [fp, fp+16) lies inside the live part of this thread's
+        // stack (checked above), which is mapped and readable.
+        let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
+        if ret < 4096 {
+            break;
+        }
+        out[n] = ret;
+        n += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    n
+}
+
+/// Creates the calling thread's ring (cold path, first event).
+#[cold]
+#[inline(never)]
+unsafe fn attach(st: *mut ThreadState) {
+    // The program must not see our file operations in errno.
+    let saved_errno = *libc::__errno_location();
+    attach_inner(st);
+    *libc::__errno_location() = saved_errno;
+}
+
+unsafe fn attach_inner(st: *mut ThreadState) {
+    let st = &mut *st;
+    st.ring = RING_FAILED;
+    let tid = libc::gettid() as u32;
+    st.tid = tid;
+    if st.stack_hi == 0 && tid == process::pid() {
+        st.stack_hi = process::main_stack_top();
+    }
+    // Other threads got their stack top in `thread_started`, at a safe
+    // point. Not here: pthread_getattr_np allocates (its cpuset), and this
+    // may run inside a hook called by a malloc implementation that holds
+    // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
+    // did not see start keeps stack_hi = 0: call sites only, no walks.
+    if let Some(p) = process::create_ring(tid, st.parent_tid) {
+        st.prod = p;
+        st.ring = RING_OK;
+    } else {
+        process::count_thread_without_ring();
+    }
+}
+
+/// Top of the calling thread's stack from pthread_getattr_np.
+pub(crate) unsafe fn thread_stack_top() -> u64 {
+    let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+        return 0;
+    }
+    let mut addr: *mut libc::c_void = core::ptr::null_mut();
+    let mut size: libc::size_t = 0;
+    let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+    libc::pthread_attr_destroy(&mut attr);
+    if ok {
+        addr as u64 + size as u64
+    } else {
+        0
+    }
+}
+
+/// Forgets the calling thread's ring and counters (fork child: the ring
+/// belongs to the parent). Returns the tid and stack top the thread had
+/// (same thread, same stack in the child).
+pub(crate) fn reset_after_fork() -> (u32, u64) {
+    let st = state();
+    // SAFETY: this thread's state; the child is single-threaded here.
+    unsafe {
+        let old = ((*st).tid, (*st).stack_hi);
+        core::ptr::write(st, ThreadState::EMPTY);
+        old
+    }
+}
+
+/// The calling thread's ring mapping, if any: (address of the header).
+pub(crate) fn ring_header_addr() -> usize {
+    let st = state();
+    // SAFETY: this thread's state.
+    unsafe {
+        if (*st).prod.is_attached() {
+            (*st).prod.header() as *const _ as usize
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_state_is_all_zero_bytes() {
+        // `.tbss` hands every thread zeroes: that must be EMPTY.
+        let s = ThreadState::EMPTY;
+        let p = &s as *const ThreadState as *const u8;
+        let bytes = unsafe { core::slice::from_raw_parts(p, core::mem::size_of::<ThreadState>()) };
+        assert!(bytes.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn tls_state_is_per_thread_and_zero_at_start() {
+        set_parent_tid(77);
+        let here = state() as usize;
+        let (there, parent) = std::thread::spawn(|| {
+            let p = state();
+            (p as usize, unsafe { (*p).parent_tid })
+        })
+        .join()
+        .unwrap();
+        assert_ne!(here, there);
+        assert_eq!(parent, 0, "a new thread starts from zeroed state");
+        assert_eq!(unsafe { (*state()).parent_tid }, 77);
+    }
+
+    #[test]
+    fn recorder_is_none_when_not_recording() {
+        // No session in unit tests: hooks must forward.
+        assert!(!is_recording());
+        assert!(recorder().is_none());
+    }
+
+    #[inline(never)]
+    fn walk_here(out: &mut [u64]) -> usize {
+        let fp: u64;
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            core::arch::asm!("mov {}, rbp", out(reg) fp)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            fp = 0;
+        }
+        let marker = 0u8;
+        let lo = core::ptr::addr_of!(marker) as u64;
+        let hi = unsafe { thread_stack_top() };
+        walk_frames(fp, lo, hi, out)
+    }
+
+    #[test]
+    fn walk_never_faults_and_stays_in_bounds() {
+        // Whether or not this test binary has frame pointers, the walk
+        // must return without faulting and never exceed the buffer.
+        let mut out = [0u64; 8];
+        let n = walk_here(&mut out);
+        assert!(n <= 8);
+        // Garbage frame pointers: outside the stack, misaligned, null.
+        assert_eq!(walk_frames(0, 1, u64::MAX, &mut out), 0);
+        assert_eq!(walk_frames(0x1001, 0x1000, 0x2000, &mut out), 0);
+        assert_eq!(walk_frames(0xdead_0000, 0x1000, 0x2000, &mut out), 0);
+    }
+
+    #[test]
+    fn walk_follows_a_synthetic_chain() {
+        // Three frame records laid out like a real stack, in one array.
+        let mut stack = [0u64; 8];
+        let base = stack.as_ptr() as u64;
+        stack[0] = base + 16; // frame 0 -> frame 1
+        stack[1] = 0x40_1000;
+        stack[2] = base + 32; // frame 1 -> frame 2
+        stack[3] = 0x40_2000;
+        stack[4] = base + 8; // frame 2 -> goes down: stop after it
+        stack[5] = 0x40_3000;
+        // The walk reads the array through raw addresses.
+        core::hint::black_box(&stack);
+        let mut out = [0u64; 8];
+        let n = walk_frames(base, base, base + 64, &mut out);
+        assert_eq!(&out[..n], &[0x40_1000, 0x40_2000, 0x40_3000]);
+        // Bounded by the output buffer.
+        let mut two = [0u64; 2];
+        assert_eq!(walk_frames(base, base, base + 64, &mut two), 2);
+        // Bounded by the stack top: frame 2 sits at base+32..48 > hi.
+        assert_eq!(walk_frames(base, base, base + 40, &mut out), 2);
+    }
+}

@@ -1,0 +1,396 @@
+//! Helpers of the `record_*` integration tests: build a fixture, run it
+//! under `lockscope record`, parse the ground truth it printed, and
+//! compare it with the trace exactly.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use lockscope_format::{phase, Event, Op, Record, Trace};
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A fresh directory for one test.
+pub fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lockscope-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles tests/programs/<name>.c with gcc into `dir`.
+pub fn build_c(name: &str, dir: &Path) -> PathBuf {
+    let src = workspace().join("tests/programs").join(format!("{name}.c"));
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc must be installed to build the fixtures");
+    assert!(st.success(), "gcc failed on {}", src.display());
+    out
+}
+
+/// Compiles tests/programs/<name>.rs with rustc into `dir`.
+pub fn build_rust(name: &str, dir: &Path) -> PathBuf {
+    let src = workspace()
+        .join("tests/programs")
+        .join(format!("{name}.rs"));
+    let out = dir.join(name);
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let st = Command::new(rustc)
+        .args(["-O", "--edition", "2021", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("rustc");
+    assert!(st.success(), "rustc failed on {}", src.display());
+    out
+}
+
+pub struct Run {
+    /// Shell-style exit status of `lockscope record`.
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub trace_path: PathBuf,
+}
+
+impl Run {
+    pub fn trace(&self) -> Trace {
+        Trace::open(&self.trace_path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read {}: {e}\nstderr:\n{}",
+                self.trace_path.display(),
+                self.stderr
+            )
+        })
+    }
+}
+
+pub fn shell_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
+/// Runs `lockscope record [opts] -o DIR/trace.lstrace -- prog args`.
+pub fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    let trace_path = dir.join("trace.lstrace");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .arg("record")
+        .args(opts)
+        .arg("-o")
+        .arg(&trace_path)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: shell_code(out.status),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        trace_path,
+    }
+}
+
+/// One `truth ...` line.
+#[derive(Debug, Clone)]
+pub struct Truth {
+    pub pid: u32,
+    pub gen: u32,
+    pub tid: u32,
+    pub addr: u64,
+    pub op: String,
+    /// done, fail, serial (BarrierWait returned the serial value).
+    pub phase: Option<String>,
+    /// (function name, its runtime address).
+    pub site: Option<(String, u64)>,
+    pub count: u64,
+}
+
+pub fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+pub fn kv(line: &str) -> HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub fn truths(stdout: &str) -> Vec<Truth> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("truth "))
+        .map(|l| {
+            let m = kv(l);
+            Truth {
+                pid: m["pid"].parse().unwrap(),
+                gen: m["gen"].parse().unwrap(),
+                tid: m["tid"].parse().unwrap(),
+                addr: hex(&m["addr"]),
+                op: m["op"].clone(),
+                phase: m.get("phase").cloned(),
+                site: m.get("site").map(|s| (s.clone(), hex(&m["fn"]))),
+                count: m["count"].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+pub fn op_by_name(name: &str) -> u8 {
+    (0..=255u8)
+        .find(|&v| Op::from_u8(v).is_some_and(|o| o.name() == name))
+        .unwrap_or_else(|| panic!("unknown op {name}"))
+}
+
+/// Sizes of the functions of a binary (`nm -S`).
+pub fn fn_sizes(bin: &Path) -> HashMap<String, u64> {
+    let out = Command::new("nm").arg("-S").arg(bin).output().expect("nm");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && (f[2] == "T" || f[2] == "t")).then(|| (f[3].to_string(), hex(f[1])))
+        })
+        .collect()
+}
+
+/// The trace, indexed.
+pub struct Index {
+    pub trace: Trace,
+    /// (pid, gen) -> process record
+    pub procs: HashMap<(u32, u32), lockscope_format::Process>,
+    /// (process id, tid) -> thread id
+    pub threads: HashMap<(u32, u32), u32>,
+    /// thread id -> process id
+    pub thread_proc: HashMap<u32, u32>,
+}
+
+impl Index {
+    pub fn new(trace: Trace) -> Index {
+        let mut procs = HashMap::new();
+        let mut threads = HashMap::new();
+        let mut thread_proc = HashMap::new();
+        for r in &trace.records {
+            match r {
+                Record::Process(p) => {
+                    procs.insert((p.pid, p.exec_generation), p.clone());
+                }
+                Record::Thread(t) => {
+                    threads.insert((t.process, t.tid), t.id);
+                    thread_proc.insert(t.id, t.process);
+                }
+                _ => {}
+            }
+        }
+        Index {
+            trace,
+            procs,
+            threads,
+            thread_proc,
+        }
+    }
+
+    pub fn thread(&self, pid: u32, gen: u32, tid: u32) -> u32 {
+        let p = self
+            .procs
+            .get(&(pid, gen))
+            .unwrap_or_else(|| panic!("no process pid={pid} gen={gen} in the trace"));
+        *self
+            .threads
+            .get(&(p.id, tid))
+            .unwrap_or_else(|| panic!("no thread tid={tid} in process pid={pid} gen={gen}"))
+    }
+
+    pub fn events(&self, thread: u32) -> &[Event] {
+        self.trace.events.get(&thread).map_or(&[], |v| v.as_slice())
+    }
+}
+
+fn phase_matches(e: &Event, phase_name: &str) -> bool {
+    match phase_name {
+        "done" => phase::of(e.flags) == phase::DONE,
+        "fail" => phase::of(e.flags) == phase::FAIL,
+        "serial" => phase::of(e.flags) == phase::DONE && e.arg == 1,
+        p => panic!("unknown phase {p}"),
+    }
+}
+
+/// Compares every truth line with the trace, exactly, and checks that the
+/// trace has no completed operation on a truthed object that the program
+/// did not count.
+pub fn check_truth(ix: &Index, truth: &[Truth], bin: Option<&Path>) {
+    assert!(!truth.is_empty(), "the fixture printed no truth");
+    let sizes = bin.map(fn_sizes).unwrap_or_default();
+    let mut errors = Vec::new();
+    let mut covered: HashSet<(u32, u64, u8, &str)> = HashSet::new();
+    let mut objects: HashSet<(u32, u64)> = HashSet::new();
+    for t in truth {
+        let th = ix.thread(t.pid, t.gen, t.tid);
+        let op = op_by_name(&t.op);
+        objects.insert((ix.thread_proc[&th], t.addr));
+        let evs = ix
+            .events(th)
+            .iter()
+            .filter(|e| e.op == op && e.addr == t.addr);
+        let got = if let Some((name, start)) = &t.site {
+            let size = *sizes
+                .get(name)
+                .unwrap_or_else(|| panic!("nm does not know {name}"));
+            evs.filter(|e| {
+                phase::of(e.flags) == phase::DONE && e.site >= *start && e.site < start + size
+            })
+            .count() as u64
+        } else {
+            let p = t.phase.as_deref().unwrap();
+            if p != "serial" {
+                covered.insert((th, t.addr, op, if p == "done" { "done" } else { "fail" }));
+            }
+            evs.filter(|e| phase_matches(e, p)).count() as u64
+        };
+        if got != t.count {
+            errors.push(format!(
+                "pid {} tid {} {:#x} {} {}: program counted {}, trace has {got}",
+                t.pid,
+                t.tid,
+                t.addr,
+                t.op,
+                t.site
+                    .as_ref()
+                    .map_or_else(|| t.phase.clone().unwrap(), |s| format!("from {}", s.0)),
+                t.count
+            ));
+        }
+    }
+    // Nothing extra: completed (done/fail) operations on the objects the
+    // program reports must all be accounted for by some truth line.
+    let mut extra: BTreeMap<String, u64> = BTreeMap::new();
+    for (&th, evs) in &ix.trace.events {
+        let Some(&proc) = ix.thread_proc.get(&th) else {
+            continue;
+        };
+        for e in evs {
+            if !objects.contains(&(proc, e.addr)) || e.op == Op::Lost as u8 {
+                continue;
+            }
+            let ph = match phase::of(e.flags) {
+                phase::DONE => "done",
+                phase::FAIL => "fail",
+                _ => continue,
+            };
+            if !covered.contains(&(th, e.addr, e.op, ph)) {
+                let name = Op::from_u8(e.op).map_or("?", Op::name);
+                *extra
+                    .entry(format!("thread {th} {:#x} {name} {ph}", e.addr))
+                    .or_default() += 1;
+            }
+        }
+    }
+    for (k, n) in extra {
+        errors.push(format!("{k}: {n} events the program did not count"));
+    }
+    let n = errors.len();
+    errors.truncate(30);
+    assert!(
+        n == 0,
+        "trace differs from the ground truth ({n} differences, first 30):\n{}",
+        errors.join("\n")
+    );
+}
+
+/// Structural checks every recorded trace must pass.
+pub fn check_integrity(ix: &Index) {
+    let t = &ix.trace;
+    let footer = t.footer.as_ref().expect("the trace has a footer");
+    assert_eq!(
+        footer.events as usize,
+        t.event_count(),
+        "footer event count"
+    );
+    let loss: u64 = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Loss(l) => Some(l.events),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(footer.lost, loss, "footer loss = sum of Loss records");
+    let stacks: HashSet<(u32, u32)> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some((s.process, s.id)),
+            _ => None,
+        })
+        .collect();
+    let locks: HashSet<(u32, u64)> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Lock(l) => Some((l.process, l.addr)),
+            _ => None,
+        })
+        .collect();
+    for (th, evs) in &t.events {
+        let proc = *ix
+            .thread_proc
+            .get(th)
+            .unwrap_or_else(|| panic!("events of thread {th} without a Thread record"));
+        let mut last = 0;
+        for e in evs {
+            assert!(e.time >= last, "time goes backwards on thread {th}");
+            last = e.time;
+            if e.stack != 0 {
+                assert!(
+                    stacks.contains(&(proc, e.stack)),
+                    "unknown stack {}",
+                    e.stack
+                );
+            }
+            if (Op::MutexLock as u8..=Op::FutexWake as u8).contains(&e.op) {
+                assert!(
+                    locks.contains(&(proc, e.addr)),
+                    "no Lock record for {:#x}",
+                    e.addr
+                );
+            }
+        }
+    }
+    let ends: HashSet<u32> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessEnd(e) => Some(e.process),
+            _ => None,
+        })
+        .collect();
+    for p in ix.procs.values() {
+        assert!(ends.contains(&p.id), "process {} has no ProcessEnd", p.pid);
+    }
+}
+
+pub fn process_end(ix: &Index, pid: u32, gen: u32) -> lockscope_format::ProcessEnd {
+    let id = ix.procs[&(pid, gen)].id;
+    ix.trace
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::ProcessEnd(e) if e.process == id => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap()
+}

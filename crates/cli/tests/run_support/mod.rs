@@ -1,0 +1,120 @@
+//! Helpers of the `run_*` integration tests: build the preload library and
+//! the C fixtures, run a program under `lockscope run`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+pub const ALGORITHMS: [&str; 8] = ["tas", "ttas", "ticket", "mcs", "clh", "cmcs", "hmcs", "ahmcs"];
+pub const WAITS: [&str; 2] = ["spin", "spin-then-park"];
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A fresh directory for one test.
+pub fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lockscope-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `liblockscope_swap.so`, built (or brought up to date) with the same
+/// profile and target directory as the `lockscope` binary under test: the
+/// CLI does not link it, so `cargo test -p lockscope` alone would not.
+pub fn swap_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let exe = Path::new(env!("CARGO_BIN_EXE_lockscope"));
+        let profile_dir = exe.parent().unwrap();
+        let target = profile_dir.parent().unwrap();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "lockscope-swap", "--target-dir"])
+            .arg(target)
+            .current_dir(workspace());
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("cannot run cargo to build lockscope-swap");
+        assert!(st.success(), "building lockscope-swap failed");
+        let lib = profile_dir.join("liblockscope_swap.so");
+        assert!(lib.is_file(), "{} missing after build", lib.display());
+        lib
+    })
+}
+
+/// Compiles tests/programs/locks/<file> (C or C++) into `dir`, or None
+/// (with a notice) when the compiler is missing.
+pub fn build(file: &str, dir: &Path) -> Option<PathBuf> {
+    let src = workspace().join("tests/programs/locks").join(file);
+    let (stem, cc) = match file.strip_suffix(".cpp") {
+        Some(s) => (s, "g++"),
+        None => (file.strip_suffix(".c").unwrap(), "gcc"),
+    };
+    let out = dir.join(stem);
+    match Command::new(cc).args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).status() {
+        Ok(st) => {
+            assert!(st.success(), "{cc} failed on {}", src.display());
+            Some(out)
+        }
+        Err(_) => {
+            eprintln!("NOTICE: {cc} not found, skipping the {file} fixture");
+            None
+        }
+    }
+}
+
+/// Runs `lockscope run OPTS -- PROG ARGS` with stdin from /dev/null.
+pub fn lockscope_run(opts: &[&str], prog: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .arg("run")
+        .args(opts)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .env("LOCKSCOPE_SWAP_LIB", swap_lib())
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot start lockscope")
+}
+
+pub fn shell_code(o: &Output) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0))
+}
+
+/// Runs PROG under every algorithm and waiting policy and checks that its
+/// stdout and exit status equal those of `--lock pthread`.
+pub fn same_output_under_every_lock(prog: &Path, args: &[&str]) {
+    let base = lockscope_run(&["--lock", "pthread"], prog, args);
+    let direct = Command::new(prog).args(args).output().unwrap();
+    assert_eq!(base.stdout, direct.stdout, "--lock pthread changed the output of {}", prog.display());
+    assert_eq!(shell_code(&base), 0, "{} failed: {}", prog.display(), String::from_utf8_lossy(&base.stderr));
+    for alg in ALGORITHMS {
+        for wait in WAITS {
+            let o = lockscope_run(&["--lock", alg, "--wait", wait], prog, args);
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&base.stdout),
+                "{} under --lock {alg} --wait {wait}: output differs; stderr: {}",
+                prog.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert_eq!(shell_code(&o), shell_code(&base), "{alg} {wait}: exit status differs");
+        }
+    }
+}
+
+/// Parses `replaced N mutexes, M acquisitions` from the verbose line.
+pub fn verbose_counts(stderr: &str) -> Option<(u64, u64)> {
+    let line = stderr.lines().find(|l| l.contains("replaced "))?;
+    let after = line.split("replaced ").nth(1)?;
+    let mut it = after.split_whitespace();
+    let n = it.next()?.parse().ok()?;
+    let _ = it.next()?; // "mutexes,"
+    let m = it.next()?.parse().ok()?;
+    Some((n, m))
+}

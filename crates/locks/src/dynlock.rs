@@ -1,0 +1,149 @@
+//! Locks chosen at run time.
+//!
+//! [`LockOps`] is a table of functions for one (algorithm, policy) pair
+//! acting on [`STATE_BYTES`] bytes of caller-provided memory, which is how
+//! the preload library keeps a lock inside each `pthread_mutex_t`.
+//! [`DynLock`] owns such memory on its own cache line.
+
+use crate::{Ahmcs, Algorithm, Clh, Cmcs, Hmcs, Mcs, RawLock, Spin, SpinThenPark, Tas, Ticket, Ttas, WaitPolicy};
+
+/// Bytes of lock state every algorithm fits in (all zero = unlocked).
+pub const STATE_BYTES: usize = 16;
+/// Alignment the state needs.
+pub const STATE_ALIGN: usize = 8;
+
+/// Operations of one lock algorithm and waiting policy on raw state.
+///
+/// Every function takes a pointer to [`STATE_BYTES`] bytes aligned to
+/// [`STATE_ALIGN`] that hold a lock of this algorithm (all zero bytes is an
+/// unlocked lock).
+#[derive(Debug)]
+pub struct LockOps {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The waiting policy.
+    pub wait: WaitPolicy,
+    /// Acquires.
+    pub lock: unsafe fn(*const u8),
+    /// Acquires if free now.
+    pub try_lock: unsafe fn(*const u8) -> bool,
+    /// Acquires unless the deadline passes first.
+    pub try_lock_until: unsafe fn(*const u8, std::time::Instant) -> bool,
+    /// Releases.
+    pub unlock: unsafe fn(*const u8),
+    /// Frees what the lock allocated (HMCS trees) and leaves all zeroes, a
+    /// fresh unlocked lock. The lock must be unlocked and unused.
+    pub reset: unsafe fn(*mut u8),
+}
+
+unsafe fn op_lock<L: RawLock>(p: *const u8) {
+    (*(p as *const L)).lock()
+}
+unsafe fn op_try_lock<L: RawLock>(p: *const u8) -> bool {
+    (*(p as *const L)).try_lock()
+}
+unsafe fn op_try_lock_until<L: RawLock>(p: *const u8, d: std::time::Instant) -> bool {
+    (*(p as *const L)).try_lock_until(d)
+}
+unsafe fn op_unlock<L: RawLock>(p: *const u8) {
+    (*(p as *const L)).unlock()
+}
+unsafe fn op_reset<L: RawLock>(p: *mut u8) {
+    std::ptr::drop_in_place(p as *mut L);
+    std::ptr::write_bytes(p, 0, std::mem::size_of::<L>());
+}
+
+const fn table<L: RawLock>(wait: WaitPolicy) -> LockOps {
+    assert!(std::mem::size_of::<L>() <= STATE_BYTES);
+    assert!(std::mem::align_of::<L>() <= STATE_ALIGN);
+    LockOps {
+        algorithm: L::ALGORITHM,
+        wait,
+        lock: op_lock::<L>,
+        try_lock: op_try_lock::<L>,
+        try_lock_until: op_try_lock_until::<L>,
+        unlock: op_unlock::<L>,
+        reset: op_reset::<L>,
+    }
+}
+
+macro_rules! tables {
+    ($($alg:ident => $t:ident),*) => {
+        /// The operations of `algorithm` with waiting policy `wait`.
+        pub fn ops(algorithm: Algorithm, wait: WaitPolicy) -> &'static LockOps {
+            match (algorithm, wait) {
+                $(
+                    (Algorithm::$alg, WaitPolicy::Spin) => {
+                        static T: LockOps = table::<$t<Spin>>(WaitPolicy::Spin);
+                        &T
+                    }
+                    (Algorithm::$alg, WaitPolicy::SpinThenPark) => {
+                        static T: LockOps = table::<$t<SpinThenPark>>(WaitPolicy::SpinThenPark);
+                        &T
+                    }
+                )*
+            }
+        }
+    };
+}
+tables!(Tas => Tas, Ttas => Ttas, Ticket => Ticket, Mcs => Mcs, Clh => Clh, Cmcs => Cmcs, Hmcs => Hmcs, Ahmcs => Ahmcs);
+
+#[repr(C, align(64))]
+struct Line([u64; 8]);
+
+/// A lock whose algorithm and policy are chosen at run time, alone on its
+/// cache line.
+pub struct DynLock {
+    ops: &'static LockOps,
+    state: Box<Line>,
+}
+
+impl DynLock {
+    /// A new unlocked lock.
+    pub fn new(algorithm: Algorithm, wait: WaitPolicy) -> DynLock {
+        DynLock { ops: ops(algorithm, wait), state: Box::new(Line([0; 8])) }
+    }
+    fn p(&self) -> *const u8 {
+        &*self.state as *const Line as *const u8
+    }
+    /// The operations in use.
+    pub fn ops(&self) -> &'static LockOps {
+        self.ops
+    }
+    /// Acquires.
+    #[inline]
+    pub fn lock(&self) {
+        // SAFETY: state is a valid lock of this algorithm.
+        unsafe { (self.ops.lock)(self.p()) }
+    }
+    /// Acquires if free now.
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { (self.ops.try_lock)(self.p()) }
+    }
+    /// Acquires unless `deadline` passes first.
+    pub fn try_lock_until(&self, deadline: std::time::Instant) -> bool {
+        // SAFETY: as above.
+        unsafe { (self.ops.try_lock_until)(self.p(), deadline) }
+    }
+    /// Releases.
+    ///
+    /// # Safety
+    /// The lock is held.
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        (self.ops.unlock)(self.p())
+    }
+}
+
+impl Drop for DynLock {
+    fn drop(&mut self) {
+        // SAFETY: we own the lock; nobody holds it (we have &mut).
+        unsafe { (self.ops.reset)(&mut *self.state as *mut Line as *mut u8) }
+    }
+}
+
+// SAFETY: the state is a RawLock (Send + Sync); the table is immutable.
+unsafe impl Send for DynLock {}
+unsafe impl Sync for DynLock {}

@@ -1,0 +1,765 @@
+//! Hooks for mutexes, reader-writer locks, spinlocks, condition variables,
+//! barriers and semaphores.
+//!
+//! Acquisitions call the real *try* variant first: when the lock is free
+//! that is the same single CAS the blocking call would do, so it costs
+//! nothing, and when it fails we know the call is about to wait and can
+//! emit BEGIN at the attempt time before calling the real blocking
+//! variant (DONE|CONTENDED at its return). The alternative, timing every
+//! blocking call and guessing contention from its duration, cannot tell a
+//! short wait from a slow uncontended call.
+//!
+//! Calls that are cancellation points (`pthread_cond_*wait`, `sem_wait`,
+//! `sem_timedwait`) release the recorder guard before calling the real
+//! function and hold no value with a destructor across it: a cancelled
+//! thread unwinds through the hook (`extern "C-unwind"`) with nothing to
+//! clean up.
+
+use libc::{c_int, clockid_t, pthread_barrier_t, pthread_cond_t, pthread_mutex_t};
+use libc::{pthread_rwlock_t, pthread_spinlock_t, sem_t, timespec};
+use lockscope_capture::thread::{self, Guard};
+use lockscope_capture::tsc;
+use lockscope_format::{phase, Op};
+
+use crate::common::{emit, errno, guarded, set_errno, tramp};
+use crate::real::real;
+
+real!(pub(crate) real_mutex_lock = "pthread_mutex_lock": fn(m: *mut pthread_mutex_t) -> c_int);
+real!(real_mutex_trylock = "pthread_mutex_trylock": fn(m: *mut pthread_mutex_t) -> c_int);
+real!(real_mutex_timedlock = "pthread_mutex_timedlock": fn(m: *mut pthread_mutex_t, t: *const timespec) -> c_int);
+real!(real_mutex_clocklock = "pthread_mutex_clocklock": fn(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec) -> c_int);
+real!(pub(crate) real_mutex_unlock = "pthread_mutex_unlock": fn(m: *mut pthread_mutex_t) -> c_int);
+real!(real_rdlock = "pthread_rwlock_rdlock": fn(l: *mut pthread_rwlock_t) -> c_int);
+real!(real_wrlock = "pthread_rwlock_wrlock": fn(l: *mut pthread_rwlock_t) -> c_int);
+real!(real_tryrdlock = "pthread_rwlock_tryrdlock": fn(l: *mut pthread_rwlock_t) -> c_int);
+real!(real_trywrlock = "pthread_rwlock_trywrlock": fn(l: *mut pthread_rwlock_t) -> c_int);
+real!(real_timedrdlock = "pthread_rwlock_timedrdlock": fn(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int);
+real!(real_timedwrlock = "pthread_rwlock_timedwrlock": fn(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int);
+real!(real_clockrdlock = "pthread_rwlock_clockrdlock": fn(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int);
+real!(real_clockwrlock = "pthread_rwlock_clockwrlock": fn(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int);
+real!(real_rwunlock = "pthread_rwlock_unlock": fn(l: *mut pthread_rwlock_t) -> c_int);
+real!(real_spin_lock = "pthread_spin_lock": fn(l: *mut pthread_spinlock_t) -> c_int);
+real!(real_spin_trylock = "pthread_spin_trylock": fn(l: *mut pthread_spinlock_t) -> c_int);
+real!(real_spin_unlock = "pthread_spin_unlock": fn(l: *mut pthread_spinlock_t) -> c_int);
+// The condition-variable functions have two versions in glibc; programs
+// linked since glibc 2.3.2 use the new one, which is what we forward to.
+real!(real_cond_wait = "pthread_cond_wait" @ "GLIBC_2.3.2": fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int);
+real!(real_cond_timedwait = "pthread_cond_timedwait" @ "GLIBC_2.3.2": fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, t: *const timespec) -> c_int);
+real!(real_cond_clockwait = "pthread_cond_clockwait": fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, k: clockid_t, t: *const timespec) -> c_int);
+real!(real_cond_signal = "pthread_cond_signal" @ "GLIBC_2.3.2": fn(c: *mut pthread_cond_t) -> c_int);
+real!(real_cond_broadcast = "pthread_cond_broadcast" @ "GLIBC_2.3.2": fn(c: *mut pthread_cond_t) -> c_int);
+real!(real_barrier_wait = "pthread_barrier_wait": fn(b: *mut pthread_barrier_t) -> c_int);
+real!(real_sem_wait = "sem_wait": fn(s: *mut sem_t) -> c_int);
+real!(real_sem_trywait = "sem_trywait": fn(s: *mut sem_t) -> c_int);
+real!(real_sem_timedwait = "sem_timedwait": fn(s: *mut sem_t, t: *const timespec) -> c_int);
+real!(real_sem_post = "sem_post": fn(s: *mut sem_t) -> c_int);
+
+/// An acquisition succeeded: 0, or EOWNERDEAD (a robust mutex whose owner
+/// died: the caller now owns it).
+#[inline(always)]
+fn got(rc: c_int) -> bool {
+    rc == 0 || rc == libc::EOWNERDEAD
+}
+
+/// The trylock-first acquisition protocol shared by every blocking lock.
+/// `ret` receives the real result as soon as there is one, so that a panic
+/// in the recording code after it never changes what the program sees.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn acquire(
+    g: &mut Guard,
+    ret: &mut Option<c_int>,
+    op: Op,
+    addr: u64,
+    site: u64,
+    fp: u64,
+    try_: impl FnOnce() -> c_int,
+    block: impl FnOnce() -> c_int,
+) {
+    let t0 = tsc::now();
+    let rc = try_();
+    if got(rc) {
+        *ret = Some(rc);
+        emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
+        g.acquired();
+        return;
+    }
+    // EBUSY: held by someone else (or by us, for an error-checking
+    // mutex: the real call then says EDEADLK). Any other error: the
+    // blocking call reports its own verdict, without a wait.
+    let busy = rc == libc::EBUSY;
+    if busy {
+        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    }
+    let rc = block();
+    *ret = Some(rc);
+    let (t, c) = if busy {
+        (tsc::now(), phase::CONTENDED)
+    } else {
+        (t0, 0)
+    };
+    if got(rc) {
+        emit(
+            g,
+            op,
+            phase::DONE | c,
+            t,
+            addr,
+            site,
+            fp,
+            rc as u64,
+            0,
+            busy,
+        );
+        g.acquired();
+    } else {
+        emit(
+            g,
+            op,
+            phase::FAIL | c,
+            t,
+            addr,
+            site,
+            fp,
+            rc as u64,
+            0,
+            busy,
+        );
+    }
+}
+
+/// A try-only acquisition: DONE, or FAIL with the error.
+#[inline(always)]
+fn try_acquire(
+    g: &mut Guard,
+    ret: &mut Option<c_int>,
+    op: Op,
+    addr: u64,
+    site: u64,
+    fp: u64,
+    try_: impl FnOnce() -> c_int,
+) {
+    let t0 = tsc::now();
+    let rc = try_();
+    *ret = Some(rc);
+    if got(rc) {
+        emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
+        g.acquired();
+    } else {
+        emit(g, op, phase::FAIL, t0, addr, site, fp, rc as u64, 0, false);
+    }
+}
+
+/// A release: one DONE at the call (FAIL with the error if the real call
+/// refused). Recorded after the real call so that our store is not inside
+/// the critical section.
+#[inline(always)]
+fn release(
+    g: &mut Guard,
+    ret: &mut Option<c_int>,
+    op: Op,
+    addr: u64,
+    site: u64,
+    fp: u64,
+    unlock: impl FnOnce() -> c_int,
+) -> u64 {
+    let t0 = tsc::now();
+    let rc = unlock();
+    *ret = Some(rc);
+    if rc == 0 {
+        emit(g, op, phase::DONE, t0, addr, site, fp, 0, 0, false);
+        g.released();
+    } else {
+        emit(g, op, phase::FAIL, t0, addr, site, fp, rc as u64, 0, false);
+    }
+    t0
+}
+
+/// Generates the hook body for a blocking acquisition.
+macro_rules! acquire_hook {
+    ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, try = $try:ident, block = $block:ident) => {
+        unsafe extern "C-unwind" fn $imp($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+            // Not recording: forward with no frame of our own (the
+            // recording path below needs a large one).
+            #[inline(never)]
+            unsafe fn rec($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+                let Some(mut g) = thread::recorder() else {
+                    return $block($l $(, $a)*);
+                };
+                let mut ret = None;
+                guarded(|| acquire(&mut g, &mut ret, $op, $l as u64, site, fp,
+                    || $try($l), || $block($l $(, $a)*)));
+                match ret {
+                    Some(rc) => rc,
+                    None => $block($l $(, $a)*),
+                }
+            }
+            if !thread::is_recording() {
+                return $block($l $(, $a)*);
+            }
+            rec($l, $($a,)* site, fp)
+        }
+    };
+}
+
+/// Generates the hook body for a try-only acquisition.
+macro_rules! try_hook {
+    ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $try:ident) => {
+        unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
+            #[inline(never)]
+            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                let Some(mut g) = thread::recorder() else {
+                    return $try($l);
+                };
+                let mut ret = None;
+                guarded(|| try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l)));
+                match ret {
+                    Some(rc) => rc,
+                    None => $try($l),
+                }
+            }
+            if !thread::is_recording() {
+                return $try($l);
+            }
+            rec($l, site, fp)
+        }
+    };
+}
+
+/// Generates the hook body for a release.
+macro_rules! release_hook {
+    ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $unlock:ident) => {
+        unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
+            #[inline(never)]
+            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                let Some(mut g) = thread::recorder() else {
+                    return $unlock($l);
+                };
+                let mut ret = None;
+                guarded(|| release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l)));
+                match ret {
+                    Some(rc) => rc,
+                    None => $unlock($l),
+                }
+            }
+            if !thread::is_recording() {
+                return $unlock($l);
+            }
+            rec($l, site, fp)
+        }
+    };
+}
+
+// ---- mutexes ----
+
+acquire_hook!(mutex_lock_impl(m: *mut pthread_mutex_t) Op::MutexLock,
+    try = real_mutex_trylock, block = real_mutex_lock);
+try_hook!(mutex_trylock_impl(m: *mut pthread_mutex_t) Op::MutexTrylock, real_mutex_trylock);
+acquire_hook!(mutex_timedlock_impl(m: *mut pthread_mutex_t, t: *const timespec) Op::MutexTimedlock,
+    try = real_mutex_trylock, block = real_mutex_timedlock);
+acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec)
+    Op::MutexTimedlock, try = real_mutex_trylock, block = real_mutex_clocklock);
+
+/// True if the glibc (x86-64) mutex word says another thread waits, i.e.
+/// the real unlock will enter the kernel to wake it. Layout of
+/// `pthread_mutex_t`: `int __lock` at 0, `int __kind` at 16. Normal kinds:
+/// 0 free, 1 locked, 2 locked with waiters. Robust and priority-inherit
+/// kinds hold the owner's tid with FUTEX_WAITERS (bit 31) set when
+/// contended. Priority-protect mutexes encode the ceiling there: never.
+#[inline(always)]
+unsafe fn mutex_has_waiters(m: *mut pthread_mutex_t) -> bool {
+    let p = m as *const core::sync::atomic::AtomicI32;
+    let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
+    let kind = (*p.add(4)).load(core::sync::atomic::Ordering::Relaxed);
+    const ROBUST: i32 = 16;
+    const PI: i32 = 32;
+    const PP: i32 = 64;
+    if kind & (ROBUST | PI) != 0 {
+        lock as u32 & 0x8000_0000 != 0
+    } else if kind & PP != 0 {
+        false
+    } else {
+        lock > 1
+    }
+}
+
+unsafe extern "C-unwind" fn mutex_unlock_impl(
+    m: *mut pthread_mutex_t,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    if !thread::is_recording() {
+        return real_mutex_unlock(m);
+    }
+    mutex_unlock_rec(m, site, fp)
+}
+
+#[inline(never)]
+unsafe fn mutex_unlock_rec(m: *mut pthread_mutex_t, site: u64, fp: u64) -> c_int {
+    let Some(mut g) = thread::recorder() else {
+        return real_mutex_unlock(m);
+    };
+    let mut ret = None;
+    guarded(|| {
+        let waiters = mutex_has_waiters(m);
+        release(
+            &mut g,
+            &mut ret,
+            Op::MutexUnlock,
+            m as u64,
+            site,
+            fp,
+            || real_mutex_unlock(m),
+        );
+        if waiters && ret == Some(0) {
+            // The unlock had to wake a waiter (a futex syscall): its end
+            // makes the time spent inside unlock visible.
+            g.event(
+                Op::MutexUnlock as u8,
+                phase::END,
+                tsc::now(),
+                m as u64,
+                site,
+                0,
+            );
+        }
+    });
+    match ret {
+        Some(rc) => rc,
+        None => real_mutex_unlock(m),
+    }
+}
+
+tramp!(pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int = mutex_lock_impl ["rsi", "rdx"]);
+tramp!(pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int = mutex_trylock_impl ["rsi", "rdx"]);
+tramp!(pthread_mutex_timedlock(m: *mut pthread_mutex_t, t: *const timespec) -> c_int
+    = mutex_timedlock_impl ["rdx", "rcx"]);
+tramp!(pthread_mutex_clocklock(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec) -> c_int
+    = mutex_clocklock_impl ["rcx", "r8"]);
+tramp!(pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int = mutex_unlock_impl ["rsi", "rdx"]);
+
+// ---- reader-writer locks ----
+
+acquire_hook!(rdlock_impl(l: *mut pthread_rwlock_t) Op::RwRdlock,
+    try = real_tryrdlock, block = real_rdlock);
+acquire_hook!(wrlock_impl(l: *mut pthread_rwlock_t) Op::RwWrlock,
+    try = real_trywrlock, block = real_wrlock);
+try_hook!(tryrdlock_impl(l: *mut pthread_rwlock_t) Op::RwTryRdlock, real_tryrdlock);
+try_hook!(trywrlock_impl(l: *mut pthread_rwlock_t) Op::RwTryWrlock, real_trywrlock);
+acquire_hook!(timedrdlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedRdlock,
+    try = real_tryrdlock, block = real_timedrdlock);
+acquire_hook!(timedwrlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedWrlock,
+    try = real_trywrlock, block = real_timedwrlock);
+acquire_hook!(clockrdlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
+    Op::RwTimedRdlock, try = real_tryrdlock, block = real_clockrdlock);
+acquire_hook!(clockwrlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
+    Op::RwTimedWrlock, try = real_trywrlock, block = real_clockwrlock);
+release_hook!(rwunlock_impl(l: *mut pthread_rwlock_t) Op::RwUnlock, real_rwunlock);
+
+tramp!(pthread_rwlock_rdlock(l: *mut pthread_rwlock_t) -> c_int = rdlock_impl ["rsi", "rdx"]);
+tramp!(pthread_rwlock_wrlock(l: *mut pthread_rwlock_t) -> c_int = wrlock_impl ["rsi", "rdx"]);
+tramp!(pthread_rwlock_tryrdlock(l: *mut pthread_rwlock_t) -> c_int = tryrdlock_impl ["rsi", "rdx"]);
+tramp!(pthread_rwlock_trywrlock(l: *mut pthread_rwlock_t) -> c_int = trywrlock_impl ["rsi", "rdx"]);
+tramp!(pthread_rwlock_timedrdlock(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int
+    = timedrdlock_impl ["rdx", "rcx"]);
+tramp!(pthread_rwlock_timedwrlock(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int
+    = timedwrlock_impl ["rdx", "rcx"]);
+tramp!(pthread_rwlock_clockrdlock(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int
+    = clockrdlock_impl ["rcx", "r8"]);
+tramp!(pthread_rwlock_clockwrlock(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int
+    = clockwrlock_impl ["rcx", "r8"]);
+tramp!(pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int = rwunlock_impl ["rsi", "rdx"]);
+
+// ---- spinlocks ----
+
+acquire_hook!(spin_lock_impl(l: *mut pthread_spinlock_t) Op::SpinLock,
+    try = real_spin_trylock, block = real_spin_lock);
+try_hook!(spin_trylock_impl(l: *mut pthread_spinlock_t) Op::SpinTrylock, real_spin_trylock);
+release_hook!(spin_unlock_impl(l: *mut pthread_spinlock_t) Op::SpinUnlock, real_spin_unlock);
+
+tramp!(pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int = spin_lock_impl ["rsi", "rdx"]);
+tramp!(pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int = spin_trylock_impl ["rsi", "rdx"]);
+tramp!(pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_int = spin_unlock_impl ["rsi", "rdx"]);
+
+// ---- condition variables ----
+
+/// BEGIN (arg = mutex) at the call; after the real wait returns (mutex
+/// re-acquired): DONE (arg = mutex) or FAIL (arg = error, arg2 = mutex).
+/// The guard is not held across the wait (cancellation point).
+#[inline(always)]
+unsafe fn cond_wait_common(
+    op: Op,
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    site: u64,
+    fp: u64,
+    wait: impl FnOnce() -> c_int,
+) -> c_int {
+    match thread::recorder() {
+        None => return wait(),
+        Some(mut g) => {
+            let t0 = tsc::now();
+            guarded(|| {
+                emit(
+                    &mut g,
+                    op,
+                    phase::BEGIN,
+                    t0,
+                    c as u64,
+                    site,
+                    fp,
+                    m as u64,
+                    0,
+                    false,
+                )
+            });
+        }
+    }
+    let rc = wait();
+    if let Some(mut g) = thread::recorder() {
+        let t1 = tsc::now();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    op,
+                    phase::DONE,
+                    t1,
+                    c as u64,
+                    site,
+                    fp,
+                    m as u64,
+                    0,
+                    true,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    op,
+                    phase::FAIL,
+                    t1,
+                    c as u64,
+                    site,
+                    fp,
+                    rc as u64,
+                    m as u64,
+                    true,
+                )
+            }
+        });
+    }
+    rc
+}
+
+unsafe extern "C-unwind" fn cond_wait_impl(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m))
+}
+
+unsafe extern "C-unwind" fn cond_timedwait_impl(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    t: *const timespec,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+        real_cond_timedwait(c, m, t)
+    })
+}
+
+unsafe extern "C-unwind" fn cond_clockwait_impl(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    k: clockid_t,
+    t: *const timespec,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+        real_cond_clockwait(c, m, k, t)
+    })
+}
+
+/// A single-event call (signal, broadcast, post): DONE at the call time,
+/// FAIL with the error.
+#[inline(always)]
+unsafe fn single(op: Op, addr: u64, site: u64, fp: u64, call: impl FnOnce() -> c_int) -> c_int {
+    let Some(mut g) = thread::recorder() else {
+        return call();
+    };
+    let t0 = tsc::now();
+    let rc = call();
+    guarded(|| {
+        if rc == 0 {
+            emit(&mut g, op, phase::DONE, t0, addr, site, fp, 0, 0, false)
+        } else {
+            emit(
+                &mut g,
+                op,
+                phase::FAIL,
+                t0,
+                addr,
+                site,
+                fp,
+                rc as u64,
+                0,
+                false,
+            )
+        }
+    });
+    rc
+}
+
+unsafe extern "C-unwind" fn cond_signal_impl(c: *mut pthread_cond_t, site: u64, fp: u64) -> c_int {
+    single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c))
+}
+
+unsafe extern "C-unwind" fn cond_broadcast_impl(
+    c: *mut pthread_cond_t,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    single(Op::CondBroadcast, c as u64, site, fp, || {
+        real_cond_broadcast(c)
+    })
+}
+
+tramp!(pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int
+    = cond_wait_impl ["rdx", "rcx"]);
+tramp!(pthread_cond_timedwait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, t: *const timespec) -> c_int
+    = cond_timedwait_impl ["rcx", "r8"]);
+tramp!(pthread_cond_clockwait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, k: clockid_t, t: *const timespec) -> c_int
+    = cond_clockwait_impl ["r8", "r9"]);
+tramp!(pthread_cond_signal(c: *mut pthread_cond_t) -> c_int = cond_signal_impl ["rsi", "rdx"]);
+tramp!(pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int = cond_broadcast_impl ["rsi", "rdx"]);
+
+// ---- barriers ----
+
+/// BEGIN at the call, DONE at the return with arg = 1 for the serial
+/// thread (PTHREAD_BARRIER_SERIAL_THREAD), FAIL with the error.
+unsafe extern "C-unwind" fn barrier_wait_impl(
+    b: *mut pthread_barrier_t,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    match thread::recorder() {
+        None => return real_barrier_wait(b),
+        Some(mut g) => {
+            let t0 = tsc::now();
+            guarded(|| {
+                emit(
+                    &mut g,
+                    Op::BarrierWait,
+                    phase::BEGIN,
+                    t0,
+                    b as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            });
+        }
+    }
+    let rc = real_barrier_wait(b);
+    if let Some(mut g) = thread::recorder() {
+        let t1 = tsc::now();
+        guarded(|| match rc {
+            0 => emit(
+                &mut g,
+                Op::BarrierWait,
+                phase::DONE,
+                t1,
+                b as u64,
+                site,
+                fp,
+                0,
+                0,
+                true,
+            ),
+            libc::PTHREAD_BARRIER_SERIAL_THREAD => emit(
+                &mut g,
+                Op::BarrierWait,
+                phase::DONE,
+                t1,
+                b as u64,
+                site,
+                fp,
+                1,
+                0,
+                true,
+            ),
+            e => emit(
+                &mut g,
+                Op::BarrierWait,
+                phase::FAIL,
+                t1,
+                b as u64,
+                site,
+                fp,
+                e as u64,
+                0,
+                true,
+            ),
+        });
+    }
+    rc
+}
+
+tramp!(pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int = barrier_wait_impl ["rsi", "rdx"]);
+
+// ---- semaphores ----
+// Like locks (trywait first), but errors come back in errno, which must
+// look to the program exactly as without us: a failed trywait probe sets
+// EAGAIN, so the caller's errno is put back before the real wait.
+
+unsafe fn sem_wait_common(
+    op: Op,
+    s: *mut sem_t,
+    site: u64,
+    fp: u64,
+    wait: impl FnOnce() -> c_int,
+) -> c_int {
+    let saved = errno();
+    let t0;
+    match thread::recorder() {
+        None => return wait(),
+        Some(mut g) => {
+            t0 = tsc::now();
+            let rc = real_sem_trywait(s);
+            if rc == 0 {
+                guarded(|| emit(&mut g, op, phase::DONE, t0, s as u64, site, fp, 0, 0, false));
+                return 0;
+            }
+            set_errno(saved);
+            guarded(|| {
+                emit(
+                    &mut g,
+                    op,
+                    phase::BEGIN,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            });
+        }
+    }
+    let rc = wait();
+    let e = errno();
+    if let Some(mut g) = thread::recorder() {
+        let t1 = tsc::now();
+        let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
+        let arg = if rc == 0 { 0 } else { e as u64 };
+        guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
+    }
+    set_errno(e);
+    rc
+}
+
+unsafe extern "C-unwind" fn sem_wait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
+    sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s))
+}
+
+unsafe extern "C-unwind" fn sem_timedwait_impl(
+    s: *mut sem_t,
+    t: *const timespec,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t))
+}
+
+unsafe extern "C-unwind" fn sem_trywait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
+    let Some(mut g) = thread::recorder() else {
+        return real_sem_trywait(s);
+    };
+    let t0 = tsc::now();
+    let rc = real_sem_trywait(s);
+    let e = errno();
+    guarded(|| {
+        if rc == 0 {
+            emit(
+                &mut g,
+                Op::SemTrywait,
+                phase::DONE,
+                t0,
+                s as u64,
+                site,
+                fp,
+                0,
+                0,
+                false,
+            )
+        } else {
+            emit(
+                &mut g,
+                Op::SemTrywait,
+                phase::FAIL,
+                t0,
+                s as u64,
+                site,
+                fp,
+                e as u64,
+                0,
+                false,
+            )
+        }
+    });
+    set_errno(e);
+    rc
+}
+
+unsafe extern "C-unwind" fn sem_post_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
+    let Some(mut g) = thread::recorder() else {
+        return real_sem_post(s);
+    };
+    let t0 = tsc::now();
+    let rc = real_sem_post(s);
+    let e = errno();
+    guarded(|| {
+        if rc == 0 {
+            emit(
+                &mut g,
+                Op::SemPost,
+                phase::DONE,
+                t0,
+                s as u64,
+                site,
+                fp,
+                0,
+                0,
+                false,
+            )
+        } else {
+            emit(
+                &mut g,
+                Op::SemPost,
+                phase::FAIL,
+                t0,
+                s as u64,
+                site,
+                fp,
+                e as u64,
+                0,
+                false,
+            )
+        }
+    });
+    set_errno(e);
+    rc
+}
+
+tramp!(sem_wait(s: *mut sem_t) -> c_int = sem_wait_impl ["rsi", "rdx"]);
+tramp!(sem_trywait(s: *mut sem_t) -> c_int = sem_trywait_impl ["rsi", "rdx"]);
+tramp!(sem_timedwait(s: *mut sem_t, t: *const timespec) -> c_int = sem_timedwait_impl ["rdx", "rcx"]);
+tramp!(sem_post(s: *mut sem_t) -> c_int = sem_post_impl ["rsi", "rdx"]);

@@ -1,0 +1,418 @@
+//! Process hooks: fork (the Fork event in the parent; the child's own
+//! files come from the atfork handler in `capture::process`) and the exec
+//! family (maps snapshot and Exec event before the image is replaced, and
+//! an environment that keeps the recorder in the new image).
+
+use libc::{c_char, c_int, pid_t};
+use lockscope_capture::process;
+use lockscope_capture::thread;
+use lockscope_capture::tsc;
+use lockscope_format::{phase, Op};
+
+use crate::common::{emit, errno, guarded, set_errno, tramp};
+use crate::real::real;
+
+type Argv = *const *const c_char;
+
+real!(real_fork = "fork": fn() -> pid_t);
+real!(real_execve = "execve": fn(p: *const c_char, a: Argv, e: Argv) -> c_int);
+real!(real_execvpe = "execvpe": fn(p: *const c_char, a: Argv, e: Argv) -> c_int);
+real!(real_fexecve = "fexecve": fn(fd: c_int, a: Argv, e: Argv) -> c_int);
+
+extern "C" {
+    static environ: Argv;
+}
+
+unsafe extern "C-unwind" fn fork_impl(site: u64, fp: u64) -> pid_t {
+    if !thread::is_recording() {
+        return real_fork();
+    }
+    let pid = real_fork();
+    if pid != 0 {
+        let e = errno();
+        if let Some(mut g) = thread::recorder() {
+            let t = tsc::now();
+            guarded(|| {
+                if pid > 0 {
+                    emit(
+                        &mut g,
+                        Op::Fork,
+                        phase::DONE,
+                        t,
+                        0,
+                        site,
+                        fp,
+                        pid as u64,
+                        0,
+                        false,
+                    )
+                } else {
+                    emit(
+                        &mut g,
+                        Op::Fork,
+                        phase::FAIL,
+                        t,
+                        0,
+                        site,
+                        fp,
+                        e as u64,
+                        0,
+                        false,
+                    )
+                }
+            });
+        }
+        set_errno(e);
+    }
+    pid
+}
+
+tramp!(fork() -> pid_t = fork_impl ["rdi", "rsi"]);
+
+/// Before an exec: if this process is the one being recorded (not a vfork
+/// child sharing our memory), snapshot the maps and emit Exec. Returns
+/// whether it did, so that a failure can be recorded too.
+fn before_exec(site: u64, fp: u64) -> bool {
+    // SAFETY: getpid has no preconditions.
+    if !thread::is_recording() || unsafe { libc::getpid() } as u32 != process::pid() {
+        return false;
+    }
+    let e = errno();
+    process::snapshot_maps();
+    let mut done = false;
+    if let Some(mut g) = thread::recorder() {
+        let t = tsc::now();
+        guarded(|| emit(&mut g, Op::Exec, phase::DONE, t, 0, site, fp, 0, 0, false));
+        done = true;
+    }
+    set_errno(e);
+    done
+}
+
+/// The real exec returned: it failed. Record it, keep errno.
+fn exec_failed(recorded: bool, site: u64, fp: u64) {
+    let e = errno();
+    if recorded {
+        if let Some(mut g) = thread::recorder() {
+            let t = tsc::now();
+            guarded(|| {
+                emit(
+                    &mut g,
+                    Op::Exec,
+                    phase::FAIL,
+                    t,
+                    0,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    false,
+                )
+            });
+        }
+    }
+    set_errno(e);
+}
+
+/// An environment for exec that keeps LD_PRELOAD (with our library) and
+/// LOCKSCOPE_* as they were when this image started. Unchanged when
+/// nothing is missing; otherwise a copy in an anonymous mapping (no
+/// malloc: exec may be called in a fork child of a threaded program),
+/// unmapped if the exec fails.
+struct Env {
+    envp: Argv,
+    map: *mut libc::c_void,
+    len: usize,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !self.map.is_null() {
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(self.map, self.len) };
+        }
+    }
+}
+
+fn starts_with_key(entry: &[u8], saved: &[u8]) -> bool {
+    let key_len = saved.iter().position(|&b| b == b'=').map_or(0, |i| i + 1);
+    key_len > 0 && entry.starts_with(&saved[..key_len])
+}
+
+/// Path of this library, if it was loaded through LD_PRELOAD.
+unsafe fn own_path() -> Option<&'static [u8]> {
+    let mut info: libc::Dl_info = core::mem::zeroed();
+    if libc::dladdr(own_path as *const libc::c_void, &mut info) == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    Some(core::ffi::CStr::from_ptr(info.dli_fname).to_bytes())
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+unsafe fn fix_env(envp: Argv) -> Env {
+    let unchanged = Env {
+        envp,
+        map: core::ptr::null_mut(),
+        len: 0,
+    };
+    let saved = process::saved_env();
+    if saved[1].is_empty() {
+        // Not in a session: nothing to keep.
+        return unchanged;
+    }
+    // Our library's path, if LD_PRELOAD named it (the detailed runtime is
+    // linked into the program and needs no LD_PRELOAD).
+    let lib = own_path().filter(|p| contains(saved[0], p));
+    let mut n = 0usize;
+    let mut present = [false; 4];
+    let mut preload_ok = lib.is_none();
+    let mut preload_at = usize::MAX;
+    if !envp.is_null() {
+        while !(*envp.add(n)).is_null() {
+            let e = core::ffi::CStr::from_ptr(*envp.add(n)).to_bytes();
+            for (i, s) in saved.iter().enumerate() {
+                if !s.is_empty() && !present[i] && starts_with_key(e, s) {
+                    present[i] = true;
+                    if i == 0 {
+                        preload_at = n;
+                        preload_ok = lib.is_none_or(|l| contains(e, l));
+                    }
+                }
+            }
+            n += 1;
+        }
+    }
+    let missing = (0..4)
+        .filter(|&i| !saved[i].is_empty() && !present[i])
+        .count();
+    if missing == 0 && preload_ok {
+        return unchanged;
+    }
+    // Pointer array, then room for a merged LD_PRELOAD entry.
+    let old_preload: &[u8] = if preload_at != usize::MAX {
+        core::ffi::CStr::from_ptr(*envp.add(preload_at)).to_bytes()
+    } else {
+        b""
+    };
+    let text = lib.map_or(0, |l| l.len()) + old_preload.len() + 16;
+    let len = (n + 5) * 8 + text;
+    let map = libc::mmap(
+        core::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if map == libc::MAP_FAILED {
+        return unchanged;
+    }
+    let out = map as *mut *const c_char;
+    let mut k = 0;
+    for i in 0..n {
+        out.add(k).write(*envp.add(i));
+        k += 1;
+    }
+    if !preload_ok {
+        // LD_PRELOAD=<our library>:<what the program set>
+        let dst = (map as *mut u8).add((n + 5) * 8);
+        let lib = lib.unwrap_or(b"");
+        let mut w = 0;
+        for part in [b"LD_PRELOAD=" as &[u8], lib] {
+            core::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(w), part.len());
+            w += part.len();
+        }
+        let old_val = old_preload.get(11..).unwrap_or(b"");
+        if !old_val.is_empty() {
+            *dst.add(w) = b':';
+            w += 1;
+            core::ptr::copy_nonoverlapping(old_val.as_ptr(), dst.add(w), old_val.len());
+            w += old_val.len();
+        }
+        *dst.add(w) = 0;
+        if preload_at != usize::MAX {
+            out.add(preload_at).write(dst as *const c_char);
+        } else {
+            out.add(k).write(dst as *const c_char);
+            k += 1;
+            present[0] = true;
+        }
+    }
+    for i in 0..4 {
+        if !saved[i].is_empty() && !present[i] {
+            // Saved entries are NUL-terminated in their static buffers.
+            out.add(k).write(saved[i].as_ptr() as *const c_char);
+            k += 1;
+        }
+    }
+    out.add(k).write(core::ptr::null());
+    Env {
+        envp: out as Argv,
+        map,
+        len,
+    }
+}
+
+unsafe extern "C-unwind" fn execve_impl(
+    p: *const c_char,
+    a: Argv,
+    e: Argv,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    let rec = before_exec(site, fp);
+    let env = fix_env(e);
+    let rc = real_execve(p, a, env.envp);
+    exec_failed(rec, site, fp);
+    let err = errno();
+    drop(env);
+    set_errno(err);
+    rc
+}
+
+unsafe extern "C-unwind" fn execvpe_impl(
+    p: *const c_char,
+    a: Argv,
+    e: Argv,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    let rec = before_exec(site, fp);
+    let env = fix_env(e);
+    let rc = real_execvpe(p, a, env.envp);
+    exec_failed(rec, site, fp);
+    let err = errno();
+    drop(env);
+    set_errno(err);
+    rc
+}
+
+unsafe extern "C-unwind" fn fexecve_impl(fd: c_int, a: Argv, e: Argv, site: u64, fp: u64) -> c_int {
+    let rec = before_exec(site, fp);
+    let env = fix_env(e);
+    let rc = real_fexecve(fd, a, env.envp);
+    exec_failed(rec, site, fp);
+    let err = errno();
+    drop(env);
+    set_errno(err);
+    rc
+}
+
+unsafe extern "C-unwind" fn execv_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
+    execve_impl(p, a, environ, site, fp)
+}
+
+unsafe extern "C-unwind" fn execvp_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
+    execvpe_impl(p, a, environ, site, fp)
+}
+
+tramp!(execve(p: *const c_char, a: Argv, e: Argv) -> c_int = execve_impl ["rcx", "r8"]);
+tramp!(execvpe(p: *const c_char, a: Argv, e: Argv) -> c_int = execvpe_impl ["rcx", "r8"]);
+tramp!(fexecve(fd: c_int, a: Argv, e: Argv) -> c_int = fexecve_impl ["rcx", "r8"]);
+tramp!(execv(p: *const c_char, a: Argv) -> c_int = execv_impl ["rdx", "rcx"]);
+tramp!(execvp(p: *const c_char, a: Argv) -> c_int = execvp_impl ["rdx", "rcx"]);
+
+// ---- execl, execlp, execle: C-variadic ----
+// The trampoline spills the five register arguments after `path` into a
+// stack array and passes it, the address of the stack arguments, the call
+// site and the variant to `execl_impl`, which collects argv (and envp for
+// execle) and calls the vector form.
+
+macro_rules! execl_tramp {
+    ($name:ident, $kind:literal) => {
+        #[doc = concat!("Interposed `", stringify!($name), "` (C-variadic).")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name(path: *const c_char, arg0: *const c_char) -> c_int {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "sub rsp, 56",
+                ".cfi_adjust_cfa_offset 56",
+                "mov qword ptr [rsp], rsi",
+                "mov qword ptr [rsp + 8], rdx",
+                "mov qword ptr [rsp + 16], rcx",
+                "mov qword ptr [rsp + 24], r8",
+                "mov qword ptr [rsp + 32], r9",
+                "mov rsi, rsp",
+                "lea rdx, [rsp + 64]",
+                "mov rcx, qword ptr [rsp + 56]",
+                "mov r8d, {kind}",
+                "mov r9, rbp",
+                "call {imp}",
+                "add rsp, 56",
+                ".cfi_adjust_cfa_offset -56",
+                "ret",
+                ".cfi_endproc",
+                imp = sym execl_impl,
+                kind = const $kind,
+            )
+        }
+    };
+}
+
+execl_tramp!(execl, 0);
+execl_tramp!(execlp, 1);
+execl_tramp!(execle, 2);
+
+/// Most arguments an execl-family call may pass (the kernel's own limit
+/// on argv is far lower in practice).
+const MAX_LIST: usize = 1 << 16;
+
+unsafe extern "C-unwind" fn execl_impl(
+    path: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+    site: u64,
+    kind: u32,
+    fp: u64,
+) -> c_int {
+    let arg = |i: usize| {
+        if i < 5 {
+            *regs.add(i)
+        } else {
+            *stack.add(i - 5)
+        }
+    };
+    let mut n = 0;
+    while n < MAX_LIST && !arg(n).is_null() {
+        n += 1;
+    }
+    if n == MAX_LIST {
+        set_errno(libc::E2BIG);
+        return -1;
+    }
+    let envp = if kind == 2 {
+        arg(n + 1) as Argv
+    } else {
+        environ
+    };
+    let len = (n + 1) * 8;
+    let map = libc::mmap(
+        core::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if map == libc::MAP_FAILED {
+        set_errno(libc::ENOMEM);
+        return -1;
+    }
+    let argv = map as *mut *const c_char;
+    for i in 0..=n {
+        argv.add(i).write(arg(i));
+    }
+    let rc = if kind == 1 {
+        execvpe_impl(path, argv, envp, site, fp)
+    } else {
+        execve_impl(path, argv, envp, site, fp)
+    };
+    let e = errno();
+    libc::munmap(map, len);
+    set_errno(e);
+    rc
+}

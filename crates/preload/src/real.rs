@@ -1,0 +1,104 @@
+//! The real (next) definitions of the functions we interpose, resolved
+//! lazily with `dlsym(RTLD_NEXT)`.
+//!
+//! Lazily, in every hook, not once in the constructor: another preloaded
+//! or early library's constructor may call `pthread_mutex_lock` before
+//! ours has run (capture-facts.md). glibc 2.36's `dlsym` does not allocate,
+//! so resolving from inside a hook is safe.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// One lazily resolved function pointer.
+pub(crate) struct Real {
+    p: AtomicUsize,
+    /// NUL-terminated symbol name.
+    name: &'static [u8],
+    /// NUL-terminated symbol version, or empty for the default version.
+    version: &'static [u8],
+}
+
+impl Real {
+    pub(crate) const fn new(name: &'static [u8]) -> Real {
+        Real {
+            p: AtomicUsize::new(0),
+            name,
+            version: b"",
+        }
+    }
+
+    pub(crate) const fn versioned(name: &'static [u8], version: &'static [u8]) -> Real {
+        Real {
+            p: AtomicUsize::new(0),
+            name,
+            version,
+        }
+    }
+
+    /// The address of the real function.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> usize {
+        let p = self.p.load(Ordering::Relaxed);
+        if p != 0 {
+            p
+        } else {
+            self.resolve()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn resolve(&self) -> usize {
+        // SAFETY: dlsym/dlvsym with NUL-terminated names; errno is saved
+        // because the program must not see our lookups.
+        unsafe {
+            let saved = *libc::__errno_location();
+            let mut p = core::ptr::null_mut();
+            if !self.version.is_empty() {
+                p = libc::dlvsym(
+                    libc::RTLD_NEXT,
+                    self.name.as_ptr() as *const libc::c_char,
+                    self.version.as_ptr() as *const libc::c_char,
+                );
+            }
+            if p.is_null() {
+                p = libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const libc::c_char);
+            }
+            *libc::__errno_location() = saved;
+            if p.is_null() {
+                // The program called a function that no later object
+                // defines: there is nothing correct we can forward to.
+                let msg = b"lockscope: cannot resolve an interposed function: ";
+                libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
+                libc::write(
+                    2,
+                    self.name.as_ptr() as *const libc::c_void,
+                    self.name.len() - 1,
+                );
+                libc::write(2, b"\n".as_ptr() as *const libc::c_void, 1);
+                libc::abort();
+            }
+            self.p.store(p as usize, Ordering::Relaxed);
+            p as usize
+        }
+    }
+}
+
+/// Declares a lazily resolved real function and a typed caller for it.
+macro_rules! real {
+    ($(#[$m:meta])* $vis:vis $caller:ident = $sym:literal $(@ $ver:literal)? : fn($($a:ident : $t:ty),*) -> $r:ty) => {
+        $(#[$m])*
+        #[inline(always)]
+        #[allow(clippy::missing_safety_doc)]
+        $vis unsafe fn $caller($($a: $t),*) -> $r {
+            static R: $crate::real::Real = real!(@new $sym $(, $ver)?);
+            let f: unsafe extern "C-unwind" fn($($t),*) -> $r =
+                core::mem::transmute::<usize, unsafe extern "C-unwind" fn($($t),*) -> $r>(R.get());
+            f($($a),*)
+        }
+    };
+    (@new $sym:literal) => { $crate::real::Real::new(concat!($sym, "\0").as_bytes()) };
+    (@new $sym:literal, $ver:literal) => {
+        $crate::real::Real::versioned(concat!($sym, "\0").as_bytes(), concat!($ver, "\0").as_bytes())
+    };
+}
+pub(crate) use real;

@@ -1,0 +1,308 @@
+//! Thread lifecycle hooks: create (with a start trampoline that emits
+//! ThreadStart/ThreadExit in the new thread), exit, join, and names.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use libc::{c_char, c_int, c_void, pthread_attr_t, pthread_t};
+use lockscope_capture::raw::{Head, OP_THREAD_NAME};
+use lockscope_capture::thread;
+use lockscope_capture::tsc;
+use lockscope_format::{phase, Op};
+
+use crate::common::{emit, guarded, tramp};
+use crate::real::real;
+
+extern "C" {
+    fn pthread_attr_getdetachstate(a: *const pthread_attr_t, s: *mut c_int) -> c_int;
+}
+
+type StartFn = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
+real!(real_create = "pthread_create": fn(t: *mut pthread_t, a: *const pthread_attr_t, f: StartFn, arg: *mut c_void) -> c_int);
+real!(real_join = "pthread_join": fn(t: pthread_t, r: *mut *mut c_void) -> c_int);
+real!(real_exit = "pthread_exit": fn(r: *mut c_void) -> ());
+real!(real_setname = "pthread_setname_np": fn(t: pthread_t, n: *const c_char) -> c_int);
+
+/// What the start trampoline needs; malloc'd by the creating thread,
+/// freed by the new one.
+struct Start {
+    f: StartFn,
+    arg: *mut c_void,
+    parent_tid: u32,
+    /// Created joinable: its ring is unmapped by whoever joins it.
+    joinable: bool,
+}
+
+/// Offset of `tid` inside glibc's `struct pthread`, from the descriptor
+/// glibc exports for libthread_db (`_thread_db_pthread_tid`: bit size,
+/// count, offset). u32::MAX: unknown (then tids of other threads are 0).
+static TID_OFFSET: AtomicU32 = AtomicU32::new(0);
+
+fn tid_offset() -> Option<usize> {
+    let mut off = TID_OFFSET.load(Ordering::Relaxed);
+    if off == 0 {
+        // SAFETY: dlvsym with NUL-terminated names; the symbol, if
+        // present, is a 3 x u32 read-only array.
+        off = unsafe {
+            let d = libc::dlvsym(
+                libc::RTLD_DEFAULT,
+                c"_thread_db_pthread_tid".as_ptr(),
+                c"GLIBC_PRIVATE".as_ptr(),
+            ) as *const u32;
+            if !d.is_null() && *d == 32 && *d.add(1) == 1 && *d.add(2) < 4096 {
+                *d.add(2) + 1
+            } else {
+                u32::MAX
+            }
+        };
+        TID_OFFSET.store(off, Ordering::Relaxed);
+    }
+    (off != u32::MAX).then(|| off as usize - 1)
+}
+
+/// Kernel tid of a thread that is known to be alive (not yet joined):
+/// glibc's descriptor holds it from the moment clone returns
+/// (CLONE_PARENT_SETTID).
+unsafe fn tid_of(t: pthread_t) -> u32 {
+    if t == libc::pthread_self() {
+        return libc::gettid() as u32;
+    }
+    match tid_offset() {
+        Some(off) => *((t as usize + off) as *const i32) as u32,
+        None => 0,
+    }
+}
+
+unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
+    let s = core::ptr::read(p as *const Start);
+    libc::free(p);
+    thread::thread_started(s.parent_tid);
+    if let Some(mut g) = thread::recorder() {
+        let t = tsc::now();
+        guarded(|| {
+            g.event(
+                Op::ThreadStart as u8,
+                phase::DONE,
+                t,
+                0,
+                s.f as usize as u64,
+                s.parent_tid,
+            )
+        });
+    }
+    // The start routine runs outside any guard and catch_unwind: it may
+    // end in pthread_exit or cancellation, which unwind through this
+    // frame (hence "C-unwind" and no destructors here).
+    let r = (s.f)(s.arg);
+    thread_exit_event(0, s.joinable);
+    r
+}
+
+/// Last event of the calling thread, and the ring's end stamp. A joinable
+/// thread also hands its ring to the joiner for unmapping.
+fn thread_exit_event(site: u64, joinable: bool) {
+    if let Some(mut g) = thread::recorder() {
+        let t = tsc::now();
+        guarded(|| {
+            g.event(Op::ThreadExit as u8, phase::DONE, t, 0, site, 0);
+            g.stamp_exit(t);
+            if joinable {
+                g.retire_ring();
+            }
+        });
+    }
+}
+
+/// True if the calling thread is joinable (pthread_exit does not know how
+/// the thread was created).
+fn self_joinable() -> bool {
+    // SAFETY: pthread_getattr_np fills a zeroed attr we then destroy.
+    unsafe {
+        let mut a: pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut a) != 0 {
+            return false;
+        }
+        let mut d = 0;
+        pthread_attr_getdetachstate(&a, &mut d);
+        libc::pthread_attr_destroy(&mut a);
+        d == libc::PTHREAD_CREATE_JOINABLE
+    }
+}
+
+unsafe extern "C-unwind" fn create_impl(
+    t: *mut pthread_t,
+    attr: *const pthread_attr_t,
+    f: StartFn,
+    arg: *mut c_void,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    let parent_tid = match thread::recorder() {
+        None => return real_create(t, attr, f, arg),
+        Some(mut g) => g.tid(),
+    };
+    // One small allocation per thread creation, outside the event path
+    // (pthread_create allocates a stack anyway).
+    let s = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
+    if s.is_null() {
+        return real_create(t, attr, f, arg);
+    }
+    let mut detached = 0;
+    if !attr.is_null() {
+        pthread_attr_getdetachstate(attr, &mut detached);
+    }
+    let joinable = detached != libc::PTHREAD_CREATE_DETACHED;
+    s.write(Start {
+        f,
+        arg,
+        parent_tid,
+        joinable,
+    });
+    let rc = real_create(t, attr, start_trampoline, s as *mut c_void);
+    if rc != 0 {
+        libc::free(s as *mut c_void);
+        return rc;
+    }
+    if let Some(mut g) = thread::recorder() {
+        let now = tsc::now();
+        guarded(|| {
+            // A detached thread may already be gone and its descriptor
+            // reused: read the tid only of joinable threads.
+            let tid = if joinable { tid_of(*t) } else { 0 };
+            emit(
+                &mut g,
+                Op::ThreadCreate,
+                phase::DONE,
+                now,
+                *t,
+                site,
+                fp,
+                u64::from(tid),
+                0,
+                false,
+            );
+        });
+    }
+    rc
+}
+
+unsafe extern "C-unwind" fn join_impl(
+    t: pthread_t,
+    r: *mut *mut c_void,
+    site: u64,
+    fp: u64,
+) -> c_int {
+    let tid;
+    match thread::recorder() {
+        None => return real_join(t, r),
+        Some(mut g) => {
+            // Read before the join: afterwards the descriptor is freed.
+            tid = tid_of(t);
+            let t0 = tsc::now();
+            guarded(|| {
+                emit(
+                    &mut g,
+                    Op::ThreadJoin,
+                    phase::BEGIN,
+                    t0,
+                    t,
+                    site,
+                    fp,
+                    u64::from(tid),
+                    0,
+                    false,
+                )
+            });
+        }
+    }
+    let rc = real_join(t, r);
+    if rc == 0 {
+        // The thread is gone, destructors and all: its ring can go too.
+        thread::release_joined(t);
+    }
+    if let Some(mut g) = thread::recorder() {
+        let t1 = tsc::now();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    Op::ThreadJoin,
+                    phase::DONE,
+                    t1,
+                    t,
+                    site,
+                    fp,
+                    u64::from(tid),
+                    0,
+                    true,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    Op::ThreadJoin,
+                    phase::FAIL,
+                    t1,
+                    t,
+                    site,
+                    fp,
+                    rc as u64,
+                    0,
+                    true,
+                )
+            }
+        });
+    }
+    rc
+}
+
+unsafe extern "C-unwind" fn exit_impl(r: *mut c_void, site: u64, _fp: u64) {
+    if thread::is_recording() {
+        // The main thread's ring stays: the process may go on in other
+        // threads and exit() will still record into it.
+        let main = libc::gettid() as u32 == lockscope_capture::process::pid();
+        thread_exit_event(site, !main && self_joinable());
+    }
+    real_exit(r);
+    // pthread_exit does not return.
+    libc::abort();
+}
+
+unsafe extern "C-unwind" fn setname_impl(
+    t: pthread_t,
+    name: *const c_char,
+    site: u64,
+    _fp: u64,
+) -> c_int {
+    let rc = real_setname(t, name);
+    if rc != 0 || name.is_null() {
+        return rc;
+    }
+    if let Some(mut g) = thread::recorder() {
+        let now = tsc::now();
+        guarded(|| {
+            let mut b = [0u8; 16];
+            let s = core::ffi::CStr::from_ptr(name).to_bytes();
+            let n = s.len().min(15);
+            b[..n].copy_from_slice(&s[..n]);
+            let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+            let hi = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+            // addr = tid of the thread that was named (a thread may name
+            // another one, e.g. a parent naming its child).
+            let head = Head {
+                tsc: now,
+                addr: u64::from(tid_of(t)),
+                site,
+                op: OP_THREAD_NAME,
+                ..Head::default()
+            };
+            g.emit(head, Some((lo, hi)), &[]);
+        });
+    }
+    rc
+}
+
+tramp!(pthread_create(t: *mut pthread_t, a: *const pthread_attr_t, f: StartFn, arg: *mut c_void) -> c_int
+    = create_impl ["r8", "r9"]);
+tramp!(pthread_join(t: pthread_t, r: *mut *mut c_void) -> c_int = join_impl ["rdx", "rcx"]);
+tramp!(pthread_exit(r: *mut c_void) -> () = exit_impl ["rsi", "rdx"]);
+tramp!(pthread_setname_np(t: pthread_t, n: *const c_char) -> c_int = setname_impl ["rdx", "rcx"]);

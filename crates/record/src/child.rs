@@ -1,0 +1,157 @@
+//! Starting the program, forwarding signals to it, and reaping it and its
+//! descendants.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use crate::{RecordConfig, RecordError};
+
+/// Last forwardable signal received (0: none pending).
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Signals received so far (the third one escalates to SIGKILL).
+static SIGNAL_COUNT: AtomicU32 = AtomicU32::new(0);
+
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // A Ctrl-C on the terminal is sent by the kernel (si_code > 0) to the
+    // whole foreground process group, the program included: forwarding it
+    // would deliver it twice. Only signals sent to the recorder alone
+    // (kill(2): si_code <= 0) are forwarded. Either way the recorder keeps
+    // running and finishes the trace once the program is gone.
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
+    let user_sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    SIGNAL_COUNT.fetch_add(1, Ordering::Relaxed);
+    if user_sent {
+        PENDING_SIGNAL.store(sig, Ordering::Relaxed);
+    }
+}
+
+/// Installed signal handlers; restores the previous ones when dropped.
+pub(crate) struct SignalGuard {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl SignalGuard {
+    pub(crate) fn install() -> SignalGuard {
+        PENDING_SIGNAL.store(0, Ordering::Relaxed);
+        SIGNAL_COUNT.store(0, Ordering::Relaxed);
+        let mut old = Vec::new();
+        for sig in FORWARDED {
+            // SAFETY: plain sigaction calls with initialized structs.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        SignalGuard { old }
+    }
+
+    /// A signal to forward, if one arrived since the last call; after
+    /// three signals, SIGKILL (the user insists).
+    pub(crate) fn take(&self) -> Option<libc::c_int> {
+        let s = PENDING_SIGNAL.swap(0, Ordering::Relaxed);
+        if SIGNAL_COUNT.load(Ordering::Relaxed) >= 3 {
+            return Some(libc::SIGKILL);
+        }
+        (s != 0).then_some(s)
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring what sigaction returned.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// Starts the program with the preload library and session variables.
+pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32, RecordError> {
+    let mut preload = OsString::from(cfg.preload_lib.as_os_str());
+    // Prepend: the program's own preloads still load, after ours, so our
+    // hooks see their lock calls too.
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(&cfg.program);
+    cmd.args(&cfg.args)
+        .env("LD_PRELOAD", preload)
+        .env(lockscope_capture::session::ENV_SESSION, session)
+        .env(
+            lockscope_capture::session::ENV_RING_KB,
+            cfg.ring_kb.to_string(),
+        )
+        .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str());
+    let child = cmd.spawn().map_err(|source| RecordError::Spawn {
+        program: cfg.program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    // The Child handle is dropped without waiting: we reap with waitpid(-1)
+    // below, which also collects reparented grandchildren.
+    Ok(child.id())
+}
+
+/// Makes this process the reaper of orphaned descendants (or stops being
+/// one), so that a program's background children are waited for (their
+/// rings drained) and their exit status known.
+pub(crate) fn set_subreaper(on: bool) {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_CHILD_SUBREAPER,
+            libc::c_ulong::from(on),
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// Shell-style status: the exit code, or 128+N for signal N.
+pub(crate) fn shell_status(raw: libc::c_int) -> (i32, Option<i32>) {
+    if libc::WIFSIGNALED(raw) {
+        let s = libc::WTERMSIG(raw);
+        (128 + s, Some(s))
+    } else {
+        (libc::WEXITSTATUS(raw), None)
+    }
+}
+
+/// Reaps every exited child without blocking. Returns false when there
+/// is no child left at all.
+pub(crate) fn reap(statuses: &mut HashMap<u32, libc::c_int>) -> bool {
+    loop {
+        let mut st = 0;
+        // SAFETY: plain waitpid.
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid > 0 {
+            statuses.insert(pid as u32, st);
+            continue;
+        }
+        if pid == 0 {
+            return true;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return false;
+    }
+}
+
+/// Sends `sig` to `pid` (ignoring "no such process": it just exited).
+pub(crate) fn send(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill with a positive pid.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}

@@ -1,0 +1,728 @@
+//! The drain: discovers session files, empties the rings, converts raw
+//! events into trace events and records, and hands them to the writer.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use lockscope_capture::raw::Slot;
+use lockscope_capture::ring::{Consumer, RingError};
+use lockscope_capture::session::{
+    parse_file_name, ProcessHeader, SessionFile, HEADER_BYTES, PROC_MAGIC,
+};
+use lockscope_capture::tsc::{self, ClockPair};
+use lockscope_format::{
+    Loss, LossReason, MapEntry, Overhead, Process, Record, StringEntry, Thread,
+};
+
+use crate::maps::{parse_complete, MapLine};
+
+/// What the drain sends to the writer thread, in file order.
+pub(crate) enum Msg {
+    /// A record, written as is (Process and Thread records also set up the
+    /// converter's state for them).
+    Rec(Record),
+    /// Raw slots copied out of one thread's ring, whole events only.
+    Raw {
+        /// Trace thread id.
+        thread: u32,
+        /// The slots.
+        slots: Vec<Slot>,
+        /// Slots the ring reported corrupt.
+        corrupt: u64,
+        /// Events the producer dropped since the previous batch.
+        lost: u64,
+        /// Conversion to ns at the time of the copy.
+        clock: ClockConv,
+    },
+    /// The thread's ring is closed: write its losses and its end.
+    ThreadEnd {
+        /// Trace thread id.
+        thread: u32,
+        /// Exit stamp (0: not stamped; the last event's time is used).
+        end_tsc: u64,
+        /// Events the producer dropped over the thread's life.
+        lost: u64,
+        /// Conversion to ns.
+        clock: ClockConv,
+    },
+    /// A process image ended.
+    ProcessEnd {
+        /// Trace process id.
+        process: u32,
+        /// End time if known (else the time of its last event).
+        end_ns: Option<u64>,
+        /// Shell-style status, -1 unknown.
+        status: i32,
+    },
+    /// The end: flush and write the footer.
+    Finish {
+        /// Recording duration.
+        duration_ns: u64,
+        /// Exit status of the program.
+        exit_status: i32,
+    },
+}
+
+/// A snapshot of the tick conversion, sent along with raw slots.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClockConv {
+    tsc0: u64,
+    ns_per_tick: f64,
+}
+
+impl ClockConv {
+    #[inline]
+    pub(crate) fn ns(&self, ticks: u64) -> u64 {
+        if ticks <= self.tsc0 {
+            return 0;
+        }
+        ((ticks - self.tsc0) as f64 * self.ns_per_tick) as u64
+    }
+}
+
+/// Ticks to nanoseconds since the start of the trace.
+///
+/// The frequency is re-estimated from the start pair to a fresh pair every
+/// [`Clock::REFINE`] while recording, and events are converted with the
+/// current estimate. An event is converted shortly after it happened, so
+/// its error is about the jitter of one clock pair (tens of ns) instead of
+/// growing with the run length as with a frequency measured once at start.
+/// The alternative, buffering raw ticks until the end, would need memory
+/// proportional to the trace.
+pub(crate) struct Clock {
+    start: ClockPair,
+    ns_per_tick: f64,
+    last_refine: Instant,
+}
+
+impl Clock {
+    const REFINE: Duration = Duration::from_millis(50);
+
+    pub(crate) fn new(start: ClockPair, hz: f64) -> Clock {
+        let mut c = Clock {
+            start,
+            ns_per_tick: 1.0,
+            last_refine: Instant::now(),
+        };
+        c.set_hz(hz);
+        c
+    }
+
+    fn set_hz(&mut self, hz: f64) {
+        // A frequency outside 1 MHz..100 GHz is a broken clock pair; keep
+        // the previous estimate.
+        if hz.is_finite() && (1e6..1e11).contains(&hz) {
+            self.ns_per_tick = 1e9 / hz;
+        }
+    }
+
+    /// Re-estimates the frequency if it is time to.
+    pub(crate) fn maybe_refine(&mut self, force: bool) {
+        if force || self.last_refine.elapsed() >= Self::REFINE {
+            self.set_hz(tsc::hz_between(self.start, tsc::pair()));
+            self.last_refine = Instant::now();
+        }
+    }
+
+    pub(crate) fn hz(&self) -> f64 {
+        1e9 / self.ns_per_tick
+    }
+
+    #[inline]
+    pub(crate) fn ns(&self, ticks: u64) -> u64 {
+        if ticks <= self.start.tsc {
+            return 0;
+        }
+        ((ticks - self.start.tsc) as f64 * self.ns_per_tick) as u64
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.ns(tsc::now())
+    }
+
+    pub(crate) fn conv(&self) -> ClockConv {
+        ClockConv {
+            tsc0: self.start.tsc,
+            ns_per_tick: self.ns_per_tick,
+        }
+    }
+}
+
+/// The read-only mapping of a process file's header page.
+struct ProcHdr {
+    base: *mut libc::c_void,
+}
+
+impl ProcHdr {
+    /// Maps the header; `Ok(None)` while the program has not finished
+    /// writing it (file too short, magic not yet there).
+    fn open(path: &Path) -> std::io::Result<Option<(ProcHdr, File)>> {
+        use std::os::unix::io::AsRawFd;
+        let f = File::open(path)?;
+        if (f.metadata()?.len() as usize) < HEADER_BYTES {
+            return Ok(None);
+        }
+        // SAFETY: mapping one page of a regular file we opened, read-only.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                HEADER_BYTES,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let h = ProcHdr { base };
+        // SAFETY: within the mapping.
+        let magic = unsafe { std::ptr::read_volatile(&h.get().magic) };
+        if magic != PROC_MAGIC {
+            return Ok(None);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        Ok(Some((h, f)))
+    }
+
+    fn get(&self) -> &ProcessHeader {
+        // SAFETY: one mapped page, at least size_of::<ProcessHeader>().
+        unsafe { &*(self.base as *const ProcessHeader) }
+    }
+
+    fn load(&self, a: &std::sync::atomic::AtomicU64) -> u64 {
+        a.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Drop for ProcHdr {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what open mapped.
+        unsafe { libc::munmap(self.base, HEADER_BYTES) };
+    }
+}
+
+struct Proc {
+    id: u32,
+    pid: u32,
+    gen: u32,
+    hdr: ProcHdr,
+    start_ns: u64,
+    maps_seen: HashSet<MapLine>,
+    maps_consumed: HashMap<u32, usize>,
+}
+
+struct Ring {
+    name: String,
+    path: PathBuf,
+    c: Consumer,
+    thread: u32,
+    lost_seen: u64,
+    end_seen: Option<Instant>,
+}
+
+/// Totals the drain reports at the end.
+#[derive(Default)]
+pub(crate) struct DrainTotals {
+    pub processes: u32,
+    pub threads: u32,
+    pub disabled: Vec<u32>,
+}
+
+/// How long a ring whose thread has exited is kept before it is closed:
+/// a thread's last events (TLS destructors) may be published just after
+/// its exit stamp.
+const END_GRACE: Duration = Duration::from_millis(20);
+/// Upper bound of argv text accepted from a process file.
+const MAX_ARGV_BYTES: u32 = 1 << 20;
+
+pub(crate) struct Drainer {
+    dir: PathBuf,
+    pub(crate) clock: Clock,
+    tx: SyncSender<Msg>,
+    pool: Receiver<Vec<Slot>>,
+    procs: Vec<Proc>,
+    proc_index: HashMap<(u32, u32), usize>,
+    rings: Vec<Ring>,
+    open_rings: HashSet<String>,
+    threads_by_tid: HashMap<(u32, u32, u32), u32>,
+    strings: HashMap<String, u32>,
+    build_ids: HashMap<String, Vec<u8>>,
+    next_thread: u32,
+    send_failed: bool,
+    spare: Option<Vec<Slot>>,
+}
+
+impl Drainer {
+    pub(crate) fn new(
+        dir: &Path,
+        clock: Clock,
+        tx: SyncSender<Msg>,
+        pool: Receiver<Vec<Slot>>,
+    ) -> Drainer {
+        Drainer {
+            dir: dir.to_path_buf(),
+            clock,
+            tx,
+            pool,
+            procs: Vec::new(),
+            proc_index: HashMap::new(),
+            rings: Vec::new(),
+            open_rings: HashSet::new(),
+            threads_by_tid: HashMap::new(),
+            strings: HashMap::new(),
+            build_ids: HashMap::new(),
+            next_thread: 1,
+            send_failed: false,
+            spare: None,
+        }
+    }
+
+    fn send(&mut self, m: Msg) {
+        // The writer only stops early when writing failed; its error is
+        // reported when it is joined. Keep draining so the program is
+        // never blocked, dropping what cannot be written.
+        if !self.send_failed && self.tx.send(m).is_err() {
+            self.send_failed = true;
+        }
+    }
+
+    fn loss(&mut self, process: u32, events: u64, reason: LossReason) {
+        if events == 0 && reason != LossReason::RecorderDisabled {
+            return;
+        }
+        self.send(Msg::Rec(Record::Loss(Loss {
+            thread: 0,
+            process,
+            events,
+            reason,
+        })));
+    }
+
+    /// Lists the session directory and opens what is new.
+    pub(crate) fn discover(&mut self, final_pass: bool) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut new_procs = Vec::new();
+        let mut new_rings = Vec::new();
+        let mut maps = Vec::new();
+        for ent in rd.flatten() {
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            match parse_file_name(name) {
+                Some(SessionFile::Proc { pid, gen })
+                    if !self.proc_index.contains_key(&(pid, gen)) =>
+                {
+                    new_procs.push((pid, gen, ent.path()));
+                }
+                Some(SessionFile::Ring { pid, gen, tid }) if !self.open_rings.contains(name) => {
+                    new_rings.push((pid, gen, tid, name.to_string(), ent.path()));
+                }
+                Some(SessionFile::Maps { pid, gen, k }) => {
+                    let len = ent.metadata().map(|m| m.len() as usize).unwrap_or(0);
+                    maps.push((pid, gen, k, len, ent.path()));
+                }
+                _ => {}
+            }
+        }
+        // Parents start before their children and an image before the one
+        // that replaces it: registering in start order lets every process
+        // find its parent already registered.
+        let mut opened = Vec::new();
+        for (pid, gen, path) in new_procs {
+            if let Some((hdr, argv, exe)) = self.open_proc(&path, final_pass) {
+                opened.push((pid, gen, hdr, argv, exe));
+            }
+        }
+        opened.sort_by_key(|p| p.2.get().start_tsc);
+        for (pid, gen, hdr, argv, exe) in opened {
+            self.add_proc(pid, gen, hdr, argv, exe);
+        }
+        for (pid, gen, k, len, path) in maps {
+            if let Some(&pi) = self.proc_index.get(&(pid, gen)) {
+                if self.procs[pi].maps_consumed.get(&k).copied().unwrap_or(0) < len {
+                    self.read_maps(pi, k, &path);
+                }
+            }
+        }
+        // Creating threads start before the threads they create: adding
+        // rings in start order lets every thread find its parent.
+        let mut ready = Vec::new();
+        for (pid, gen, tid, name, path) in new_rings {
+            let Some(&pi) = self.proc_index.get(&(pid, gen)) else {
+                continue; // its process file is not readable yet
+            };
+            match Consumer::open(&path) {
+                Ok(c) => ready.push((pi, tid, name, path, c)),
+                // Still being created: retried at the next listing. After
+                // the program is gone, a ring without a header never
+                // published an event: nothing to count.
+                Err(RingError::BadHeader(_)) | Err(RingError::Io(_)) => {}
+                Err(_) => {}
+            }
+        }
+        ready.sort_by_key(|r| r.4.header().start_tsc);
+        for (pi, tid, name, path, c) in ready {
+            self.add_ring(pi, tid, name, path, c);
+        }
+    }
+
+    fn open_proc(
+        &mut self,
+        path: &Path,
+        final_pass: bool,
+    ) -> Option<(ProcHdr, Vec<String>, String)> {
+        let (hdr, mut f) = ProcHdr::open(path).ok()??;
+        let h = hdr.get();
+        // SAFETY: plain field of the mapped header, written before magic.
+        let want = unsafe { std::ptr::read_volatile(&h.argv_bytes) }.min(MAX_ARGV_BYTES) as usize;
+        let mut text = Vec::new();
+        let _ = f.seek(SeekFrom::Start(HEADER_BYTES as u64));
+        let _ = (&mut f).take(want as u64).read_to_end(&mut text);
+        if text.len() < want && !final_pass {
+            return None; // argv still being written
+        }
+        let mut parts: Vec<String> = text
+            .split(|&b| b == 0)
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        if parts.last().is_some_and(|s| s.is_empty()) {
+            parts.pop();
+        }
+        let exe = if parts.is_empty() {
+            String::new()
+        } else {
+            parts.remove(0)
+        };
+        Some((hdr, parts, exe))
+    }
+
+    /// Registers a process image. `pid` and `gen` come from the file
+    /// name, which the program claimed with O_EXCL; the header's copies
+    /// are not trusted over it.
+    fn add_proc(&mut self, pid: u32, gen: u32, hdr: ProcHdr, argv: Vec<String>, exe: String) {
+        let h = hdr.get();
+        // SAFETY: plain fields of the mapped header, written before magic.
+        let (ppid, pgen, start_tsc) = unsafe {
+            (
+                std::ptr::read_volatile(&h.ppid),
+                std::ptr::read_volatile(&h.parent_generation),
+                std::ptr::read_volatile(&h.start_tsc),
+            )
+        };
+        if self.proc_index.contains_key(&(pid, gen)) {
+            return;
+        }
+        // The image an exec replaced, else the fork parent (the child
+        // records its parent's pid and image generation).
+        let parent = if gen > 0 {
+            self.proc_index.get(&(pid, gen - 1))
+        } else {
+            self.proc_index.get(&(ppid, pgen))
+        }
+        .map_or(0, |&i| self.procs[i].id);
+        let id = self.procs.len() as u32 + 1;
+        let start_ns = self.clock.ns(start_tsc);
+        self.send(Msg::Rec(Record::Process(Process {
+            id,
+            pid,
+            parent,
+            exec_generation: gen,
+            start_ns,
+            argv,
+            exe,
+        })));
+        self.proc_index.insert((pid, gen), self.procs.len());
+        self.procs.push(Proc {
+            id,
+            pid,
+            gen,
+            hdr,
+            start_ns,
+            maps_seen: HashSet::new(),
+            maps_consumed: HashMap::new(),
+        });
+    }
+
+    fn read_maps(&mut self, pi: usize, k: u32, path: &Path) {
+        let Ok(text) = std::fs::read(path) else {
+            return;
+        };
+        let from = self.procs[pi].maps_consumed.get(&k).copied().unwrap_or(0);
+        if from >= text.len() {
+            return;
+        }
+        let (lines, used) = parse_complete(&text[from..]);
+        self.procs[pi].maps_consumed.insert(k, from + used);
+        for l in lines {
+            if !self.procs[pi].maps_seen.insert(l.clone()) {
+                continue;
+            }
+            let path_id = if l.path.is_empty() {
+                0
+            } else {
+                self.intern(&l.path)
+            };
+            let build_id = self.build_id_of(&l.path);
+            let process = self.procs[pi].id;
+            self.send(Msg::Rec(Record::Map(MapEntry {
+                process,
+                start: l.start,
+                end: l.end,
+                offset: l.offset,
+                path: path_id,
+                build_id,
+                perms: l.perms,
+            })));
+        }
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32 + 1;
+        self.strings.insert(s.to_string(), id);
+        self.send(Msg::Rec(Record::String(StringEntry {
+            id,
+            text: s.to_string(),
+        })));
+        id
+    }
+
+    fn build_id_of(&mut self, path: &str) -> Vec<u8> {
+        if !path.starts_with('/') || path.ends_with(" (deleted)") {
+            return Vec::new();
+        }
+        if let Some(b) = self.build_ids.get(path) {
+            return b.clone();
+        }
+        let b = crate::elf::build_id(Path::new(path)).unwrap_or_default();
+        self.build_ids.insert(path.to_string(), b.clone());
+        b
+    }
+
+    fn add_ring(&mut self, pi: usize, tid: u32, name: String, path: PathBuf, c: Consumer) {
+        let h = c.header();
+        let (pid, gen) = (self.procs[pi].pid, self.procs[pi].gen);
+        let parent = if h.parent_tid != 0 {
+            self.threads_by_tid
+                .get(&(pid, gen, h.parent_tid))
+                .copied()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let tname = name_from(&h.name);
+        let start_ns = self.clock.ns(h.start_tsc);
+        let id = self.next_thread;
+        self.next_thread += 1;
+        self.threads_by_tid.insert((pid, gen, tid), id);
+        let process = self.procs[pi].id;
+        self.send(Msg::Rec(Record::Thread(Thread {
+            id,
+            process,
+            tid,
+            parent,
+            start_ns,
+            name: tname,
+        })));
+        self.open_rings.insert(name.clone());
+        self.rings.push(Ring {
+            name,
+            path,
+            c,
+            thread: id,
+            lost_seen: 0,
+            end_seen: None,
+        });
+    }
+
+    /// Drains every open ring once. Returns the slots copied and the
+    /// fullest ring's fill fraction before the copy.
+    pub(crate) fn drain_all(&mut self) -> (u64, f64) {
+        let mut total = 0;
+        let mut fullest = 0.0f64;
+        let mut i = 0;
+        while i < self.rings.len() {
+            let n = self.drain_ring(i);
+            let cap = self.rings[i].c.header().capacity.max(1);
+            fullest = fullest.max(n as f64 / cap as f64);
+            total += n;
+            if self.ring_done(i) {
+                self.close_ring(i);
+            } else {
+                i += 1;
+            }
+        }
+        (total, fullest)
+    }
+
+    /// Copies whatever the ring holds and hands it to the writer.
+    fn drain_ring(&mut self, ri: usize) -> u64 {
+        let r = &mut self.rings[ri];
+        // Read before the copy: events counted lost by now were dropped
+        // while the ring was full, i.e. after everything copied now.
+        let lost_now = r.c.lost();
+        let mut slots = self
+            .spare
+            .take()
+            .or_else(|| self.pool.try_recv().ok())
+            .unwrap_or_default();
+        slots.clear();
+        let (n, corrupt) = r.c.copy_out(&mut slots);
+        let lost = lost_now.saturating_sub(r.lost_seen);
+        r.lost_seen = r.lost_seen.max(lost_now);
+        if n == 0 && corrupt == 0 && lost == 0 {
+            // Keep the buffer for the next ring.
+            self.pool_keep(slots);
+            return 0;
+        }
+        let thread = r.thread;
+        let clock = self.clock.conv();
+        self.send(Msg::Raw {
+            thread,
+            slots,
+            corrupt,
+            lost,
+            clock,
+        });
+        n
+    }
+
+    fn pool_keep(&mut self, v: Vec<Slot>) {
+        // A one-element stash is enough: most passes find most rings empty.
+        if self.spare.is_none() {
+            self.spare = Some(v);
+        }
+    }
+
+    fn ring_done(&mut self, ri: usize) -> bool {
+        let r = &mut self.rings[ri];
+        let end =
+            r.c.header()
+                .end_tsc
+                .load(std::sync::atomic::Ordering::Acquire);
+        if end == 0 {
+            return false;
+        }
+        match r.end_seen {
+            None => {
+                r.end_seen = Some(Instant::now());
+                false
+            }
+            Some(t) => t.elapsed() >= END_GRACE && r.c.pending() == 0,
+        }
+    }
+
+    /// Writes the end of a thread, frees its ring memory.
+    fn close_ring(&mut self, ri: usize) {
+        let r = self.rings.swap_remove(ri);
+        let h = r.c.header();
+        let end_tsc = h.end_tsc.load(std::sync::atomic::Ordering::Acquire);
+        let lost = r.c.lost();
+        let clock = self.clock.conv();
+        self.send(Msg::ThreadEnd {
+            thread: r.thread,
+            end_tsc,
+            lost,
+            clock,
+        });
+        self.open_rings.remove(&r.name);
+        drop(r.c);
+        // Frees the tmpfs pages (4 MiB per thread by default); the program
+        // never reopens a ring file.
+        let _ = std::fs::remove_file(&r.path);
+    }
+
+    /// After every process is gone: drain everything left and write the
+    /// end of every process. `reaped`: raw wait statuses and reap times
+    /// (ns) of the processes this recorder waited for.
+    pub(crate) fn finish(&mut self, reaped: &HashMap<u32, (libc::c_int, u64)>) -> DrainTotals {
+        self.clock.maybe_refine(true);
+        self.discover(true);
+        self.drain_all();
+        while !self.rings.is_empty() {
+            self.close_ring(self.rings.len() - 1);
+        }
+        let mut totals = DrainTotals {
+            processes: self.procs.len() as u32,
+            threads: self.next_thread - 1,
+            ..DrainTotals::default()
+        };
+        let procs = std::mem::take(&mut self.procs);
+        let ns_per_tick = 1e9 / self.clock.hz();
+        for p in &procs {
+            let h = p.hdr.get();
+            let successor = self
+                .proc_index
+                .get(&(p.pid, p.gen + 1))
+                .map(|&i| procs[i].start_ns);
+            let end_tsc = p.hdr.load(&h.end_tsc);
+            let end_stamp = (end_tsc != 0).then(|| self.clock.ns(end_tsc));
+            let (end_ns, status) = if let Some(s) = successor {
+                // Replaced by exec: ends where the new image starts.
+                (Some(s), -1)
+            } else if let Some(&(raw, at)) = reaped.get(&p.pid) {
+                (
+                    Some(end_stamp.unwrap_or(at)),
+                    crate::child::shell_status(raw).0,
+                )
+            } else if end_tsc != 0 {
+                let code = h.exit_code.load(std::sync::atomic::Ordering::Acquire);
+                (end_stamp, (code & 0xff) as i32)
+            } else {
+                (None, -1)
+            };
+            let acq = p.hdr.load(&h.acquire_cost_ticks) as f64 * ns_per_tick;
+            let rel = p.hdr.load(&h.release_cost_ticks) as f64 * ns_per_tick;
+            if acq > 0.0 || rel > 0.0 {
+                // Releases are one ring push, acquisitions may be two: the
+                // release cost is the best figure for "any other event".
+                self.send(Msg::Rec(Record::Overhead(Overhead {
+                    process: p.id,
+                    acquire_ns: acq,
+                    release_ns: rel,
+                    event_ns: rel,
+                })));
+            }
+            let no_ring = p.hdr.load(&h.lost_no_ring);
+            self.loss(p.id, no_ring, LossReason::ThreadLimit);
+            if h.disabled.load(std::sync::atomic::Ordering::Acquire) != 0 {
+                self.loss(p.id, 0, LossReason::RecorderDisabled);
+                totals.disabled.push(p.pid);
+            }
+            self.send(Msg::ProcessEnd {
+                process: p.id,
+                end_ns,
+                status,
+            });
+        }
+        self.procs = procs;
+        totals
+    }
+
+    /// OS pids of every process image seen.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.procs.iter().map(|p| p.pid).collect()
+    }
+
+    /// Sends the footer request.
+    pub(crate) fn send_finish(&mut self, duration_ns: u64, exit_status: i32) {
+        self.send(Msg::Finish {
+            duration_ns,
+            exit_status,
+        });
+    }
+}
+
+pub(crate) fn name_from(b: &[u8; 16]) -> String {
+    let n = b.iter().position(|&c| c == 0).unwrap_or(16);
+    String::from_utf8_lossy(&b[..n]).into_owned()
+}

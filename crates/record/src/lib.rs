@@ -1,0 +1,260 @@
+//! The lockscope recorder: everything of timing mode that runs *outside*
+//! the recorded program.
+//!
+//! [`record`] creates a session directory on tmpfs, starts the program with
+//! the preload library (`LD_PRELOAD`) and the session variables, drains the
+//! per-thread shared-memory rings the program fills
+//! ([`lockscope_capture::ring`]) while it runs, and writes one trace file
+//! ([`lockscope_format::TraceWriter`]). After the program (and every
+//! process it started) has exited, also when it was killed, the rings are
+//! drained once more, the end records and the footer are written, and the
+//! session directory is removed.
+//!
+//! # Entry points
+//! - [`record`] with a [`RecordConfig`]; returns a [`RecordOutcome`] (exit
+//!   status, counts, most contended locks) for the summary.
+//! - [`drain_dir`]: the drain pipeline alone, over a session directory
+//!   filled by someone else (benchmarks, tests with hand-made rings).
+//!
+//! # Design constraints
+//! - Two threads: the *drain* thread copies events out of the rings and
+//!   converts them (ticks to ns, call paths to stack ids, first sightings
+//!   of locks); the *writer* thread encodes and writes them. A single
+//!   thread doing uncontended lock/unlock produces ~60M events/s, so the
+//!   ring must be emptied every few ms; encoding is the slower half and
+//!   would stall the drain if it ran on the same thread. They are joined by
+//!   a bounded channel: if the writer cannot keep up, the drain blocks, the
+//!   rings fill, and the program drops events *counted* in the ring header
+//!   instead of the recorder growing without bound.
+//! - Nothing the program writes into the session is trusted: file names,
+//!   headers, slots, maps and ELF files are validated and a bad one is
+//!   skipped and counted, never a panic.
+//! - Every loss is counted and ends up in [`lockscope_format::Loss`]
+//!   records and the footer: ring overflow, threads without a ring, corrupt
+//!   slots, a recorder that disabled itself inside the program.
+#![deny(missing_docs)]
+
+mod child;
+mod convert;
+mod drain;
+mod elf;
+mod maps;
+mod pipeline;
+mod sessiondir;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+pub use elf::build_id;
+pub use pipeline::drain_dir;
+
+/// Which call paths the preload library records (`LOCKSCOPE_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StackMode {
+    /// Only for acquisitions that had to wait (the default: a full path
+    /// costs ~20 ns, affordable only where the waiting already costs more).
+    #[default]
+    Contended,
+    /// On every event.
+    All,
+    /// Never (the call site is still recorded).
+    None,
+}
+
+impl StackMode {
+    /// The value passed in `LOCKSCOPE_STACKS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StackMode::Contended => "contended",
+            StackMode::All => "all",
+            StackMode::None => "none",
+        }
+    }
+}
+
+/// What to record and where.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RecordConfig {
+    /// The program to run (looked up in `PATH` when it has no `/`).
+    pub program: OsString,
+    /// Its arguments (without argv\[0\]).
+    pub args: Vec<OsString>,
+    /// The trace file to write (created or truncated).
+    pub output: PathBuf,
+    /// Path of `liblockscope_preload.so`.
+    pub preload_lib: PathBuf,
+    /// Call-path mode.
+    pub stacks: StackMode,
+    /// Ring size per thread, KiB.
+    pub ring_kb: u64,
+    /// Where to create the session directory; `None`: `/dev/shm`, else
+    /// `$TMPDIR`, else `/tmp`.
+    pub session_parent: Option<PathBuf>,
+}
+
+impl RecordConfig {
+    /// A configuration with the defaults (contended stacks, 4 MiB rings).
+    pub fn new(
+        program: impl Into<OsString>,
+        args: Vec<OsString>,
+        output: impl Into<PathBuf>,
+        preload_lib: impl Into<PathBuf>,
+    ) -> Self {
+        RecordConfig {
+            program: program.into(),
+            args,
+            output: output.into(),
+            preload_lib: preload_lib.into(),
+            stacks: StackMode::Contended,
+            ring_kb: lockscope_capture::session::DEFAULT_RING_KB,
+            session_parent: None,
+        }
+    }
+}
+
+/// Counters of one lock, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockSummary {
+    /// OS pid of the process.
+    pub pid: u32,
+    /// Address of the lock (or futex word).
+    pub addr: u64,
+    /// Name of the op that first named it (`MutexLock`, `FutexWait`...).
+    pub kind: &'static str,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that had to wait (for futex words: waits).
+    pub contended: u64,
+    /// Total time spent waiting, ns.
+    pub wait_ns: u64,
+}
+
+/// What a recording produced.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RecordOutcome {
+    /// The trace file.
+    pub output: PathBuf,
+    /// Exit status of the program as a shell reports it (128+N for
+    /// signal N).
+    pub exit_status: i32,
+    /// The signal that killed the program, if any.
+    pub signal: Option<i32>,
+    /// Duration of the recording, ns.
+    pub duration_ns: u64,
+    /// Process images recorded.
+    pub processes: u32,
+    /// Threads recorded.
+    pub threads: u32,
+    /// Events written.
+    pub events: u64,
+    /// Events lost (all causes).
+    pub lost: u64,
+    /// Lost events by cause, for the message.
+    pub losses: Vec<(lockscope_format::LossReason, u64)>,
+    /// Size of the trace file, bytes.
+    pub bytes: u64,
+    /// Locks with the most contended acquisitions, most first (at most 10).
+    pub top_locks: Vec<LockSummary>,
+    /// Signals the recorder received and forwarded to the program.
+    pub forwarded_signals: Vec<i32>,
+    /// Processes in which the preload library disabled itself.
+    pub disabled_processes: Vec<u32>,
+}
+
+/// Why a recording failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The program could not be started (not found, not executable...).
+    Spawn {
+        /// The program as given.
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The session directory could not be created or used.
+    Session {
+        /// Directory concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The trace file could not be created or written.
+    Output {
+        /// The trace file.
+        path: PathBuf,
+        /// What went wrong.
+        source: lockscope_format::FormatError,
+    },
+    /// The preload library does not exist.
+    NoPreload {
+        /// The path tried.
+        path: PathBuf,
+    },
+    /// A recorder thread failed unexpectedly (a bug: please report it).
+    Internal(String),
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::Spawn { program, source } => {
+                write!(f, "cannot run `{program}`: {}", os_message(source))
+            }
+            RecordError::Session { path, source } => write!(
+                f,
+                "cannot use the session directory {}: {}",
+                path.display(),
+                os_message(source)
+            ),
+            RecordError::Output { path, source } => {
+                write!(f, "cannot write the trace {}: {source}", path.display())
+            }
+            RecordError::NoPreload { path } => write!(
+                f,
+                "the preload library {} does not exist (build the workspace first)",
+                path.display()
+            ),
+            RecordError::Internal(m) => write!(f, "internal recorder error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecordError::Spawn { source, .. } | RecordError::Session { source, .. } => Some(source),
+            RecordError::Output { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// "No such file or directory" rather than std's "No such file or
+/// directory (os error 2)": the error number helps nobody here.
+fn os_message(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => {
+            // SAFETY: strerror returns a valid C string for any errno.
+            let s = unsafe { std::ffi::CStr::from_ptr(libc::strerror(n)) };
+            s.to_string_lossy().into_owned()
+        }
+        None => e.to_string(),
+    }
+}
+
+/// Records one run of `config.program`. Blocks until the program and all
+/// its descendants have exited.
+///
+/// The calling process becomes a child subreaper (so that orphaned
+/// descendants of the program are reparented to it and their exit status
+/// is known) and reaps *every* child it has: call it from a process with
+/// no other children. SIGINT, SIGTERM and SIGHUP sent to the calling
+/// process while recording are forwarded to the program; the trace is
+/// then finished normally.
+pub fn record(config: RecordConfig) -> Result<RecordOutcome, RecordError> {
+    pipeline::run(config)
+}

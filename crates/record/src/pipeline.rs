@@ -1,0 +1,303 @@
+//! The recording loop: the drain on the calling thread, the writer on its
+//! own thread, the program's lifetime in between.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lockscope_capture::tsc;
+use lockscope_format::{FormatError, Header};
+
+use crate::child;
+use crate::convert::{writer_loop, WriterResult};
+use crate::drain::{Clock, Drainer};
+use crate::sessiondir::SessionDir;
+use crate::{RecordConfig, RecordError, RecordOutcome};
+
+/// Messages in flight between drain and writer. Each holds at most one
+/// ring's worth of raw slots (4 MiB by default), so this bounds the
+/// recorder's memory to ~128 MiB of raw slots; when the writer falls
+/// behind, the drain blocks and the program's rings overflow (counted)
+/// rather than the recorder growing without limit.
+const CHANNEL_DEPTH: usize = 32;
+/// How often the session directory is listed for new files while events
+/// are flowing (listing costs ~0.1 ms with hundreds of threads).
+const LIST_EVERY: Duration = Duration::from_millis(5);
+/// Sleep of the drain between passes. A 4 MiB ring holds ~2 ms of the
+/// fastest producer (60M events/s), so the drain must look at least that
+/// often.
+const IDLE_SLEEP: Duration = Duration::from_micros(500);
+/// The drain goes again at once, without sleeping, only when a ring was
+/// at least this full. Why not always drain continuously: a consumer
+/// that chases the producer's write index reads the cache lines the
+/// producer is writing and the line of `write` itself on every pass, and
+/// each of those transfers stalls the program (~100 ns); measured, the
+/// uncontended lock+unlock pair cost several times more. Letting events
+/// accumulate keeps the consumer far behind the producer.
+const BUSY_FILL: f64 = 0.25;
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buffer and its length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn cache_line() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(64)
+}
+
+/// The pieces shared by [`run`] and [`crate::drain_dir`].
+struct Pipeline {
+    drainer: Drainer,
+    writer: JoinHandle<Result<WriterResult, FormatError>>,
+}
+
+impl Pipeline {
+    fn start(
+        dir: &Path,
+        output: &Path,
+        command: Vec<String>,
+        extra: Vec<(String, String)>,
+    ) -> Result<Pipeline, RecordError> {
+        let file = File::create(output).map_err(|e| RecordError::Output {
+            path: output.to_path_buf(),
+            source: FormatError::Io(e),
+        })?;
+        // 10 ms of calibration before the program starts; refined while
+        // recording (see Clock).
+        let start_pair = tsc::pair();
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(10));
+        let hz = tsc::hz_between(start_pair, tsc::pair());
+        let clock = Clock::new(start_pair, hz);
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            .saturating_sub(start.elapsed().as_nanos() as u64);
+        let mut extra = extra;
+        extra.push(("capture".into(), "timing".into()));
+        extra.push(("kernel".into(), kernel_release()));
+        let header = Header {
+            tsc_hz: clock.hz(),
+            tsc_at_start: start_pair.tsc,
+            monotonic_ns_at_start: start_pair.mono_ns,
+            unix_ns_at_start: unix_ns,
+            command,
+            host: host_name(),
+            recorder_version: env!("CARGO_PKG_VERSION").to_string(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            cache_line: cache_line(),
+            extra,
+        };
+        let (tx, rx) = sync_channel(CHANNEL_DEPTH);
+        let (pool_tx, pool_rx) = channel();
+        let writer = std::thread::Builder::new()
+            .name("lockscope-writer".into())
+            .spawn(move || {
+                writer_loop(rx, pool_tx, BufWriter::with_capacity(1 << 20, file), header)
+            })
+            .map_err(|e| RecordError::Internal(format!("cannot start the writer thread: {e}")))?;
+        Ok(Pipeline {
+            drainer: Drainer::new(dir, clock, tx, pool_rx),
+            writer,
+        })
+    }
+
+    /// One drain pass; lists the directory when due. Returns true when
+    /// the next pass should follow at once (a ring was filling up).
+    fn pass(&mut self, last_list: &mut Instant) -> bool {
+        if last_list.elapsed() >= LIST_EVERY {
+            self.drainer.discover(false);
+            *last_list = Instant::now();
+        }
+        self.drainer.clock.maybe_refine(false);
+        self.drainer.drain_all().1 >= BUSY_FILL
+    }
+
+    fn finish(
+        self,
+        output: &Path,
+        reaped: &HashMap<u32, (libc::c_int, u64)>,
+        exit_status: i32,
+    ) -> Result<RecordOutcome, RecordError> {
+        let mut drainer = self.drainer;
+        let duration_ns = drainer.clock.now_ns();
+        let totals = drainer.finish(reaped);
+        let hz = drainer.clock.hz();
+        drainer.send_finish(duration_ns, exit_status);
+        drop(drainer);
+        let res = self
+            .writer
+            .join()
+            .map_err(|_| RecordError::Internal("the writer thread panicked".into()))?
+            .map_err(|source| RecordError::Output {
+                path: output.to_path_buf(),
+                source,
+            })?;
+        // The header went out with the 10 ms estimate; now that the whole
+        // run is known, store the refined frequency (the events themselves
+        // were converted with the running estimate).
+        let _ = patch_header_hz(output, hz);
+        Ok(RecordOutcome {
+            output: output.to_path_buf(),
+            exit_status,
+            signal: None,
+            duration_ns,
+            processes: totals.processes,
+            threads: totals.threads,
+            events: res.events,
+            lost: res.lost,
+            losses: res.losses,
+            bytes: std::fs::metadata(output).map_or(0, |m| m.len()),
+            top_locks: res.top_locks,
+            forwarded_signals: Vec::new(),
+            disabled_processes: totals.disabled,
+        })
+    }
+}
+
+/// Rewrites the 8-byte `tsc_hz` at the start of the header payload and
+/// the header record's CRC.
+fn patch_header_hz(path: &Path, hz: f64) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let mut head = [0u8; 17];
+    f.read_exact(&mut head)?;
+    let len = u32::from_le_bytes([head[13], head[14], head[15], head[16]]) as usize;
+    if head[12] != 0 || !(8..=1 << 20).contains(&len) {
+        return Ok(());
+    }
+    let mut payload = vec![0u8; len];
+    f.read_exact(&mut payload)?;
+    payload[..8].copy_from_slice(&hz.to_bits().to_le_bytes());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0]);
+    h.update(&payload);
+    f.seek(SeekFrom::Start(17))?;
+    f.write_all(&payload[..8])?;
+    f.seek(SeekFrom::Start(17 + len as u64))?;
+    f.write_all(&h.finalize().to_le_bytes())?;
+    Ok(())
+}
+
+pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
+    if !cfg.preload_lib.is_file() {
+        return Err(RecordError::NoPreload {
+            path: cfg.preload_lib.clone(),
+        });
+    }
+    let session = SessionDir::create(cfg.session_parent.as_deref())?;
+    let mut command = vec![cfg.program.to_string_lossy().into_owned()];
+    command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
+    let extra = vec![
+        ("stacks".to_string(), cfg.stacks.as_str().to_string()),
+        ("ring_kb".to_string(), cfg.ring_kb.to_string()),
+        (
+            "preload".to_string(),
+            cfg.preload_lib.to_string_lossy().into_owned(),
+        ),
+    ];
+    let mut pipe = Pipeline::start(session.path(), &cfg.output, command, extra)?;
+    let signals = child::SignalGuard::install();
+    child::set_subreaper(true);
+    let root = match child::spawn(&cfg, session.path()) {
+        Ok(pid) => pid,
+        Err(e) => {
+            child::set_subreaper(false);
+            drop(pipe.drainer);
+            let _ = pipe.writer.join();
+            let _ = std::fs::remove_file(&cfg.output);
+            return Err(e);
+        }
+    };
+    let mut reaped: HashMap<u32, (libc::c_int, u64)> = HashMap::new();
+    let mut raw = HashMap::new();
+    let mut forwarded = Vec::new();
+    let mut last_list = Instant::now() - LIST_EVERY;
+    loop {
+        let busy = pipe.pass(&mut last_list);
+        if let Some(sig) = signals.take() {
+            forwarded.push(sig);
+            forward(root, &reaped, sig, &pipe);
+        }
+        let any_child = child::reap(&mut raw);
+        for (pid, st) in raw.drain() {
+            reaped.insert(pid, (st, pipe.drainer.clock.now_ns()));
+        }
+        if reaped.contains_key(&root) && !any_child {
+            break;
+        }
+        if !busy {
+            std::thread::sleep(IDLE_SLEEP);
+        }
+    }
+    drop(signals);
+    child::set_subreaper(false);
+    let (status, signal) = child::shell_status(reaped[&root].0);
+    let mut out = pipe.finish(&cfg.output, &reaped, status)?;
+    out.signal = signal;
+    out.forwarded_signals = forwarded;
+    drop(session);
+    Ok(out)
+}
+
+/// Forwards a signal to the program, or, once it is gone, to its
+/// descendants that are still running (reparented to us).
+fn forward(root: u32, reaped: &HashMap<u32, (libc::c_int, u64)>, sig: i32, pipe: &Pipeline) {
+    if !reaped.contains_key(&root) {
+        child::send(root, sig);
+        return;
+    }
+    let me = std::process::id();
+    for pid in pipe.drainer.pids() {
+        // Only our own children: a pid of the session that exited long
+        // ago may have been reused by an unrelated process.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) {
+            child::send(pid, sig);
+        }
+    }
+}
+
+/// Drains the session directory `dir` (filled by programs started by
+/// someone else) into the trace `output` until `stop` is set, then drains
+/// once more and finishes the trace. For benchmarks and tests of the
+/// drain; `lockscope record` uses [`crate::record`].
+pub fn drain_dir(
+    dir: &Path,
+    output: &Path,
+    stop: &AtomicBool,
+) -> Result<RecordOutcome, RecordError> {
+    let mut pipe = Pipeline::start(dir, output, vec!["(drain_dir)".into()], Vec::new())?;
+    let mut last_list = Instant::now() - LIST_EVERY;
+    while !stop.load(Ordering::Acquire) {
+        if !pipe.pass(&mut last_list) {
+            std::thread::sleep(IDLE_SLEEP);
+        }
+    }
+    pipe.finish(output, &HashMap::new(), 0)
+}

@@ -1,0 +1,362 @@
+//! The drain against hand-made session directories: rings filled with
+//! `capture::ring::Producer` exactly as the preload library fills them,
+//! drained while being written, checked event by event in the trace.
+
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lockscope_capture::raw::{Head, Slot, OP_THREAD_NAME};
+use lockscope_capture::ring::{self, Producer, RingIdentity};
+use lockscope_capture::session::{
+    maps_file_name, proc_file_name, ring_file_name, ProcessHeader, RingHeader, HEADER_BYTES,
+    PROC_MAGIC,
+};
+use lockscope_format::{phase, LossReason, Op, Record, Trace};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lsrec-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn map_file(path: &Path, len: usize) -> *mut u8 {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    f.set_len(len as u64).unwrap();
+    // SAFETY: fresh file of `len` bytes.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p as *mut u8
+}
+
+/// Writes a process file the way the preload library does (magic last).
+fn make_proc(dir: &Path, pid: u32, gen: u32, ppid: u32, argv: &[&str]) -> &'static ProcessHeader {
+    let mut text = Vec::new();
+    for a in argv {
+        text.extend_from_slice(a.as_bytes());
+        text.push(0);
+    }
+    let path = dir.join(proc_file_name(pid, gen));
+    let base = map_file(&path, HEADER_BYTES + text.len());
+    // SAFETY: the mapping is large enough; the header is plain data.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), base.add(HEADER_BYTES), text.len());
+        let h = base as *mut ProcessHeader;
+        (*h).version = 1;
+        (*h).pid = pid;
+        (*h).ppid = ppid;
+        (*h).exec_generation = gen;
+        (*h).start_tsc = lockscope_capture::tsc::now();
+        (*h).argv_bytes = text.len() as u32;
+        (*h).acquire_cost_ticks.store(100, Ordering::Relaxed);
+        (*h).release_cost_ticks.store(50, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        std::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
+        &*h
+    }
+}
+
+fn make_ring(dir: &Path, pid: u32, tid: u32, parent_tid: u32, kib: u64) -> (Producer, *mut u8) {
+    let len = ring::file_bytes(ring::capacity_for_kib(kib));
+    let base = map_file(&dir.join(ring_file_name(pid, 0, tid)), len);
+    let mut name = [0u8; 16];
+    name[..4].copy_from_slice(b"work");
+    let id = RingIdentity {
+        pid,
+        tid,
+        exec_generation: 0,
+        parent_tid,
+        start_tsc: lockscope_capture::tsc::now(),
+        name,
+    };
+    // SAFETY: fresh zeroed mapping of `len` bytes.
+    (unsafe { Producer::init(base, len, &id) }.unwrap(), base)
+}
+
+fn head(op: Op, flags: u8, addr: u64, site: u64) -> Head {
+    Head {
+        tsc: lockscope_capture::tsc::now(),
+        addr,
+        site,
+        op: op as u8,
+        flags,
+        ..Head::default()
+    }
+}
+
+fn run_drain(dir: &Path, out: &Path, producer: impl FnOnce()) -> lockscope_record::RecordOutcome {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir(dir, out, &stop).unwrap());
+        producer();
+        stop.store(true, Ordering::Release);
+        h.join().unwrap()
+    })
+}
+
+#[test]
+fn concurrent_drain_keeps_every_event_in_order() {
+    let dir = temp_dir("order");
+    let out = dir.with_extension("lstrace");
+    let pid = 4242;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog", "prog", "-x"]);
+    std::fs::write(
+        dir.join(maps_file_name(pid, 0, 0)),
+        format!(
+            "00400000-00401000 r-xp 00000000 00:00 0 {}\n7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n",
+            std::env::current_exe().unwrap().display()
+        ),
+    )
+    .unwrap();
+    const N: u64 = 300_000;
+    // Every push that finds the ring full is retried (so the content is
+    // complete) and counted by the ring as lost: the trace must report
+    // exactly that many.
+    let mut failed = 0u64;
+    let outcome = run_drain(&dir, &out, || {
+        let (mut p, _) = make_ring(&dir, pid, 100, 0, 256);
+        let (mut q, _) = make_ring(&dir, pid, 101, 100, 256);
+        let mut name = [0u8; 16];
+        name[..6].copy_from_slice(b"worker");
+        let (a, b) = (
+            u64::from_le_bytes(name[..8].try_into().unwrap()),
+            u64::from_le_bytes(name[8..].try_into().unwrap()),
+        );
+        let mut h = head(Op::MutexLock, 0, 0, 0);
+        h.op = OP_THREAD_NAME;
+        assert!(q.push(h, Some((a, b)), &[]));
+        let mut i = 0;
+        while i < N {
+            let lock = 0x1000 + (i % 3) * 64;
+            let ev = if i % 1000 == 999 {
+                (
+                    head(
+                        Op::MutexLock,
+                        phase::DONE | phase::CONTENDED,
+                        lock,
+                        0x401010,
+                    ),
+                    vec![0x401010, 0x401200, 0x401300],
+                )
+            } else {
+                (head(Op::MutexLock, phase::DONE, lock, 0x401000), vec![])
+            };
+            if p.push(ev.0, None, &ev.1) {
+                while !p.push(head(Op::MutexUnlock, 0, lock, 0x401004), None, &[]) {
+                    failed += 1;
+                    std::thread::yield_now();
+                }
+                i += 1;
+            } else {
+                failed += 1;
+                std::thread::yield_now();
+            }
+        }
+        assert!(q.push(
+            head(Op::FutexWait, phase::BEGIN, 0x9000, 0x401100),
+            Some((0, 0)),
+            &[]
+        ));
+        assert!(q.push(
+            head(Op::FutexWait, phase::DONE, 0x9000, 0x401100),
+            None,
+            &[]
+        ));
+        ph.exit_code.store(3, Ordering::Relaxed);
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        // SAFETY: attached producers.
+        unsafe { p.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    assert_eq!(outcome.lost, failed);
+    let t = Trace::open(&out).unwrap();
+    let footer = t.footer.as_ref().expect("complete trace");
+    assert_eq!(footer.lost, failed);
+    println!("{failed} pushes found the ring full");
+    let threads: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(threads.len(), 2);
+    let t100 = threads.iter().find(|x| x.tid == 100).unwrap();
+    let t101 = threads.iter().find(|x| x.tid == 101).unwrap();
+    assert_eq!(t101.parent, t100.id);
+    assert_eq!(t100.name, "work");
+    // The in-stream annotations of losses add up to the counted loss.
+    let all = &t.events[&t100.id];
+    let annotated: u64 = all
+        .iter()
+        .filter(|e| e.op == Op::Lost as u8)
+        .map(|e| e.arg)
+        .sum();
+    assert_eq!(annotated, failed);
+    let ev: Vec<_> = all
+        .iter()
+        .filter(|e| e.op != Op::Lost as u8)
+        .copied()
+        .collect();
+    assert_eq!(ev.len() as u64, 2 * N);
+    assert_eq!(footer.events, all.len() as u64 + 2);
+    let mut last = 0;
+    let mut contended = 0;
+    for (k, pair) in ev.chunks(2).enumerate() {
+        let lock = 0x1000 + (k as u64 % 3) * 64;
+        assert_eq!((pair[0].op, pair[0].addr), (Op::MutexLock as u8, lock));
+        assert_eq!((pair[1].op, pair[1].addr), (Op::MutexUnlock as u8, lock));
+        assert!(pair[0].time >= last && pair[1].time >= pair[0].time);
+        last = pair[1].time;
+        if pair[0].flags & phase::CONTENDED != 0 {
+            contended += 1;
+            assert_ne!(pair[0].stack, 0);
+        } else {
+            assert_eq!(pair[0].stack, 0);
+        }
+    }
+    assert_eq!(contended, N / 1000);
+    let stacks: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.frames.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stacks, vec![vec![0x401010, 0x401200, 0x401300]]);
+    let locks = t
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Lock(_)))
+        .count();
+    assert_eq!(locks, 4, "3 mutexes + 1 futex word");
+    assert!(t
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::ThreadName(n) if n.thread == t101.id && n.name == "worker")));
+    let proc = t
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::Process(p) => Some(p.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (proc.pid, proc.exe.as_str(), proc.argv.clone()),
+        (pid, "/bin/prog", vec!["prog".to_string(), "-x".to_string()])
+    );
+    let maps: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Map(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(maps.len(), 2);
+    assert_eq!(maps[0].start, 0x400000);
+    assert!(
+        !maps[0].build_id.is_empty(),
+        "test binaries have a build-id"
+    );
+    assert_eq!(maps[1].path, 0);
+    assert!(t
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Overhead(o) if o.acquire_ns > 0.0)));
+    // Both threads end, the process ends with the status its exit handler
+    // stored.
+    assert_eq!(
+        t.records
+            .iter()
+            .filter(|r| matches!(r, Record::ThreadEnd(_)))
+            .count(),
+        2
+    );
+    assert!(t
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::ProcessEnd(e) if e.status == 3)));
+    let top = &outcome.top_locks[0];
+    assert_eq!((top.contended, top.kind), (N / 1000 / 3, "MutexLock"));
+    let acq: u64 = outcome.top_locks.iter().map(|l| l.acquisitions).sum();
+    assert_eq!(acq, N);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}
+
+#[test]
+fn overflow_and_corruption_are_counted_not_hidden() {
+    let dir = temp_dir("loss");
+    let out = dir.with_extension("lstrace");
+    let pid = 77;
+    make_proc(&dir, pid, 0, 1, &["/bin/x"]);
+    let cap = ring::capacity_for_kib(2);
+    let (mut p, base) = make_ring(&dir, pid, 5, 0, 2);
+    // Fill the ring before any drain runs: cap events fit, 100 are lost.
+    for i in 0..cap + 100 {
+        p.push(head(Op::MutexLock, 0, 0x10 + i % 2, 0x20), None, &[]);
+    }
+    let outcome = run_drain(&dir, &out, || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Now scribble: publish 3 slots whose head claims 40 frames.
+        // SAFETY: our own mapping; mimics a program overwriting its ring.
+        unsafe {
+            let h = &*(base as *const RingHeader);
+            let w = h.write.load(Ordering::Acquire);
+            let slots = base.add(HEADER_BYTES) as *mut Slot;
+            let mut bad = head(Op::MutexLock, 0, 1, 2);
+            bad.nframes = 40;
+            slots.add((w % cap) as usize).write(bad.to_slot());
+            h.write.store(w + 3, Ordering::Release);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    });
+    let t = Trace::open(&out).unwrap();
+    let losses: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Loss(l) => Some((l.reason, l.events)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        losses.contains(&(LossReason::BufferFull, 100)),
+        "{losses:?}"
+    );
+    assert!(
+        losses.contains(&(LossReason::CorruptBuffer, 3)),
+        "{losses:?}"
+    );
+    assert_eq!(t.footer.as_ref().unwrap().lost, 103);
+    assert_eq!(outcome.lost, 103);
+    let ev = t.events.values().next().unwrap();
+    // cap events, then the in-stream annotation of the 100 lost.
+    assert_eq!(ev.len() as u64, cap + 1);
+    let last = ev.last().unwrap();
+    assert_eq!((last.op, last.arg), (Op::Lost as u8, 100));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}

@@ -1,0 +1,115 @@
+//! The real (next) implementations of the interposed functions, resolved
+//! with `dlsym(RTLD_NEXT)` on first use from any hook: hooks can run before
+//! this library's constructor, and glibc 2.36's dlsym takes no pthread
+//! mutex and does not allocate.
+
+use libc::{c_char, c_int, clockid_t, pthread_cond_t, pthread_mutex_t, pthread_mutexattr_t, timespec};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+type MutexFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+type InitFn = unsafe extern "C" fn(*mut pthread_mutex_t, *const pthread_mutexattr_t) -> c_int;
+type TimedFn = unsafe extern "C" fn(*mut pthread_mutex_t, *const timespec) -> c_int;
+type ClockFn = unsafe extern "C" fn(*mut pthread_mutex_t, clockid_t, *const timespec) -> c_int;
+type CondWaitFn = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t) -> c_int;
+type CondTimedFn = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, *const timespec) -> c_int;
+type CondClockFn =
+    unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, clockid_t, *const timespec) -> c_int;
+type CondFn = unsafe extern "C" fn(*mut pthread_cond_t) -> c_int;
+
+/// Pointers to the next definitions of the interposed functions.
+pub(crate) struct Real {
+    pub(crate) mutex_init: InitFn,
+    pub(crate) mutex_destroy: MutexFn,
+    pub(crate) mutex_lock: MutexFn,
+    pub(crate) mutex_trylock: MutexFn,
+    pub(crate) mutex_timedlock: TimedFn,
+    pub(crate) mutex_clocklock: Option<ClockFn>,
+    pub(crate) mutex_unlock: MutexFn,
+    pub(crate) cond_wait: CondWaitFn,
+    pub(crate) cond_timedwait: CondTimedFn,
+    pub(crate) cond_clockwait: Option<CondClockFn>,
+    pub(crate) cond_signal: CondFn,
+    pub(crate) cond_broadcast: CondFn,
+}
+
+static REAL: AtomicPtr<Real> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The real functions (resolved on first call).
+#[inline(always)]
+pub(crate) fn get() -> &'static Real {
+    let p = REAL.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: published once, never freed.
+        return unsafe { &*p };
+    }
+    resolve()
+}
+
+unsafe fn sym(name: &[u8], version: Option<&[u8]>) -> *mut libc::c_void {
+    let n = name.as_ptr() as *const c_char;
+    if let Some(v) = version {
+        // The condvar functions exist in two versions; the program was
+        // linked against the current one (GLIBC_2.3.2), so ask for it.
+        let p = libc::dlvsym(libc::RTLD_NEXT, n, v.as_ptr() as *const c_char);
+        if !p.is_null() {
+            return p;
+        }
+    }
+    libc::dlsym(libc::RTLD_NEXT, n)
+}
+
+unsafe fn need(name: &[u8], version: Option<&[u8]>) -> *mut libc::c_void {
+    let p = sym(name, version);
+    if p.is_null() {
+        let msg = b"lockscope-swap: cannot find the real pthread functions (dlsym failed)\n";
+        libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
+        libc::abort();
+    }
+    p
+}
+
+#[cold]
+fn resolve() -> &'static Real {
+    const V: Option<&[u8]> = Some(b"GLIBC_2.3.2\0");
+    // SAFETY: each symbol has the C signature of the function it names.
+    let r = unsafe {
+        Real {
+            mutex_init: std::mem::transmute::<*mut libc::c_void, InitFn>(need(b"pthread_mutex_init\0", None)),
+            mutex_destroy: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_destroy\0", None)),
+            mutex_lock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_lock\0", None)),
+            mutex_trylock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_trylock\0", None)),
+            mutex_timedlock: std::mem::transmute::<*mut libc::c_void, TimedFn>(need(
+                b"pthread_mutex_timedlock\0",
+                None,
+            )),
+            mutex_clocklock: {
+                let p = sym(b"pthread_mutex_clocklock\0", None);
+                (!p.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, ClockFn>(p))
+            },
+            mutex_unlock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_unlock\0", None)),
+            cond_wait: std::mem::transmute::<*mut libc::c_void, CondWaitFn>(need(b"pthread_cond_wait\0", V)),
+            cond_timedwait: std::mem::transmute::<*mut libc::c_void, CondTimedFn>(need(
+                b"pthread_cond_timedwait\0",
+                V,
+            )),
+            cond_clockwait: {
+                let p = sym(b"pthread_cond_clockwait\0", None);
+                (!p.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, CondClockFn>(p))
+            },
+            cond_signal: std::mem::transmute::<*mut libc::c_void, CondFn>(need(b"pthread_cond_signal\0", V)),
+            cond_broadcast: std::mem::transmute::<*mut libc::c_void, CondFn>(need(b"pthread_cond_broadcast\0", V)),
+        }
+    };
+    let new = Box::into_raw(Box::new(r));
+    match REAL.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: published, never freed.
+        Ok(_) => unsafe { &*new },
+        Err(other) => {
+            // SAFETY: `new` was never shared; `other` is published.
+            unsafe {
+                drop(Box::from_raw(new));
+                &*other
+            }
+        }
+    }
+}

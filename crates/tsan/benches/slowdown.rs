@@ -1,0 +1,195 @@
+//! Slowdown of detailed mode on the fixtures (`cargo bench -p
+//! lockscope-tsan --bench slowdown`; build the workspace in release mode
+//! first). For each fixture and compiler it prints the median wall time of
+//! five runs of:
+//! - `plain`: the uninstrumented build, not recorded;
+//! - `timing`: the uninstrumented build under `lockscope record` (timing
+//!   mode, for reference);
+//! - `detailed`: the `lockscope cc` build under `lockscope record`
+//!   (accesses inside critical sections, atomics, heap blocks);
+//! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access);
+//! - `unrecorded`: the `lockscope cc` build run outside `lockscope record`;
+//! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
+//!
+//! The fixtures run with `FIXTURE_SCALE` (default 20) times their test
+//! workload. Under `lockscope record` the time shown is the program's own
+//! lifetime as the trace records it (process start to exit): the
+//! recorder's own start-up and final drain (~40 ms, the same in timing
+//! mode) are not detailed mode's cost. The ratio columns compare detailed
+//! and lockset recording with the uninstrumented build recorded the same
+//! way (timing mode), and detailed with the plain run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const RUNS: usize = 5;
+const FIXTURES: &[&str] = &[
+    "ulcp_kinds.c",
+    "pincs_fig1.c",
+    "racy_counter.c",
+    "cxx_inventory.cpp",
+];
+
+fn lockscope() -> PathBuf {
+    // target/release/deps/slowdown-HASH -> target/release/lockscope
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let p = dir.join("lockscope");
+    assert!(
+        p.is_file(),
+        "{} not found: run `cargo build --release --workspace` first",
+        p.display()
+    );
+    p
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn time(mut cmd: Command) -> f64 {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let t = Instant::now();
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "{cmd:?} failed");
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Program lifetime (ms) recorded in a trace: process start to end.
+fn traced_ms(trace: &Path) -> f64 {
+    use lockscope_format::{Record, Trace};
+    let t = Trace::open(trace).unwrap();
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    for r in &t.records {
+        match r {
+            Record::Process(p) => start = start.min(p.start_ns),
+            Record::ProcessEnd(p) => end = end.max(p.end_ns),
+            _ => {}
+        }
+    }
+    if end == 0 {
+        end = t.footer.as_ref().map_or(0, |f| f.duration_ns);
+    }
+    end.saturating_sub(start.min(end)) as f64 / 1e6
+}
+
+fn build(cmd: &mut Command, what: &str) {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing to parse.
+    let ls = lockscope();
+    let scale = std::env::var("FIXTURE_SCALE").unwrap_or_else(|_| "20".into());
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs/detailed");
+    let tmp = std::env::temp_dir().join(format!("lockscope-slowdown-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let trace = tmp.join("t.lstrace");
+    println!("FIXTURE_SCALE={scale}, median of {RUNS} runs");
+    println!(
+        "{:<20} {:<6} {:>8} {:>8} {:>9} {:>8} {:>10} {:>8} {:>10} {:>11} {:>9}",
+        "fixture",
+        "cc",
+        "plain",
+        "timing",
+        "detailed",
+        "lockset",
+        "unrecorded",
+        "libtsan",
+        "det/timing",
+        "lkst/timing",
+        "det/plain"
+    );
+    for (label, cc, cxx) in [("gcc", "gcc", "g++"), ("clang", "clang", "clang++")] {
+        if Command::new(cc).arg("--version").output().is_err() {
+            println!("({label} not installed)");
+            continue;
+        }
+        for f in FIXTURES {
+            let src = src_dir.join(f);
+            let cpp = f.ends_with(".cpp");
+            let drv = if cpp { cxx } else { cc };
+            let (plain, instr, tsan) = (tmp.join("plain"), tmp.join("instr"), tmp.join("tsan"));
+            build(
+                Command::new(drv)
+                    .args(["-O2", "-g", "-pthread"])
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(&plain),
+                "plain build",
+            );
+            build(
+                Command::new(&ls)
+                    .arg(if cpp { "c++" } else { "cc" })
+                    .args(["-O2", "-g", "-pthread"])
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(&instr)
+                    .env(if cpp { "LOCKSCOPE_CXX" } else { "LOCKSCOPE_CC" }, drv),
+                "lockscope cc",
+            );
+            let have_tsan = Command::new(drv)
+                .args(["-O2", "-g", "-pthread", "-fsanitize=thread"])
+                .arg(&src)
+                .arg("-o")
+                .arg(&tsan)
+                .output()
+                .is_ok_and(|o| o.status.success());
+            let rec = |bin: &Path, all: bool| -> f64 {
+                let mut c = Command::new(&ls);
+                c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
+                c.env("FIXTURE_SCALE", &scale);
+                if all {
+                    c.env("LOCKSCOPE_ALL_ACCESSES", "1");
+                }
+                time(c);
+                traced_ms(&trace)
+            };
+            let run = |bin: &Path| {
+                let mut c = Command::new(bin);
+                c.env("FIXTURE_SCALE", &scale);
+                c
+            };
+            let mut cols = [const { Vec::new() }; 6];
+            for _ in 0..RUNS {
+                cols[0].push(time(run(&plain)));
+                cols[1].push(rec(&plain, false));
+                cols[2].push(rec(&instr, false));
+                cols[3].push(rec(&instr, true));
+                cols[4].push(time(run(&instr)));
+                if have_tsan {
+                    let mut c = run(&tsan);
+                    // The fixtures have deliberate races: do not fail on them.
+                    c.env("TSAN_OPTIONS", "report_bugs=0 exitcode=0");
+                    cols[5].push(time(c));
+                }
+            }
+            let m: Vec<f64> = cols
+                .into_iter()
+                .map(|c| if c.is_empty() { f64::NAN } else { median(c) })
+                .collect();
+            println!(
+                "{:<20} {:<6} {:>6.1}ms {:>6.1}ms {:>7.1}ms {:>6.1}ms {:>8.1}ms {:>6.1}ms {:>9.2}x {:>10.2}x {:>8.2}x",
+                f,
+                label,
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                m[4],
+                m[5],
+                m[2] / m[1],
+                m[3] / m[1],
+                m[2] / m[0]
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

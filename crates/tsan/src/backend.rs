@@ -1,0 +1,53 @@
+//! The seam between the ABI runtime and the capture layer
+//! (`lockscope_capture::thread` and `::process`, whose state the pthread
+//! hooks of `lockscope-preload`, linked into the same executable, keep up
+//! to date).
+//!
+//! Everything the runtime needs from capture goes through these functions:
+//! - [`recording`]: is this process being recorded (initializes the
+//!   capture layer on first use: clang may call us before any constructor);
+//! - [`held`]: how many locks the calling thread holds ("inside a critical
+//!   section" is `held() > 0`);
+//! - [`emit`]: append one event to the calling thread's ring;
+//! - [`install`]: register the shadow stack as the call-path provider of
+//!   the pthread hooks.
+
+use lockscope_capture::raw::Head;
+use lockscope_capture::thread;
+
+/// True when a recording session is active for this process.
+pub fn recording() -> bool {
+    // Through the preload crate (same as `process::init`): this use is
+    // also what makes rustc link its pthread hooks into the staticlib.
+    lockscope_preload::init();
+    install();
+    thread::is_recording()
+}
+
+/// Locks the calling thread holds.
+#[inline(always)]
+pub fn held() -> u32 {
+    thread::locks_held()
+}
+
+/// Appends an event to the calling thread's ring. Returns false if it was
+/// dropped (counted by the capture layer) or if the thread is already
+/// inside the recorder (an allocation made while its ring is created).
+#[inline]
+pub fn emit(head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+    match thread::recorder() {
+        Some(mut g) => g.emit(head, args, frames),
+        None => false,
+    }
+}
+
+/// The call-path provider: the shadow stack, innermost first.
+fn shadow_path(out: &mut [u64]) -> usize {
+    crate::tls::with(|t| crate::tls::frames(t, 0, out))
+}
+
+/// Registers the shadow stack as the call-path provider (idempotent), so
+/// that lock events carry full calling contexts without unwinding.
+pub fn install() {
+    thread::set_path_provider(Some(shadow_path));
+}

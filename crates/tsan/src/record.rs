@@ -1,0 +1,271 @@
+//! Turning runtime observations into trace events: atomics, heap blocks,
+//! and the values of written locations at release.
+
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use lockscope_capture::raw::{Head, MAX_FRAMES};
+use lockscope_format::Op;
+
+use crate::{backend, config, tls};
+
+/// 0 = not decided yet, 1 = accesses inside critical sections only,
+/// 2 = every access (lockset on request), 3 = not recording.
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+/// Recording mode accesses: only inside critical sections.
+pub const MODE_CS: u8 = 1;
+/// Recording mode: every access.
+pub const MODE_ALL: u8 = 2;
+/// Not recording (outside `lockscope record`): every callback only does
+/// what the program asked for.
+pub const MODE_OFF: u8 = 3;
+
+/// Set while [`decide`] runs: the capture layer's initialization
+/// allocates (pthread_getattr_np reads /proc/self/maps), and that malloc
+/// comes back here.
+static DECIDING: AtomicBool = AtomicBool::new(false);
+
+#[cold]
+fn decide() -> u8 {
+    if DECIDING.swap(true, Ordering::Acquire) {
+        // Re-entered from inside the capture layer's initialization (or
+        // raced by another thread during it): not recording yet, and not
+        // cached, so the next call decides for real.
+        return MODE_OFF;
+    }
+    let m = if !backend::recording() {
+        MODE_OFF
+    } else if config::all_accesses() {
+        MODE_ALL
+    } else {
+        MODE_CS
+    };
+    MODE.store(m, Ordering::Relaxed);
+    DECIDING.store(false, Ordering::Release);
+    m
+}
+
+/// The recording mode, decided on first use (the capture layer must be
+/// able to tell whether a session exists, which it knows after its own
+/// lazy initialization).
+#[inline(always)]
+pub fn mode() -> u8 {
+    match MODE.load(Ordering::Relaxed) {
+        0 => decide(),
+        m => m,
+    }
+}
+
+/// The recording mode if already decided, else [`MODE_OFF`]. Used by the
+/// malloc hooks, which may run before any constructor (inside the dynamic
+/// loader or another library's initialization), where starting the capture
+/// layer is not safe.
+#[inline(always)]
+pub fn mode_if_decided() -> u8 {
+    match MODE.load(Ordering::Relaxed) {
+        0 => MODE_OFF,
+        m => m,
+    }
+}
+
+/// Forgets the decision (after fork the child decides again).
+pub fn reset_mode() {
+    MODE.store(0, Ordering::Relaxed);
+}
+
+/// Emits `head` with the call path ending at `pc`, under the re-entry
+/// guard (the capture layer may allocate while it attaches a ring).
+#[inline]
+fn emit_with_path(t: &tls::Tls, head: Head, args: Option<(u64, u64)>, limit: usize) {
+    let mut fr = [0u64; MAX_FRAMES];
+    let n = tls::frames(t, head.site, &mut fr[..limit.min(MAX_FRAMES)]);
+    t.guard.set(true);
+    backend::emit(head, args, &fr[..n]);
+    t.guard.set(false);
+}
+
+/// Records one atomic operation (see [`crate::atomic`] for the flags).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn atomic_event(
+    op: Op,
+    addr: u64,
+    log2_width: u8,
+    order: i32,
+    extra: u8,
+    old: u64,
+    new: u64,
+    pc: u64,
+) {
+    if mode() == MODE_OFF {
+        return;
+    }
+    atomic_event_slow(op, addr, log2_width, order, extra, old, new, pc);
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn atomic_event_slow(
+    op: Op,
+    addr: u64,
+    log2_width: u8,
+    order: i32,
+    extra: u8,
+    old: u64,
+    new: u64,
+    pc: u64,
+) {
+    tls::with(|t| {
+        if t.guard.get() {
+            return;
+        }
+        // gcc may or HLE hints into the order (bits 16+); C11 orders are 0..=5.
+        let order = (order & 0xffff).clamp(0, 5) as u8;
+        let head = Head {
+            tsc: lockscope_capture::tsc::now(),
+            addr,
+            site: pc,
+            op: op as u8,
+            flags: log2_width | order << 3 | extra,
+            ..Head::default()
+        };
+        emit_with_path(t, head, Some((old, new)), config::event_frames());
+    })
+}
+
+/// Records a heap allocation (`addr` = block, `size` bytes).
+pub fn alloc_event(addr: u64, size: u64, pc: u64) {
+    if mode_if_decided() == MODE_OFF {
+        return;
+    }
+    tls::with(|t| {
+        if t.guard.get() {
+            return;
+        }
+        let head = Head {
+            tsc: lockscope_capture::tsc::now(),
+            addr,
+            site: pc,
+            op: Op::Alloc as u8,
+            ..Head::default()
+        };
+        emit_with_path(t, head, Some((size, 0)), config::event_frames());
+    })
+}
+
+/// Records that a heap block is about to be freed. `usable` is its usable
+/// size: locations inside it are dropped from the critical section's write
+/// log so that the release does not read freed (maybe unmapped) memory.
+pub fn free_event(addr: u64, usable: u64, pc: u64) {
+    if mode_if_decided() == MODE_OFF {
+        return;
+    }
+    tls::with(|t| {
+        if t.guard.get() {
+            return;
+        }
+        // SAFETY: this thread's own log.
+        unsafe { (*t.wlog.get()).forget_range(addr, addr.saturating_add(usable)) };
+        let head = Head {
+            tsc: lockscope_capture::tsc::now(),
+            addr,
+            site: pc,
+            op: Op::Free as u8,
+            ..Head::default()
+        };
+        t.guard.set(true);
+        backend::emit(head, None, &[]);
+        t.guard.set(false);
+    })
+}
+
+/// Reads the value of a written location for [`Op::ReleaseValue`]: the
+/// value itself for 1/2/4/8 bytes, a 64-bit FNV-1a hash of the bytes for
+/// other sizes (struct copies, ranges), which is enough to tell "same
+/// value written" from "different value".
+///
+/// # Safety
+/// `addr..addr+size` must be readable.
+unsafe fn value_of(addr: u64, size: u32) -> u64 {
+    let p = addr as *const u8;
+    match size {
+        1 => u64::from(p.read_volatile()),
+        2 => u64::from((p as *const u16).read_unaligned()),
+        4 => u64::from((p as *const u32).read_unaligned()),
+        8 => (p as *const u64).read_unaligned(),
+        n => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for i in 0..n as usize {
+                h ^= u64::from(p.add(i).read_volatile());
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            h
+        }
+    }
+}
+
+/// Called by the capture layer just before a lock is really released,
+/// while the thread still holds it: emits one [`Op::ReleaseValue`] per
+/// location written since the outermost acquisition, and empties the log
+/// when `remaining` (locks still held after this release) is 0.
+///
+/// Reported at every release, nested ones included; the analysis keeps
+/// the locations each critical section instance wrote itself.
+pub fn release_values(remaining: u32) {
+    if mode() == MODE_OFF {
+        return;
+    }
+    tls::with(|t| {
+        // SAFETY: this thread's own log; `emit` never touches it.
+        let log = unsafe { &mut *t.wlog.get() };
+        if !t.guard.get() {
+            t.guard.set(true);
+            let now = lockscope_capture::tsc::now();
+            for &(addr, size) in &log.entries[..log.len] {
+                if size == 0 {
+                    continue;
+                }
+                // SAFETY: the program wrote these bytes inside this
+                // critical section and has not freed them (free_event
+                // drops freed blocks); the thread's own stack is never
+                // logged.
+                let v = unsafe { value_of(addr, size) };
+                let (flags, arg2) = if size <= 255 {
+                    (size as u8, 0)
+                } else {
+                    (0, u64::from(size))
+                };
+                let mut head = Head {
+                    tsc: now,
+                    addr,
+                    op: Op::ReleaseValue as u8,
+                    flags,
+                    ..Head::default()
+                };
+                // A value that fits the head's 32-bit `aux` needs no args
+                // slot: half the ring traffic for the common small values.
+                let args = match u32::try_from(v) {
+                    Ok(small) if arg2 == 0 => {
+                        head.aux = small;
+                        None
+                    }
+                    _ => Some((v, arg2)),
+                };
+                backend::emit(head, args, &[]);
+            }
+            if log.overflow > 0 {
+                let head = Head {
+                    tsc: now,
+                    op: Op::Lost as u8,
+                    ..Head::default()
+                };
+                backend::emit(head, Some((log.overflow, 0)), &[]);
+            }
+            t.guard.set(false);
+        }
+        if remaining == 0 {
+            log.clear();
+            log.overflow = 0;
+        }
+    })
+}

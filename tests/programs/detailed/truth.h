@@ -1,0 +1,16 @@
+/* Ground-truth logging shared by the detailed-mode fixtures.
+ *
+ * The log is written inside critical sections, so its order is the lock's
+ * acquisition order. The functions that touch it are not instrumented
+ * (no_sanitize("thread")): the log must not appear in the recorded
+ * read/write sets it is the ground truth for. */
+#ifndef LOCKSCOPE_TRUTH_H
+#define LOCKSCOPE_TRUTH_H
+
+#if defined(__clang__)
+#define NOTSAN __attribute__((no_sanitize("thread"), noinline))
+#else
+#define NOTSAN __attribute__((no_sanitize_thread, noinline))
+#endif
+
+#endif
