@@ -7,9 +7,11 @@
 //! Lock report (`lockscope report`): [`report::analyze`] (trace path +
 //! [`ReportConfig`] -> [`Report`]), built from [`input`] (two-pass,
 //! bounded-memory, time-ordered reading), [`model`] (per-thread state
-//! machine, per-lock state, blame), [`symbols`] and [`render`].
+//! machine, per-lock state, blame), [`symbols`] and [`render`];
+//! [`advice`] turns it into recommendations (which lock to try).
 #![deny(missing_docs)]
 
+pub mod advice;
 pub mod detailed;
 mod error;
 pub mod hist;

@@ -240,6 +240,8 @@ pub struct Obj {
     pub acquisitions: u64,
     /// Acquisitions that had to wait.
     pub contended: u64,
+    /// Of the acquisitions, shared ones (reader-writer locks: read locks).
+    pub shared_acquisitions: u64,
     /// Acquisitions that succeeded at the first attempt (no wait, no
     /// failed try/timed call on this lock by this thread since its last
     /// acquisition of it).
@@ -306,6 +308,7 @@ impl Obj {
             first_ns,
             acquisitions: 0,
             contended: 0,
+            shared_acquisitions: 0,
             first_attempt: 0,
             trylock_failures: 0,
             timeouts: 0,
@@ -1058,6 +1061,7 @@ impl Model {
         }
         // Acquired.
         o.acquisitions += 1;
+        o.shared_acquisitions += u64::from(shared);
         lt.acquisitions += 1;
         ss.acquisitions += 1;
         ps.acquisitions += 1;

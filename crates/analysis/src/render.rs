@@ -109,6 +109,8 @@ pub struct TextOptions {
     pub sites_per_lock: usize,
     /// Show the per-thread rows of each lock.
     pub lock_threads: bool,
+    /// Print the RECOMMENDATIONS section.
+    pub advice: bool,
 }
 
 impl Default for TextOptions {
@@ -116,6 +118,7 @@ impl Default for TextOptions {
         TextOptions {
             sites_per_lock: 3,
             lock_threads: false,
+            advice: true,
         }
     }
 }
@@ -457,7 +460,32 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
+    if o.advice {
+        recommendations(r, &mut out);
+    }
     out
+}
+
+/// The RECOMMENDATIONS section (see [`crate::advice`]).
+fn recommendations(r: &Report, out: &mut String) {
+    out.push_str("\nRECOMMENDATIONS (largest addressable wait first)\n");
+    if r.recommendations.is_empty() {
+        out.push_str("  (none: no lock met a rule's thresholds)\n");
+    }
+    for (i, a) in r.recommendations.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. {} {}: {}",
+            i + 1,
+            a.kind.name(),
+            a.lock,
+            a.advice
+        );
+        let _ = writeln!(out, "     evidence: {}", a.evidence_text);
+        if let Some(c) = &a.command {
+            let _ = writeln!(out, "     try: {c}");
+        }
+    }
 }
 
 /// Tables available as CSV.

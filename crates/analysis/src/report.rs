@@ -138,6 +138,9 @@ pub struct Report {
     pub anomalies: Anomalies,
     /// Free-text notes (symbolization problems, filters applied).
     pub notes: Vec<String>,
+    /// What to try, per lock, with the evidence ([`crate::advice`]); sorted
+    /// by the wait each could address. Empty with `--no-advice`.
+    pub recommendations: Vec<crate::advice::Recommendation>,
 }
 
 /// Overhead correction applied.
@@ -176,6 +179,10 @@ pub struct LockOut {
     pub acquisitions: u64,
     /// Of which had to wait.
     pub contended: u64,
+    /// Reader-writer locks: acquisitions in read (shared) mode. Absent
+    /// (not null) for other kinds, so their JSON is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_acquisitions: Option<u64>,
     /// contended / acquisitions.
     pub contended_ratio: f64,
     /// Failed trylock calls.
@@ -883,6 +890,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
             first_use,
             acquisitions: o.acquisitions,
             contended: o.contended,
+            read_acquisitions: (o.kind == Kind::Rwlock).then_some(o.shared_acquisitions),
             contended_ratio: ratio(o.contended, o.acquisitions),
             trylock_failures: o.trylock_failures,
             timeouts: o.timeouts,
@@ -1111,7 +1119,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
     // drops: take the largest account rather than their sum.
     let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
     let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
-    Report {
+    let mut report = Report {
         schema: SCHEMA,
         command: meta.header.command.clone(),
         duration_ns: meta.footer.as_ref().map_or_else(
@@ -1137,5 +1145,11 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         semaphores,
         anomalies: model.anomalies.clone(),
         notes,
-    }
+        recommendations: Vec::new(),
+    };
+    report.recommendations = crate::advice::advise(
+        &report,
+        &crate::advice::MachineFacts::from_header(&meta.header),
+    );
+    report
 }

@@ -14,9 +14,14 @@
 //!    counting shim (tests/programs/bench/count_shim.c).
 //! 5. Bytes per event on disk over the record fixtures.
 //!
-//! Usage: `lockscope-bench-capture [--quick]`. Needs gcc, and `lockscope`
-//! and `liblockscope_preload.so` next to this binary (build the workspace
-//! in release mode first), or LOCKSCOPE_BIN naming the lockscope binary.
+//! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes]...`.
+//! Needs gcc, and `lockscope` and `liblockscope_preload.so` next to this
+//! binary (build the workspace in release mode first), or LOCKSCOPE_BIN
+//! naming the lockscope binary. `LOCKSCOPE_BASE_BIN=<another build's
+//! lockscope>` also measures that recorder, interleaved in the same run
+//! (lines `before` / `after`): on a shared machine only ratios measured
+//! together mean something. `LSBENCH_PAIRS=N`: pairs per round of the
+//! uncontended loop (default 10M; 5 rounds).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -144,7 +149,6 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
 struct Recorded {
     wall_s: f64,
     stdout: String,
-    stderr: String,
     trace: PathBuf,
 }
 
@@ -163,10 +167,33 @@ fn run_plain(bin: &Path, args: &[&str], env: &[(&str, &Path)]) -> (f64, String, 
     )
 }
 
+/// The recorders to compare: this build, and with `LOCKSCOPE_BASE_BIN`
+/// (another build's `lockscope`, its preload library next to it) also
+/// that one, measured interleaved in the same run so that the ratio
+/// between them survives the machine's noise.
+fn recorders() -> Vec<(&'static str, PathBuf)> {
+    let mut v = Vec::new();
+    if let Some(b) = std::env::var_os("LOCKSCOPE_BASE_BIN") {
+        v.push(("before", PathBuf::from(b)));
+    }
+    v.push(("after", lockscope_bin()));
+    v
+}
+
 fn run_recorded(tmp: &Path, bin: &Path, args: &[&str], opts: &[&str]) -> Recorded {
+    run_recorded_with(&lockscope_bin(), tmp, bin, args, opts)
+}
+
+fn run_recorded_with(
+    lockscope: &Path,
+    tmp: &Path,
+    bin: &Path,
+    args: &[&str],
+    opts: &[&str],
+) -> Recorded {
     let trace = tmp.join("bench.lstrace");
     let t0 = Instant::now();
-    let out = Command::new(lockscope_bin())
+    let out = Command::new(lockscope)
         .arg("record")
         .args(opts)
         .arg("-o")
@@ -180,7 +207,6 @@ fn run_recorded(tmp: &Path, bin: &Path, args: &[&str], opts: &[&str]) -> Recorde
     Recorded {
         wall_s: t0.elapsed().as_secs_f64(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         trace,
     }
 }
@@ -242,26 +268,41 @@ fn main() {
     let unc = tmp.join("uncontended");
     gcc(&progs.join("bench/uncontended.c"), &unc, &[]);
     if want("uncontended") {
+        let pairs: u64 = std::env::var("LSBENCH_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000_000);
         println!(
-            "\n## 2. uncontended lock+unlock pair (uncontended.c, 10M pairs, best of 5 rounds)"
+            "\n## 2. uncontended lock+unlock pair (uncontended.c, {pairs} pairs x 5 rounds, best round)"
         );
-        let (mut plain, mut rec, mut lost_v) = (Vec::new(), Vec::new(), Vec::new());
+        let recs = recorders();
+        let pa = pairs.to_string();
+        let mut plain = Vec::new();
+        let mut rec = vec![Vec::new(); recs.len()];
+        let mut lost_v = vec![Vec::new(); recs.len()];
         for _ in 0..reps {
-            let (_, out, _) = run_plain(&unc, &[], &[]);
+            let (_, out, _) = run_plain(&unc, &[&pa], &[]);
             plain.push(field(&out, "ns_per_pair").unwrap_or(f64::NAN));
-            let r = run_recorded(&tmp, &unc, &[], &["--quiet"]);
-            rec.push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
-            let t = Trace::open(&r.trace).expect("trace");
-            lost_v.push((t.footer.as_ref().map_or(0, |f| f.lost), t.event_count()));
+            for (k, (_, lb)) in recs.iter().enumerate() {
+                let r = run_recorded_with(lb, &tmp, &unc, &[&pa], &["--quiet"]);
+                rec[k].push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
+                let t = Trace::open(&r.trace).expect("trace");
+                let l = t.footer.as_ref().map_or(0, |f| f.lost);
+                lost_v[k].push(l as f64 / (l as f64 + t.event_count() as f64));
+            }
         }
-        let (p, r) = (median(plain), median(rec));
-        println!(
-        "unrecorded {p:.1} ns/pair, recorded {r:.1} ns/pair: +{:.1} ns per pair, ratio {:.2}x (median of {reps} runs)",
-        r - p,
-        r / p
-    );
-        for (l, e) in &lost_v {
-            println!("  run: {e} events in the trace, {l} lost");
+        let p = median(plain);
+        println!("unrecorded {p:.1} ns/pair (median of {reps} runs)");
+        for (k, (label, _)) in recs.iter().enumerate() {
+            let r = median(rec[k].clone());
+            let l = &lost_v[k];
+            println!(
+                "{label}: recorded {r:.1} ns/pair: +{:.1} ns per pair, ratio {:.2}x; lost {:.1}% (median; runs: {})",
+                r - p,
+                r / p,
+                median(l.clone()) * 100.0,
+                l.iter().map(|x| format!("{:.1}%", x * 100.0)).collect::<Vec<_>>().join(" ")
+            );
         }
     }
 
@@ -277,35 +318,42 @@ fn main() {
         );
         println!("| threads | unrecorded s | recorded s | ratio | contended (shim) | contended (trace) | events lost |");
         println!("|---|---|---|---|---|---|---|");
+        let recs = recorders();
         for threads in [2, 8, 64] {
             let ops = (1_600_000 / threads).to_string();
             let th = threads.to_string();
             let args = [th.as_str(), ops.as_str()];
-            let (mut pw, mut rw, mut shim_f, mut trace_f, mut lost) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut pw, mut shim_f) = (Vec::new(), Vec::new());
+            let mut rw = vec![Vec::new(); recs.len()];
+            let mut trace_f = vec![Vec::new(); recs.len()];
+            let mut lost = vec![Vec::new(); recs.len()];
             for _ in 0..reps {
                 pw.push(run_plain(&cont, &args, &[]).0);
-                let r = run_recorded(&tmp, &cont, &args, &["--quiet"]);
-                rw.push(r.wall_s);
-                let t = Trace::open(&r.trace).expect("trace");
-                let l = t.footer.as_ref().map_or(0, |f| f.lost);
-                lost.push(l as f64 / (l as f64 + t.event_count() as f64));
-                let (a, c) = contended_in_trace(&t);
-                trace_f.push(c as f64 / a.max(1) as f64);
+                for (k, (_, lb)) in recs.iter().enumerate() {
+                    let r = run_recorded_with(lb, &tmp, &cont, &args, &["--quiet"]);
+                    rw[k].push(r.wall_s);
+                    let t = Trace::open(&r.trace).expect("trace");
+                    let l = t.footer.as_ref().map_or(0, |f| f.lost);
+                    lost[k].push(l as f64 / (l as f64 + t.event_count() as f64));
+                    let (a, c) = contended_in_trace(&t);
+                    trace_f[k].push(c as f64 / a.max(1) as f64);
+                }
                 let (_, _, err) = run_plain(&cont, &args, &[("LD_PRELOAD", &shim)]);
                 let a = field(&err, "acquisitions").unwrap_or(0.0);
                 let c = field(&err, "contended").unwrap_or(0.0);
                 shim_f.push(c / a.max(1.0));
-                let _ = r.stderr;
             }
-            let (p, r) = (median(pw), median(rw));
-            println!(
-                "| {threads} | {p:.3} | {r:.3} | {:.2}x | {:.3}% | {:.3}% | {:.1}% |",
-                r / p,
-                median(shim_f) * 100.0,
-                median(trace_f) * 100.0,
-                median(lost) * 100.0
-            );
+            let p = median(pw);
+            for (k, (label, _)) in recs.iter().enumerate() {
+                let r = median(rw[k].clone());
+                println!(
+                    "| {threads} {label} | {p:.3} | {r:.3} | {:.2}x | {:.3}% | {:.3}% | {:.1}% |",
+                    r / p,
+                    median(shim_f.clone()) * 100.0,
+                    median(trace_f[k].clone()) * 100.0,
+                    median(lost[k].clone()) * 100.0
+                );
+            }
         }
     }
 

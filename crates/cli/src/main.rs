@@ -27,6 +27,7 @@ struct Cli {
 enum Command {
     Record(cmd::record::Args),
     Report(cmd::report::Args),
+    Dump(cmd::dump::Args),
     Run(cmd::run::Args),
     Locks(cmd::locks::Args),
     Cc(cmd::cc::Args),
@@ -42,6 +43,7 @@ fn main() {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Locks(a) => cmd::locks::run(a),
         Command::Cc(a) => cmd::cc::run(a),

@@ -6,7 +6,7 @@ use record_util::*;
 
 use lockscope_format::{phase, Op, Record};
 
-fn run_fixture(name: &str, opts: &[&str]) -> (std::path::PathBuf, Run, Index) {
+fn run_fixture(name: &str, opts: &[&str]) -> (TempDir, std::path::PathBuf, Run, Index) {
     let dir = temp(name);
     let bin = build_c(name, &dir);
     let run = record(&dir, opts, &bin, &[], b"");
@@ -20,7 +20,7 @@ fn run_fixture(name: &str, opts: &[&str]) -> (std::path::PathBuf, Run, Index) {
         "events were lost; stderr:\n{}",
         run.stderr
     );
-    (bin, run, ix)
+    (dir, bin, run, ix)
 }
 
 fn pid_of(truth: &[Truth]) -> u32 {
@@ -29,7 +29,7 @@ fn pid_of(truth: &[Truth]) -> u32 {
 
 #[test]
 fn record_mutex_counts_sites_trylock_and_exit_status() {
-    let (bin, run, ix) = run_fixture("mutex", &["--buffer-kb", "16384"]);
+    let (_dir, bin, run, ix) = run_fixture("mutex", &["--buffer-kb", "16384"]);
     assert_eq!(
         run.code, 3,
         "exit status passed on; stderr:\n{}",
@@ -61,7 +61,7 @@ fn record_mutex_counts_sites_trylock_and_exit_status() {
 
 #[test]
 fn record_rwlock_readers_writers_exact() {
-    let (_, run, ix) = run_fixture("rwlock", &[]);
+    let (_dir, _, run, ix) = run_fixture("rwlock", &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     check_truth(&ix, &truths(&run.stdout), None);
     assert_eq!(ix.trace.footer.as_ref().unwrap().lost, 0);
@@ -69,7 +69,7 @@ fn record_rwlock_readers_writers_exact() {
 
 #[test]
 fn record_condvar_producer_consumer_exact() {
-    let (_, run, ix) = run_fixture("condvar", &["--buffer-kb", "16384"]);
+    let (_dir, _, run, ix) = run_fixture("condvar", &["--buffer-kb", "16384"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let truth = truths(&run.stdout);
     check_truth(&ix, &truth, None);
@@ -84,14 +84,14 @@ fn record_condvar_producer_consumer_exact() {
 
 #[test]
 fn record_barrier_semaphore_spinlock_exact() {
-    let (_, run, ix) = run_fixture("barrier_sem_spin", &[]);
+    let (_dir, _, run, ix) = run_fixture("barrier_sem_spin", &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     check_truth(&ix, &truths(&run.stdout), None);
 }
 
 #[test]
 fn record_512_threads_no_loss_no_deadlock() {
-    let (_, run, ix) = run_fixture("many_threads", &["--buffer-kb", "1024"]);
+    let (_dir, _, run, ix) = run_fixture("many_threads", &["--buffer-kb", "1024"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let truth = truths(&run.stdout);
     assert_eq!(truth.len(), 512 * 4);

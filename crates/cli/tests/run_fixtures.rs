@@ -41,7 +41,9 @@ fn cxx_mutex_and_condition_variable_same_output_under_every_lock() {
 #[test]
 fn hand_given_deep_hierarchies_keep_the_output() {
     let dir = temp("hier");
-    let Some(prog) = build("condvar_pc.c", &dir) else { return };
+    let Some(prog) = build("condvar_pc.c", &dir) else {
+        return;
+    };
     let base = lockscope_run(&["--lock", "pthread"], &prog, &["3000"]);
     for lock in ["hmcs", "ahmcs"] {
         for h in ["2x2x2:2,2,1", "4x2"] {
@@ -55,7 +57,9 @@ fn hand_given_deep_hierarchies_keep_the_output() {
 #[test]
 fn verbose_reports_replaced_mutexes_and_acquisitions() {
     let dir = temp("verbose");
-    let Some(prog) = build("static_kinds.c", &dir) else { return };
+    let Some(prog) = build("static_kinds.c", &dir) else {
+        return;
+    };
     let o = lockscope_run(&["--lock", "mcs", "--verbose"], &prog, &["6400"]);
     let err = String::from_utf8_lossy(&o.stderr);
     let (n, m) = verbose_counts(&err).unwrap_or_else(|| panic!("no summary line in {err}"));
@@ -78,7 +82,11 @@ fn exit_status_and_signals_pass_through() {
     assert_eq!(shell_code(&o), 7);
     let o = lockscope_run(&["--lock", "ticket"], sh, &["-c", "kill -TERM $$"]);
     assert_eq!(shell_code(&o), 128 + 15);
-    let o = lockscope_run(&["--lock", "mcs"], std::path::Path::new("/nonexistent/program"), &[]);
+    let o = lockscope_run(
+        &["--lock", "mcs"],
+        std::path::Path::new("/nonexistent/program"),
+        &[],
+    );
     assert_eq!(shell_code(&o), 127);
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/program"));
 }
@@ -91,7 +99,11 @@ fn unknown_lock_lists_the_valid_names() {
     for name in ["pthread", "tas", "mcs", "hmcs", "ahmcs"] {
         assert!(err.contains(name), "{err}");
     }
-    let o = lockscope_run(&["--lock", "mcs", "--wait", "nap"], std::path::Path::new("/bin/true"), &[]);
+    let o = lockscope_run(
+        &["--lock", "mcs", "--wait", "nap"],
+        std::path::Path::new("/bin/true"),
+        &[],
+    );
     assert_eq!(shell_code(&o), 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("spin-then-park"));
 }

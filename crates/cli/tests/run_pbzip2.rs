@@ -10,10 +10,15 @@ use std::path::Path;
 use std::process::Command;
 
 fn pbzip2() -> Option<std::path::PathBuf> {
-    let out = Command::new("sh").args(["-c", "command -v pbzip2"]).output().ok()?;
+    let out = Command::new("sh")
+        .args(["-c", "command -v pbzip2"])
+        .output()
+        .ok()?;
     let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if p.is_empty() {
-        eprintln!("NOTICE: pbzip2 not installed (apt-get install pbzip2); skipping the pbzip2 test");
+        eprintln!(
+            "NOTICE: pbzip2 not installed (apt-get install pbzip2); skipping the pbzip2 test"
+        );
         return None;
     }
     Some(p.into())
@@ -28,9 +33,19 @@ fn input(dir: &Path) -> std::path::PathBuf {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let w = ["lock", "mutex", "queue", "thread", "wait", "spin", "park", "hand-over", "node"][(x % 9) as usize];
+        let w = [
+            "lock",
+            "mutex",
+            "queue",
+            "thread",
+            "wait",
+            "spin",
+            "park",
+            "hand-over",
+            "node",
+        ][(x % 9) as usize];
         s.push_str(w);
-        s.push(if x % 11 == 0 { '\n' } else { ' ' });
+        s.push(if x % 11 < 1 { '\n' } else { ' ' });
     }
     let p = dir.join("in.txt");
     std::fs::write(&p, s).unwrap();
@@ -45,18 +60,38 @@ fn pbzip2_compress_and_decompress_identical_under_every_lock() {
     let inp_s = inp.to_str().unwrap();
     // -p4: more threads than the CI machine's 2 cores; -b1: 100 kB blocks.
     same_output_under_every_lock(&pbz, &["-p4", "-b1", "-c", inp_s]);
-    let compressed = lockscope_run(&["--lock", "pthread"], &pbz, &["-p4", "-b1", "-c", inp_s]).stdout;
+    let compressed =
+        lockscope_run(&["--lock", "pthread"], &pbz, &["-p4", "-b1", "-c", inp_s]).stdout;
     let bz = dir.join("in.txt.bz2");
     std::fs::write(&bz, &compressed).unwrap();
     let original = std::fs::read(&inp).unwrap();
     for alg in ALGORITHMS {
         for wait in WAITS {
-            let o = lockscope_run(&["--lock", alg, "--wait", wait], &pbz, &["-d", "-p4", "-c", bz.to_str().unwrap()]);
-            assert_eq!(shell_code(&o), 0, "{alg} {wait}: {}", String::from_utf8_lossy(&o.stderr));
-            assert!(o.stdout == original, "{alg} {wait}: decompressed output differs");
+            let o = lockscope_run(
+                &["--lock", alg, "--wait", wait],
+                &pbz,
+                &["-d", "-p4", "-c", bz.to_str().unwrap()],
+            );
+            assert_eq!(
+                shell_code(&o),
+                0,
+                "{alg} {wait}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                o.stdout == original,
+                "{alg} {wait}: decompressed output differs"
+            );
         }
     }
-    let o = lockscope_run(&["--lock", "hmcs", "--verbose"], &pbz, &["-p4", "-b1", "-c", inp_s]);
+    let o = lockscope_run(
+        &["--lock", "hmcs", "--verbose"],
+        &pbz,
+        &["-p4", "-b1", "-c", inp_s],
+    );
     let (n, m) = verbose_counts(&String::from_utf8_lossy(&o.stderr)).expect("summary line");
-    assert!(n >= 3 && m > 0, "pbzip2 should use several mutexes: {n} {m}");
+    assert!(
+        n >= 3 && m > 0,
+        "pbzip2 should use several mutexes: {n} {m}"
+    );
 }

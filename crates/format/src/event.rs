@@ -135,7 +135,8 @@ ops! {
     Read = 40,
     /// Plain write; flags = size in bytes (0: size in arg2).
     Write = 41,
-    /// Atomic load; flags = log2(width) | order << 3; arg = value read.
+    /// Atomic load; flags = log2(width) | order << 3 (order: 0 relaxed,
+    /// 1 consume, 2 acquire, 3 release, 4 acq_rel, 5 seq_cst); arg = value read.
     AtomicLoad = 42,
     /// Atomic store; arg = previous value, arg2 = value stored.
     AtomicStore = 43,
@@ -153,8 +154,11 @@ ops! {
     AtomicFetchXor = 49,
     /// Atomic fetch_nand; arg = old, arg2 = new.
     AtomicFetchNand = 50,
-    /// Atomic compare-exchange (strong or weak: flag bit 7 = weak); phase DONE
-    /// on success, FAIL on failure; arg = old value seen, arg2 = value after.
+    /// Atomic compare-exchange: flags as for the other atomics (bits 0-2
+    /// log2(width), bits 3-5 memory order), plus bit 6 (0x40) set when the
+    /// exchange failed and bit 7 (0x80) for the weak form; arg = old value
+    /// seen, arg2 = value after. (Atomics do not use the [`phase`] bits:
+    /// their low bits hold the width.)
     AtomicCas = 51,
     /// Atomic thread fence; flags = order << 3.
     AtomicFence = 52,

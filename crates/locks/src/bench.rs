@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// What a critical section does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "lowercase")]
 pub enum CriticalSection {
     /// Nothing: measures the lock hand-over alone.
     Empty,
@@ -166,20 +166,34 @@ impl BenchLock for PthreadLock {
 }
 
 /// Runs one measurement.
-pub fn run_one(subject: Subject, cs: CriticalSection, threads: usize, duration: Duration) -> RunResult {
+pub fn run_one(
+    subject: Subject,
+    cs: CriticalSection,
+    threads: usize,
+    duration: Duration,
+) -> RunResult {
     let lock: Arc<dyn BenchLock> = match subject {
-        Subject::Pthread => Arc::new(PthreadLock(std::cell::UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER))),
+        Subject::Pthread => Arc::new(PthreadLock(std::cell::UnsafeCell::new(
+            libc::PTHREAD_MUTEX_INITIALIZER,
+        ))),
         Subject::Lock(a, w) => Arc::new(DynLock::new(a, w)),
     };
     let threads = threads.max(1);
-    let shared = Arc::new(Shared { lines: std::array::from_fn(|_| Line(std::cell::UnsafeCell::new(0))) });
+    let shared = Arc::new(Shared {
+        lines: std::array::from_fn(|_| Line(std::cell::UnsafeCell::new(0))),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(threads + 1));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
     let mut handles = Vec::new();
     for t in 0..threads {
-        let (lock, shared, stop, start, counts) =
-            (lock.clone(), shared.clone(), stop.clone(), start.clone(), counts.clone());
+        let (lock, shared, stop, start, counts) = (
+            lock.clone(),
+            shared.clone(),
+            stop.clone(),
+            start.clone(),
+            counts.clone(),
+        );
         handles.push(std::thread::spawn(move || {
             start.wait();
             let mut n = 0u64;
@@ -219,14 +233,32 @@ pub fn run_one(subject: Subject, cs: CriticalSection, threads: usize, duration: 
     summarize(subject, cs, seconds, per_thread, consistent)
 }
 
-fn summarize(subject: Subject, cs: CriticalSection, seconds: f64, per_thread: Vec<u64>, consistent: bool) -> RunResult {
+fn summarize(
+    subject: Subject,
+    cs: CriticalSection,
+    seconds: f64,
+    per_thread: Vec<u64>,
+    consistent: bool,
+) -> RunResult {
     let n = per_thread.len().max(1) as f64;
     let total: u64 = per_thread.iter().sum();
-    let shares: Vec<f64> =
-        per_thread.iter().map(|&c| if total == 0 { 0.0 } else { c as f64 / total as f64 }).collect();
+    let shares: Vec<f64> = per_thread
+        .iter()
+        .map(|&c| {
+            if total == 0 {
+                0.0
+            } else {
+                c as f64 / total as f64
+            }
+        })
+        .collect();
     let sum: f64 = per_thread.iter().map(|&c| c as f64).sum();
     let sumsq: f64 = per_thread.iter().map(|&c| (c as f64) * (c as f64)).sum();
-    let jain = if sumsq == 0.0 { 0.0 } else { sum * sum / (n * sumsq) };
+    let jain = if sumsq == 0.0 {
+        0.0
+    } else {
+        sum * sum / (n * sumsq)
+    };
     let min = shares.iter().cloned().fold(f64::INFINITY, f64::min);
     let max = shares.iter().cloned().fold(0.0, f64::max);
     RunResult {
@@ -236,7 +268,11 @@ fn summarize(subject: Subject, cs: CriticalSection, seconds: f64, per_thread: Ve
         threads: per_thread.len(),
         seconds,
         acquisitions: total,
-        mops: if seconds > 0.0 { total as f64 / seconds / 1e6 } else { 0.0 },
+        mops: if seconds > 0.0 {
+            total as f64 / seconds / 1e6
+        } else {
+            0.0
+        },
         min_share_ratio: if min.is_finite() { min * n } else { 0.0 },
         max_share_ratio: max * n,
         per_thread,
@@ -266,8 +302,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn critical_section_names_match_in_json_and_table() {
+        for cs in [CriticalSection::Empty, CriticalSection::NonEmpty] {
+            let json = serde_json::to_string(&cs).unwrap();
+            assert_eq!(json, format!("\"{}\"", cs.name()));
+        }
+    }
+
+    #[test]
     fn fairness_figures_are_computed_from_counts() {
-        let r = summarize(Subject::Pthread, CriticalSection::Empty, 1.0, vec![30, 10], true);
+        let r = summarize(
+            Subject::Pthread,
+            CriticalSection::Empty,
+            1.0,
+            vec![30, 10],
+            true,
+        );
         assert_eq!(r.acquisitions, 40);
         assert!((r.shares[0] - 0.75).abs() < 1e-9);
         assert!((r.min_share_ratio - 0.5).abs() < 1e-9);
@@ -278,7 +328,10 @@ mod tests {
 
     #[test]
     fn a_short_run_counts_every_acquisition_under_each_lock() {
-        for s in [Subject::Pthread, Subject::Lock(Algorithm::Mcs, WaitPolicy::SpinThenPark)] {
+        for s in [
+            Subject::Pthread,
+            Subject::Lock(Algorithm::Mcs, WaitPolicy::SpinThenPark),
+        ] {
             let r = run_one(s, CriticalSection::NonEmpty, 3, Duration::from_millis(30));
             assert!(r.consistent, "{r:?}");
             assert!(r.acquisitions > 0);

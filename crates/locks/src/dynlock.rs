@@ -5,7 +5,10 @@
 //! the preload library keeps a lock inside each `pthread_mutex_t`.
 //! [`DynLock`] owns such memory on its own cache line.
 
-use crate::{Ahmcs, Algorithm, Clh, Cmcs, Hmcs, Mcs, RawLock, Spin, SpinThenPark, Tas, Ticket, Ttas, WaitPolicy};
+use crate::{
+    Ahmcs, Algorithm, Clh, Cmcs, Hmcs, Mcs, RawLock, Spin, SpinThenPark, Tas, Ticket, Ttas,
+    WaitPolicy,
+};
 
 /// Bytes of lock state every algorithm fits in (all zero = unlocked).
 pub const STATE_BYTES: usize = 16;
@@ -101,7 +104,10 @@ pub struct DynLock {
 impl DynLock {
     /// A new unlocked lock.
     pub fn new(algorithm: Algorithm, wait: WaitPolicy) -> DynLock {
-        DynLock { ops: ops(algorithm, wait), state: Box::new(Line([0; 8])) }
+        DynLock {
+            ops: ops(algorithm, wait),
+            state: Box::new(Line([0; 8])),
+        }
     }
     fn p(&self) -> *const u8 {
         &*self.state as *const Line as *const u8

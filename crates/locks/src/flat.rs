@@ -107,11 +107,24 @@ macro_rules! ctor {
         }
     };
 }
-ctor!(Tas { word: AtomicU32::new(FREE) });
-ctor!(Ttas { word: AtomicU32::new(FREE) });
-ctor!(Ticket { next: AtomicU32::new(0), serving: AtomicU32::new(0) });
-ctor!(Mcs { tail: AtomicPtr::new(null_mut()), holder: AtomicPtr::new(null_mut()) });
-ctor!(Clh { tail: AtomicPtr::new(null_mut()), holder: AtomicPtr::new(null_mut()) });
+ctor!(Tas {
+    word: AtomicU32::new(FREE)
+});
+ctor!(Ttas {
+    word: AtomicU32::new(FREE)
+});
+ctor!(Ticket {
+    next: AtomicU32::new(0),
+    serving: AtomicU32::new(0)
+});
+ctor!(Mcs {
+    tail: AtomicPtr::new(null_mut()),
+    holder: AtomicPtr::new(null_mut())
+});
+ctor!(Clh {
+    tail: AtomicPtr::new(null_mut()),
+    holder: AtomicPtr::new(null_mut())
+});
 
 // ---------------------------------------------------------------- TAS
 
@@ -171,7 +184,9 @@ fn test_and_set(word: &AtomicU32) -> bool {
     // the model's history grow without bound; a compare-and-swap from FREE
     // acquires in exactly the same cases and stores nothing when it fails.
     #[cfg(loom)]
-    return word.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok();
+    return word
+        .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok();
     #[cfg(not(loom))]
     return word.swap(HELD, Ordering::Acquire) == FREE;
 }
@@ -231,7 +246,11 @@ impl<W: Wait> Ttas<W> {
                 b.spin();
             }
             // Test-and-set.
-            let got = if W::PARKS { self.try_lock() } else { test_and_set(&self.word) };
+            let got = if W::PARKS {
+                self.try_lock()
+            } else {
+                test_and_set(&self.word)
+            };
             if got {
                 return;
             }
@@ -359,7 +378,11 @@ unsafe impl<W: Wait> RawLock for Mcs<W> {
 /// the successor, or empties the queue. Returns whether there was a
 /// successor.
 #[inline]
-pub(crate) unsafe fn mcs_release<W: Wait>(tail: &AtomicPtr<QNode>, n: *mut QNode, value: u32) -> bool {
+pub(crate) unsafe fn mcs_release<W: Wait>(
+    tail: &AtomicPtr<QNode>,
+    n: *mut QNode,
+    value: u32,
+) -> bool {
     let mut succ = (*n).next.load(Ordering::Acquire);
     if succ.is_null() {
         if tail

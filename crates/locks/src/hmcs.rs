@@ -18,6 +18,7 @@ use crate::sync::{AtomicPtr, Ordering};
 use crate::topology::{CpuSource, Hierarchy};
 use crate::wait::{wait_while_eq, Wait};
 use crate::{Algorithm, RawLock, Spin};
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr::{null, null_mut};
 use std::sync::OnceLock;
@@ -105,7 +106,12 @@ impl Tree {
                 None => root as u32,
             })
             .collect();
-        Box::new(Tree { nodes, leaf_of_cpu, depth: (nlev + 1) as u8, cpu_source: h.cpu_source })
+        Box::new(Tree {
+            nodes,
+            leaf_of_cpu,
+            depth: (nlev + 1) as u8,
+            cpu_source: h.cpu_source,
+        })
     }
 
     #[inline]
@@ -138,9 +144,13 @@ unsafe fn acquire<W: Wait>(l: *const HNode, i: *const QNode) -> u8 {
     let i = &*i;
     i.next.store(null_mut(), Ordering::Relaxed);
     i.status.store(WAIT, Ordering::Relaxed);
-    let pred = l.tail.swap(i as *const QNode as *mut QNode, Ordering::AcqRel);
+    let pred = l
+        .tail
+        .swap(i as *const QNode as *mut QNode, Ordering::AcqRel);
     if !pred.is_null() {
-        (*pred).next.store(i as *const QNode as *mut QNode, Ordering::Release);
+        (*pred)
+            .next
+            .store(i as *const QNode as *mut QNode, Ordering::Release);
         let s = wait_while_eq::<W>(&i.status, &i.sleeping, WAIT);
         if s < ACQUIRE_PARENT {
             // Passed to us inside the domain: we hold every lock above.
@@ -165,7 +175,11 @@ unsafe fn release<W: Wait>(l: *const HNode, i: *const QNode) -> (u8, *mut QNode)
     let i = &*i;
     if l.parent.is_null() {
         // Root: plain MCS hand-over; the value is a valid "held" count.
-        return if crate::flat::mcs_release::<W>(&l.tail, i as *const QNode as *mut QNode, COHORT_START) {
+        return if crate::flat::mcs_release::<W>(
+            &l.tail,
+            i as *const QNode as *mut QNode,
+            COHORT_START,
+        ) {
             (l.level, i.next.load(Ordering::Relaxed))
         } else {
             (NONE, null_mut())
@@ -212,7 +226,9 @@ static CMCS_DEFAULT: OnceLock<Hierarchy> = OnceLock::new();
 
 fn machine_or_flat(r: Result<Hierarchy, crate::Error>) -> Hierarchy {
     // No sysfs (a container without /sys): a flat tree is still a correct lock.
-    r.unwrap_or_else(|_| Hierarchy::flat(std::thread::available_parallelism().map_or(1, |n| n.get())))
+    r.unwrap_or_else(|_| {
+        Hierarchy::flat(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
 }
 
 /// Sets the hierarchy of HMCS and AHMCS locks created with `new()` (or
@@ -273,13 +289,21 @@ impl<K: Kind, W: Wait> TreeLock<K, W> {
     /// when first locked.
     #[cfg(not(loom))]
     pub const fn new() -> Self {
-        TreeLock { tree: AtomicPtr::new(null_mut()), holder: AtomicPtr::new(null_mut()), _p: PhantomData }
+        TreeLock {
+            tree: AtomicPtr::new(null_mut()),
+            holder: AtomicPtr::new(null_mut()),
+            _p: PhantomData,
+        }
     }
     /// A new unlocked lock; its tree is built from the default hierarchy
     /// when first locked.
     #[cfg(loom)]
     pub fn new() -> Self {
-        TreeLock { tree: AtomicPtr::new(null_mut()), holder: AtomicPtr::new(null_mut()), _p: PhantomData }
+        TreeLock {
+            tree: AtomicPtr::new(null_mut()),
+            holder: AtomicPtr::new(null_mut()),
+            _p: PhantomData,
+        }
     }
 
     /// A new unlocked lock over the given hierarchy.
@@ -307,7 +331,10 @@ impl<K: Kind, W: Wait> TreeLock<K, W> {
     #[cold]
     fn build_tree(&self) -> &Tree {
         let new = Box::into_raw(Tree::new(K::default_hierarchy()));
-        match self.tree.compare_exchange(null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+        match self
+            .tree
+            .compare_exchange(null_mut(), new, Ordering::AcqRel, Ordering::Acquire)
+        {
             // SAFETY: just published, lives as long as the lock.
             Ok(_) => unsafe { &*new },
             Err(other) => {
@@ -358,38 +385,42 @@ struct Adapt {
 }
 
 const ADAPT_SLOTS: usize = 8;
-const ADAPT_EMPTY: Adapt = Adapt { lock: 0, target: 0, start: 0, pred_level: NONE, last_succ: 0 };
+const ADAPT_EMPTY: Adapt = Adapt {
+    lock: 0,
+    target: 0,
+    start: 0,
+    pred_level: NONE,
+    last_succ: 0,
+};
 
 #[cfg(not(loom))]
 std::thread_local! {
-    static ADAPT: std::cell::Cell<[Adapt; ADAPT_SLOTS]> = const { std::cell::Cell::new([ADAPT_EMPTY; ADAPT_SLOTS]) };
+    static ADAPT: [Cell<Adapt>; ADAPT_SLOTS] =
+        const { [const { Cell::new(ADAPT_EMPTY) }; ADAPT_SLOTS] };
 }
 #[cfg(loom)]
 loom::thread_local! {
-    static ADAPT: std::cell::Cell<[Adapt; ADAPT_SLOTS]> = std::cell::Cell::new([ADAPT_EMPTY; ADAPT_SLOTS]);
+    static ADAPT: [Cell<Adapt>; ADAPT_SLOTS] = [(); ADAPT_SLOTS].map(|_| Cell::new(ADAPT_EMPTY));
 }
 
+/// Runs `f` on this thread's hysteresis state for `lock`: one thread-local
+/// access and one small copy each way per call.
 #[inline]
-fn adapt_slot(lock: usize) -> usize {
-    (lock >> 4) % ADAPT_SLOTS
-}
-
-fn adapt_get(lock: usize) -> Adapt {
-    let a = ADAPT.with(|c| c.get()[adapt_slot(lock)]);
-    if a.lock == lock {
-        a
-    } else {
-        // Initially every thread starts at its leaf (thesis §4.9.2).
-        Adapt { lock, ..ADAPT_EMPTY }
-    }
-}
-
-fn adapt_set(a: Adapt) {
-    ADAPT.with(|c| {
-        let mut v = c.get();
-        v[adapt_slot(a.lock)] = a;
-        c.set(v);
-    });
+fn with_adapt<R>(lock: usize, f: impl FnOnce(&mut Adapt) -> R) -> R {
+    ADAPT.with(|slots| {
+        let cell = &slots[(lock >> 4) % ADAPT_SLOTS];
+        let mut a = cell.get();
+        if a.lock != lock {
+            // Initially every thread starts at its leaf (thesis §4.9.2).
+            a = Adapt {
+                lock,
+                ..ADAPT_EMPTY
+            };
+        }
+        let r = f(&mut a);
+        cell.set(a);
+        r
+    })
 }
 
 // ------------------------------------------------------------ RawLock
@@ -404,16 +435,19 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
         let leaf: *const HNode = t.leaf();
         // SAFETY: tree nodes live as long as the lock; `n` is ours.
         unsafe {
-            let start = if K::ADAPTIVE { self.adaptive_start(t, leaf) } else { leaf };
-            let pred = acquire::<W>(start, n);
-            if K::ADAPTIVE {
-                let mut a = adapt_get(self as *const Self as usize);
-                a.pred_level = pred;
-                if a.start != NONE {
-                    a.start = (*start).level;
-                }
-                adapt_set(a);
-            }
+            let start = if K::ADAPTIVE {
+                with_adapt(self as *const Self as usize, |a| {
+                    let start = Self::adaptive_start(t, leaf, a);
+                    a.pred_level = acquire::<W>(start, n);
+                    if a.start != NONE {
+                        a.start = (*start).level;
+                    }
+                    start
+                })
+            } else {
+                acquire::<W>(leaf, n);
+                leaf
+            };
             (*n).start.store(start as *mut u8, Ordering::Relaxed);
         }
         self.holder.store(n, Ordering::Relaxed);
@@ -433,16 +467,19 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
         unsafe {
             (*n).next.store(null_mut(), Ordering::Relaxed);
             (*n).status.store(COHORT_START, Ordering::Relaxed);
-            if root.tail.compare_exchange(null_mut(), n, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            if root
+                .tail
+                .compare_exchange(null_mut(), n, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
                 node::put(n);
                 return false;
             }
-            (*n).start.store(root as *const HNode as *mut u8, Ordering::Relaxed);
+            (*n).start
+                .store(root as *const HNode as *mut u8, Ordering::Relaxed);
         }
         if K::ADAPTIVE {
-            let mut a = adapt_get(self as *const Self as usize);
-            a.start = NONE;
-            adapt_set(a);
+            with_adapt(self as *const Self as usize, |a| a.start = NONE);
         }
         self.holder.store(n, Ordering::Relaxed);
         true
@@ -463,19 +500,16 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
 impl<K: Kind, W: Wait> TreeLock<K, W> {
     /// Eager hysteresis + fast path: where this acquisition starts.
     #[inline]
-    unsafe fn adaptive_start(&self, t: &Tree, leaf: *const HNode) -> *const HNode {
-        let mut a = adapt_get(self as *const Self as usize);
+    unsafe fn adaptive_start(t: &Tree, leaf: *const HNode, a: &mut Adapt) -> *const HNode {
         let root = t.root() as *const HNode;
         let target = ancestor(leaf, a.target);
         let ttail = (*target).tail.load(Ordering::Relaxed);
         if ttail.is_null() && (*root).tail.load(Ordering::Relaxed).is_null() {
             // Fast path (§4.9.1): nobody at the target level nor at the root.
             a.start = NONE;
-            adapt_set(a);
             return root;
         }
         a.start = 0;
-        adapt_set(a);
         let lvl = (*target).level;
         if lvl > (*leaf).level && !ttail.is_null() && ttail as usize != a.last_succ {
             // Target level busy: eagerly start one level closer to the leaf,
@@ -489,23 +523,28 @@ impl<K: Kind, W: Wait> TreeLock<K, W> {
 
     /// Algorithm 4's release-side update of the target level.
     fn adapt_after_release(&self, succ_level: u8, succ: *mut QNode) {
-        let mut a = adapt_get(self as *const Self as usize);
-        if a.start == NONE {
-            // Fast-path rounds carry no information about lower levels.
-            return;
-        }
+        // SAFETY: the tree lives as long as the lock.
         let depth = match unsafe { self.tree.load(Ordering::Relaxed).as_ref() } {
             Some(t) => t.depth,
             None => return,
         };
-        let t = a.target;
-        a.last_succ = if succ_level == a.start && a.start == t { succ as usize } else { 0 };
-        if t > 0 && (a.pred_level < t || succ_level < t) {
-            a.target = t - 1;
-        } else if t + 1 < depth && a.pred_level > t && succ_level > t {
-            a.target = t + 1;
-        }
-        adapt_set(a);
+        with_adapt(self as *const Self as usize, |a| {
+            if a.start == NONE {
+                // Fast-path rounds carry no information about lower levels.
+                return;
+            }
+            let t = a.target;
+            a.last_succ = if succ_level == a.start && a.start == t {
+                succ as usize
+            } else {
+                0
+            };
+            if t > 0 && (a.pred_level < t || succ_level < t) {
+                a.target = t - 1;
+            } else if t + 1 < depth && a.pred_level > t && succ_level > t {
+                a.target = t + 1;
+            }
+        });
     }
 }
 
@@ -519,6 +558,15 @@ impl<K: Kind, W: Wait> TreeLock<K, W> {
     #[doc(hidden)]
     pub fn debug_root_tail(&self) -> usize {
         self.tree().root().tail.load(Ordering::SeqCst) as usize
+    }
+    /// Test hook (call while holding): how many times in a row the lock
+    /// has been passed inside the holder's domain at the level where the
+    /// holder queued (1 = it climbed or took the lock itself).
+    #[doc(hidden)]
+    pub fn debug_holder_pass_count(&self) -> u32 {
+        let n = self.holder.load(Ordering::SeqCst);
+        // SAFETY: the holder's node is live while the lock is held.
+        unsafe { (*n).status.load(Ordering::SeqCst) }
     }
     /// Test hook: address of the holder's node.
     #[doc(hidden)]

@@ -26,6 +26,21 @@
 //! - [`topology`] reads or parses the hierarchy of HMCS trees;
 //! - [`bench`] runs the thesis's microbenchmarks and returns plain results.
 //!
+//! ```
+//! use lockscope_locks::lock_api::RawMutex;
+//! use lockscope_locks::{Hierarchy, Hmcs, Mcs, Mutex, SpinThenPark};
+//!
+//! static COUNTER: Mutex<Mcs<SpinThenPark>, u64> =
+//!     Mutex::const_new(<Mcs<SpinThenPark> as RawMutex>::INIT, 0);
+//! *COUNTER.lock() += 1;
+//!
+//! // HMCS<3> over a hand-given tree: 2 domains of 4 leaves.
+//! let h = Hierarchy::parse("2x4:16,4").unwrap();
+//! let m = Mutex::from_raw(Hmcs::<SpinThenPark>::with_hierarchy(&h), vec![1]);
+//! m.lock().push(2);
+//! assert_eq!(*m.lock(), vec![1, 2]);
+//! ```
+//!
 //! Design constraints: every lock is at most 16 bytes, 8-aligned, and all
 //! zero bytes is a valid unlocked lock (so it fits inside a
 //! `pthread_mutex_t` and static initialisers work); lock and unlock never
@@ -50,8 +65,8 @@ pub mod dynlock;
 
 pub use flat::{Clh, Mcs, Tas, Ticket, Ttas};
 pub use hmcs::{
-    default_cohort_hierarchy, default_hierarchy, set_default_hierarchy, Ahmcs, AhmcsKind, Cmcs, CmcsKind, Hmcs,
-    HmcsKind, Kind, TreeLock,
+    default_cohort_hierarchy, default_hierarchy, set_default_hierarchy, Ahmcs, AhmcsKind, Cmcs,
+    CmcsKind, Hmcs, HmcsKind, Kind, TreeLock,
 };
 pub use sync::set_thread_cpu;
 pub use topology::Hierarchy;
@@ -121,7 +136,9 @@ impl Algorithm {
             Algorithm::Clh => "CLH queue lock: FIFO, each waiter spins on its predecessor's node",
             Algorithm::Cmcs => "cohort MCS: per-NUMA-node MCS under a global MCS (HMCS<2>)",
             Algorithm::Hmcs => "HMCS<N>: tree of MCS locks over cores, packages, NUMA nodes",
-            Algorithm::Ahmcs => "adaptive HMCS: fast path when uncontended, hysteresis picks the level",
+            Algorithm::Ahmcs => {
+                "adaptive HMCS: fast path when uncontended, hysteresis picks the level"
+            }
         }
     }
 
@@ -132,7 +149,11 @@ impl Algorithm {
 
     /// Comma-separated list of every name.
     pub fn names() -> String {
-        Algorithm::ALL.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
+        Algorithm::ALL
+            .iter()
+            .map(|a| a.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -148,7 +169,9 @@ impl std::str::FromStr for Algorithm {
         Algorithm::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| Error::UnknownAlgorithm { name: s.to_string() })
+            .ok_or_else(|| Error::UnknownAlgorithm {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -187,7 +210,9 @@ impl std::str::FromStr for WaitPolicy {
         match s.trim().to_ascii_lowercase().as_str() {
             "spin" => Ok(WaitPolicy::Spin),
             "spin-then-park" | "park" => Ok(WaitPolicy::SpinThenPark),
-            _ => Err(Error::UnknownWaitPolicy { name: s.to_string() }),
+            _ => Err(Error::UnknownWaitPolicy {
+                name: s.to_string(),
+            }),
         }
     }
 }

@@ -69,57 +69,92 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
     }
 }
 
+/// Per-thread CPU bookkeeping.
+struct CpuState {
+    /// Virtual CPU set by `set_thread_cpu`, or -1.
+    forced: std::cell::Cell<i32>,
+    /// Last CPU number read from the kernel, reused for a while.
+    cached: std::cell::Cell<u32>,
+    /// Calls left before the cached CPU is read again.
+    left: std::cell::Cell<u32>,
+    /// Sequence number of the thread (-1 until first needed).
+    seq: std::cell::Cell<i32>,
+}
+
+/// Calls between two `sched_getcpu`: the CPU is only a locality hint for
+/// picking a leaf (a stale one is still correct), and asking on every
+/// acquisition costs as much as an uncontended MCS lock.
+const CPU_REFRESH: u32 = 64;
+
 #[cfg(not(loom))]
 std::thread_local! {
-    static CPU_OVERRIDE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
-    static THREAD_SEQ: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+    static CPU: CpuState = const {
+        CpuState {
+            forced: std::cell::Cell::new(-1),
+            cached: std::cell::Cell::new(0),
+            left: std::cell::Cell::new(0),
+            seq: std::cell::Cell::new(-1),
+        }
+    };
 }
 #[cfg(loom)]
 loom::thread_local! {
-    static CPU_OVERRIDE: std::cell::Cell<i32> = std::cell::Cell::new(-1);
-    static THREAD_SEQ: std::cell::Cell<i32> = std::cell::Cell::new(-1);
+    static CPU: CpuState = CpuState {
+        forced: std::cell::Cell::new(-1),
+        cached: std::cell::Cell::new(0),
+        left: std::cell::Cell::new(0),
+        seq: std::cell::Cell::new(-1),
+    };
 }
 
 /// Pins the calling thread to a virtual CPU as far as hierarchical locks are
 /// concerned (`None` goes back to the real CPU). Tests and benchmarks use it
 /// to exercise deep hierarchies on a small machine.
 pub fn set_thread_cpu(cpu: Option<usize>) {
-    CPU_OVERRIDE.with(|c| c.set(cpu.map_or(-1, |v| v as i32)));
+    CPU.with(|c| c.forced.set(cpu.map_or(-1, |v| v as i32)));
 }
 
-/// The CPU the calling thread runs on now, or its virtual CPU if one was set.
+/// The CPU the calling thread runs on (read at most every CPU_REFRESH
+/// calls), or its virtual CPU if one was set.
 #[inline]
 pub(crate) fn current_cpu() -> usize {
-    let o = CPU_OVERRIDE.with(|c| c.get());
-    if o >= 0 {
-        return o as usize;
-    }
-    #[cfg(loom)]
-    return 0;
-    #[cfg(not(loom))]
-    {
+    CPU.with(|c| {
+        let o = c.forced.get();
+        if o >= 0 {
+            return o as usize;
+        }
+        let left = c.left.get();
+        if left > 0 {
+            c.left.set(left - 1);
+            return c.cached.get() as usize;
+        }
+        #[cfg(loom)]
+        let cpu = 0u32;
+        #[cfg(not(loom))]
         // SAFETY: plain libc call.
-        let c = unsafe { libc::sched_getcpu() };
-        c.max(0) as usize
-    }
+        let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+        c.cached.set(cpu);
+        c.left.set(CPU_REFRESH);
+        cpu as usize
+    })
 }
 
 /// A small number unique to the calling thread (0, 1, 2, ... in order of
 /// first call), used as a virtual CPU for hand-given hierarchies.
 #[inline]
 pub(crate) fn thread_seq() -> usize {
-    let o = CPU_OVERRIDE.with(|c| c.get());
-    if o >= 0 {
-        return o as usize;
-    }
-    THREAD_SEQ.with(|s| {
-        let v = s.get();
+    CPU.with(|c| {
+        let o = c.forced.get();
+        if o >= 0 {
+            return o as usize;
+        }
+        let v = c.seq.get();
         if v >= 0 {
             return v as usize;
         }
         static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff;
-        s.set(n);
+        c.seq.set(n);
         n as usize
     })
 }

@@ -56,7 +56,11 @@ impl Hierarchy {
 
     /// A flat hierarchy (root only): HMCS<1>, which is MCS.
     pub fn flat(cpus: usize) -> Hierarchy {
-        Hierarchy { levels: Vec::new(), cpus: cpus.max(1), cpu_source: CpuSource::Current }
+        Hierarchy {
+            levels: Vec::new(),
+            cpus: cpus.max(1),
+            cpu_source: CpuSource::Current,
+        }
     }
 
     /// Parses a hand-given hierarchy: fan-outs from the root down, separated
@@ -65,14 +69,19 @@ impl Hierarchy {
     /// over 8 leaves with threshold 8 at the leaves. Threads are mapped to
     /// leaves in the order they first take a hierarchical lock.
     pub fn parse(spec: &str) -> Result<Hierarchy, Error> {
-        let bad = |reason: &str| Error::BadHierarchy { spec: spec.to_string(), reason: reason.to_string() };
+        let bad = |reason: &str| Error::BadHierarchy {
+            spec: spec.to_string(),
+            reason: reason.to_string(),
+        };
         let (fan, thr) = match spec.split_once(':') {
             Some((f, t)) => (f, Some(t)),
             None => (spec, None),
         };
         let mut fanouts = Vec::new();
         for f in fan.split('x') {
-            let v: usize = f.trim().parse().map_err(|_| bad("fan-outs must be positive integers separated by 'x', e.g. 4x2"))?;
+            let v: usize = f.trim().parse().map_err(|_| {
+                bad("fan-outs must be positive integers separated by 'x', e.g. 4x2")
+            })?;
             if v == 0 || v > 4096 {
                 return Err(bad("each fan-out must be between 1 and 4096"));
             }
@@ -85,8 +94,10 @@ impl Hierarchy {
         let thresholds: Vec<u32> = match thr {
             None => vec![DEFAULT_THRESHOLD; fanouts.len()],
             Some(t) => {
-                let v: Result<Vec<u32>, _> = t.split(',').map(|x| x.trim().parse::<u32>()).collect();
-                let v = v.map_err(|_| bad("thresholds must be positive integers separated by ','"))?;
+                let v: Result<Vec<u32>, _> =
+                    t.split(',').map(|x| x.trim().parse::<u32>()).collect();
+                let v =
+                    v.map_err(|_| bad("thresholds must be positive integers separated by ','"))?;
                 if v.len() != fanouts.len() {
                     return Err(bad("give one threshold per fan-out (leaf level first)"));
                 }
@@ -109,7 +120,11 @@ impl Hierarchy {
             });
             size *= f;
         }
-        Ok(Hierarchy { levels, cpus, cpu_source: CpuSource::ThreadOrder })
+        Ok(Hierarchy {
+            levels,
+            cpus,
+            cpu_source: CpuSource::ThreadOrder,
+        })
     }
 
     /// Reads the machine's hierarchy from sysfs: core (SMT siblings),
@@ -134,7 +149,10 @@ impl Hierarchy {
     pub fn describe(&self) -> String {
         let mut s = format!("HMCS<{}>: ", self.depth());
         for l in &self.levels {
-            s += &format!("{}({} domains, threshold {}) > ", l.name, l.domains, l.threshold);
+            s += &format!(
+                "{}({} domains, threshold {}) > ",
+                l.name, l.domains, l.threshold
+            );
         }
         s + "root"
     }
@@ -151,14 +169,24 @@ impl Hierarchy {
     pub(crate) fn validate(&self) -> Result<(), String> {
         for (k, l) in self.levels.iter().enumerate() {
             if l.domain_of_cpu.len() != self.cpus {
-                return Err(format!("level {} maps {} CPUs, expected {}", l.name, l.domain_of_cpu.len(), self.cpus));
+                return Err(format!(
+                    "level {} maps {} CPUs, expected {}",
+                    l.name,
+                    l.domain_of_cpu.len(),
+                    self.cpus
+                ));
             }
             if let Some(up) = self.levels.get(k + 1) {
                 let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
                 for c in 0..self.cpus {
-                    let p = *parent.entry(l.domain_of_cpu[c]).or_insert(up.domain_of_cpu[c]);
+                    let p = *parent
+                        .entry(l.domain_of_cpu[c])
+                        .or_insert(up.domain_of_cpu[c]);
                     if p != up.domain_of_cpu[c] {
-                        return Err(format!("a {} domain straddles two {} domains", l.name, up.name));
+                        return Err(format!(
+                            "a {} domain straddles two {} domains",
+                            l.name, up.name
+                        ));
                     }
                 }
             }
@@ -175,7 +203,9 @@ struct MachineTopology {
 }
 
 fn read_trim(p: &str) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Parses a kernel CPU list such as `0-3,8,10-11`.
@@ -201,14 +231,16 @@ impl MachineTopology {
         let topo = |reason: String| Error::Topology { reason };
         let online = read_trim("/sys/devices/system/cpu/online")
             .ok_or_else(|| topo("cannot read /sys/devices/system/cpu/online".into()))?;
-        let list = parse_cpulist(&online).ok_or_else(|| topo(format!("bad CPU list {online:?}")))?;
+        let list =
+            parse_cpulist(&online).ok_or_else(|| topo(format!("bad CPU list {online:?}")))?;
         let cpus = list.iter().max().map_or(1, |m| m + 1);
         let mut core = vec![String::from("?"); cpus];
         let mut package = vec![String::from("?"); cpus];
         let mut node = vec![String::from("0"); cpus];
         for (i, &c) in list.iter().enumerate() {
             let base = format!("/sys/devices/system/cpu/cpu{c}/topology");
-            let pkg = read_trim(&format!("{base}/physical_package_id")).unwrap_or_else(|| "0".into());
+            let pkg =
+                read_trim(&format!("{base}/physical_package_id")).unwrap_or_else(|| "0".into());
             core[c] = read_trim(&format!("{base}/core_cpus_list"))
                 .or_else(|| read_trim(&format!("{base}/thread_siblings_list")))
                 .unwrap_or_else(|| format!("cpu{i}"));
@@ -218,8 +250,13 @@ impl MachineTopology {
         if let Ok(rd) = std::fs::read_dir("/sys/devices/system/node") {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
-                if let Some(id) = name.strip_prefix("node").filter(|s| s.chars().all(|c| c.is_ascii_digit())) {
-                    if let Some(cl) = read_trim(&format!("/sys/devices/system/node/{name}/cpulist")).and_then(|s| parse_cpulist(&s)) {
+                if let Some(id) = name
+                    .strip_prefix("node")
+                    .filter(|s| s.chars().all(|c| c.is_ascii_digit()))
+                {
+                    if let Some(cl) = read_trim(&format!("/sys/devices/system/node/{name}/cpulist"))
+                        .and_then(|s| parse_cpulist(&s))
+                    {
                         has_nodes = true;
                         for c in cl.into_iter().filter(|&c| c < cpus) {
                             node[c] = id.to_string();
@@ -241,7 +278,11 @@ impl MachineTopology {
         keys.insert("core", core);
         keys.insert("package", package);
         keys.insert("numa-node", node);
-        Ok(MachineTopology { cpus, keys, has_nodes })
+        Ok(MachineTopology {
+            cpus,
+            keys,
+            has_nodes,
+        })
     }
 
     fn hierarchy(&self, names: &[&'static str], keep_all: bool) -> Hierarchy {
@@ -256,7 +297,12 @@ impl MachineTopology {
                     *ids.entry(k.as_str()).or_insert(n)
                 })
                 .collect();
-            levels.push(Level { name: name.into(), threshold: DEFAULT_THRESHOLD, domain_of_cpu, domains: ids.len() as u32 });
+            levels.push(Level {
+                name: name.into(),
+                threshold: DEFAULT_THRESHOLD,
+                domain_of_cpu,
+                domains: ids.len() as u32,
+            });
         }
         // Finest first; a node may hold several packages or a package
         // several nodes, so order by number of domains.
@@ -276,7 +322,11 @@ impl MachineTopology {
             }
             levels = kept;
         }
-        let mut h = Hierarchy { levels, cpus: self.cpus, cpu_source: CpuSource::Current };
+        let mut h = Hierarchy {
+            levels,
+            cpus: self.cpus,
+            cpu_source: CpuSource::Current,
+        };
         // An odd machine whose levels do not nest: keep only the finest.
         if h.validate().is_err() {
             h.levels.truncate(1);
@@ -288,7 +338,9 @@ impl MachineTopology {
 fn same_partition(a: &[u32], b: &[u32]) -> bool {
     let mut ab: BTreeMap<u32, u32> = BTreeMap::new();
     let mut ba: BTreeMap<u32, u32> = BTreeMap::new();
-    a.iter().zip(b).all(|(&x, &y)| *ab.entry(x).or_insert(y) == y && *ba.entry(y).or_insert(x) == x)
+    a.iter()
+        .zip(b)
+        .all(|(&x, &y)| *ab.entry(x).or_insert(y) == y && *ba.entry(y).or_insert(x) == x)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::WaitPolicy;
 /// Polls between two `sched_yield` calls of a spinning waiter. Without the
 /// yield, a waiter whose predecessor was preempted burns its whole time slice
 /// (threads > cores); with it, spinning still shows its cost but progresses.
-const SPINS_PER_YIELD: u32 = 256;
+const SPINS_PER_YIELD: u32 = 256; // a power of two
 
 /// Polls before a `SpinThenPark` waiter goes to sleep in the kernel: long
 /// enough to cover a short critical section, short compared to a time slice.
@@ -59,7 +59,7 @@ impl Backoff {
     #[inline]
     pub(crate) fn spin(&mut self) {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % SPINS_PER_YIELD == 0 {
+        if self.polls & (SPINS_PER_YIELD - 1) == 0 {
             yield_cpu();
         } else {
             spin_hint();
@@ -81,7 +81,11 @@ impl Backoff {
 /// reads `sleeping`. At least one of them sees the other's store, so either
 /// the waiter does not sleep or the waker wakes it.
 #[inline]
-pub(crate) fn wait_while_eq<W: Wait>(status: &AtomicU32, sleeping: &AtomicU32, waiting: u32) -> u32 {
+pub(crate) fn wait_while_eq<W: Wait>(
+    status: &AtomicU32,
+    sleeping: &AtomicU32,
+    waiting: u32,
+) -> u32 {
     let mut b = Backoff::new();
     loop {
         let s = status.load(Ordering::Acquire);

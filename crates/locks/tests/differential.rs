@@ -1,6 +1,7 @@
 //! Differential tests against `std::sync::Mutex`: the same operations,
 //! performed under std's mutex and under each algorithm, must give the same
 //! observable results.
+#![cfg(not(loom))]
 
 use lockscope_locks::dynlock::DynLock;
 use lockscope_locks::{lock_api, Algorithm, Mcs, SpinThenPark, Ticket, WaitPolicy};
@@ -27,7 +28,10 @@ const OPS: usize = 4_000;
 /// checks at every entry that money is conserved (a torn update by a
 /// concurrent holder would break it). Returns final balances and the
 /// number of entries that saw a broken invariant.
-fn bank<B: Fn() -> G + Send + Sync + 'static, G>(enter: B, state: Arc<Bank>) -> ([i64; ACCOUNTS], u64) {
+fn bank<B: Fn() -> G + Send + Sync + 'static, G>(
+    enter: B,
+    state: Arc<Bank>,
+) -> ([i64; ACCOUNTS], u64) {
     let enter = Arc::new(enter);
     let hs: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -36,7 +40,11 @@ fn bank<B: Fn() -> G + Send + Sync + 'static, G>(enter: B, state: Arc<Bank>) -> 
                 let mut rng = Rng(0x9E37_79B9 + t as u64 * 7919);
                 let mut broken = 0;
                 for _ in 0..OPS {
-                    let (a, b, amt) = (rng.next() as usize % ACCOUNTS, rng.next() as usize % ACCOUNTS, (rng.next() % 100) as i64);
+                    let (a, b, amt) = (
+                        rng.next() as usize % ACCOUNTS,
+                        rng.next() as usize % ACCOUNTS,
+                        (rng.next() % 100) as i64,
+                    );
                     let g = enter();
                     // SAFETY: under the lock represented by `g`.
                     let acc = unsafe { &mut *state.acc.get() };
@@ -63,7 +71,9 @@ struct Bank {
 unsafe impl Sync for Bank {}
 unsafe impl Send for Bank {}
 fn new_bank() -> Arc<Bank> {
-    Arc::new(Bank { acc: UnsafeCell::new([1_000; ACCOUNTS]) })
+    Arc::new(Bank {
+        acc: UnsafeCell::new([1_000; ACCOUNTS]),
+    })
 }
 
 struct DynGuard(Arc<DynLock>);
@@ -90,7 +100,10 @@ fn bank_transfers_match_std_mutex_under_every_algorithm() {
                 new_bank(),
             );
             assert_eq!(broken, 0, "{alg} {w}: an entry saw a torn update");
-            assert_eq!(got, expected, "{alg} {w}: final balances differ from std::sync::Mutex");
+            assert_eq!(
+                got, expected,
+                "{alg} {w}: final balances differ from std::sync::Mutex"
+            );
         }
     }
 }
@@ -117,7 +130,11 @@ fn single_thread_try_lock_answers_match_std_mutex() {
                     1 => {
                         let a = ours.try_lock();
                         let b = std_m.try_lock();
-                        assert_eq!(a, b.is_ok(), "{alg} {w} step {step}: try_lock answers differ");
+                        assert_eq!(
+                            a,
+                            b.is_ok(),
+                            "{alg} {w} step {step}: try_lock answers differ"
+                        );
                         if let Ok(g) = b {
                             std_guard = Some(g);
                             held = true;
@@ -163,13 +180,15 @@ fn lock_api_mutex_collects_the_same_values_as_std() {
     let mut expected = s.lock().unwrap().clone();
     expected.sort_unstable();
 
-    let a: Arc<lock_api::Mutex<Mcs<SpinThenPark>, Vec<u64>>> = Arc::new(lock_api::Mutex::new(Vec::new()));
+    let a: Arc<lock_api::Mutex<Mcs<SpinThenPark>, Vec<u64>>> =
+        Arc::new(lock_api::Mutex::new(Vec::new()));
     run(a.clone(), |m, v| m.lock().push(v));
     let mut got = a.lock().clone();
     got.sort_unstable();
     assert_eq!(got, expected);
 
-    let b: Arc<lockscope_locks::Mutex<Ticket, Vec<u64>>> = Arc::new(lockscope_locks::Mutex::new(Vec::new()));
+    let b: Arc<lockscope_locks::Mutex<Ticket, Vec<u64>>> =
+        Arc::new(lockscope_locks::Mutex::new(Vec::new()));
     run(b.clone(), |m, v| m.lock().push(v));
     let mut got = b.lock().clone();
     got.sort_unstable();

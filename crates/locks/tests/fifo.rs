@@ -3,6 +3,7 @@
 //! each new thread is visibly queued before starting the next, then
 //! releases; threads must enter in the order they queued. (loom checks the
 //! same property on two waiters; this checks four, including parked ones.)
+#![cfg(not(loom))]
 
 use lockscope_locks::{Clh, Mcs, RawLock, Spin, SpinThenPark, Ticket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,10 @@ const WAITERS: usize = 4;
 fn wait_for(cond: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "a waiter never queued");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "a waiter never queued"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -44,13 +48,19 @@ fn fifo<L: RawLock + 'static>(lock: L, progress: fn(&L) -> usize) {
     // SAFETY: held by this thread.
     unsafe { lock.unlock() };
     let got: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(got, (0..WAITERS).collect::<Vec<_>>(), "threads did not enter in queue order");
+    assert_eq!(
+        got,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "threads did not enter in queue order"
+    );
 }
 
 #[test]
 fn ticket_is_fifo() {
     fifo(Ticket::<Spin>::new(), |l| l.debug_queue_len() as usize);
-    fifo(Ticket::<SpinThenPark>::new(), |l| l.debug_queue_len() as usize);
+    fifo(Ticket::<SpinThenPark>::new(), |l| {
+        l.debug_queue_len() as usize
+    });
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! to poll for are awaited here with sleeps): FIFO order inside one leaf
 //! domain, and bounded waiting across domains (a domain hands the lock over
 //! locally at most `threshold` times while another domain waits).
+#![cfg(not(loom))]
 
 use lockscope_locks::{set_thread_cpu, Hierarchy, Hmcs, RawLock, Spin, SpinThenPark, Wait};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +13,10 @@ use std::time::{Duration, Instant};
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -42,9 +46,13 @@ fn cross_domain_scenario<W: Wait>(spec: &str) -> (usize, usize) {
     lock.lock();
     let root_tail = lock.debug_root_tail();
     let b = spawn_locker(&lock, &order, 1);
-    wait_for("leaf 1 to queue at the root", || lock.debug_root_tail() != root_tail);
+    wait_for("leaf 1 to queue at the root", || {
+        lock.debug_root_tail() != root_tail
+    });
     let a = spawn_locker(&lock, &order, 0);
-    wait_for("A to queue at leaf 0", || lock.debug_leaf_tail(0) != lock.debug_holder_node());
+    wait_for("A to queue at leaf 0", || {
+        lock.debug_leaf_tail(0) != lock.debug_holder_node()
+    });
     // SAFETY: held by this thread.
     unsafe { lock.unlock() };
     set_thread_cpu(None);
@@ -70,15 +78,21 @@ fn deep_tree_climbs_to_the_first_level_with_a_waiter() {
     // HMCS<3> "2x2:1,1": leaves 0,1 share a level-2 domain; leaf 2 is in
     // the other. Main on leaf 0 holds; a thread on leaf 2 waits at the
     // root; with thresholds of 1 it must get the lock first.
-    let lock = Arc::new(Hmcs::<Spin>::with_hierarchy(&Hierarchy::parse("2x2:1,1").unwrap()));
+    let lock = Arc::new(Hmcs::<Spin>::with_hierarchy(
+        &Hierarchy::parse("2x2:1,1").unwrap(),
+    ));
     let order = Arc::new(AtomicUsize::new(0));
     set_thread_cpu(Some(0));
     lock.lock();
     let root_tail = lock.debug_root_tail();
     let far = spawn_locker(&lock, &order, 2);
-    wait_for("the far domain at the root", || lock.debug_root_tail() != root_tail);
+    wait_for("the far domain at the root", || {
+        lock.debug_root_tail() != root_tail
+    });
     let near = spawn_locker(&lock, &order, 0);
-    wait_for("a local waiter", || lock.debug_leaf_tail(0) != lock.debug_holder_node());
+    wait_for("a local waiter", || {
+        lock.debug_leaf_tail(0) != lock.debug_holder_node()
+    });
     // SAFETY: held by this thread.
     unsafe { lock.unlock() };
     set_thread_cpu(None);
@@ -88,7 +102,9 @@ fn deep_tree_climbs_to_the_first_level_with_a_waiter() {
 #[test]
 fn fifo_inside_one_leaf() {
     for _ in 0..5 {
-        let lock = Arc::new(Hmcs::<SpinThenPark>::with_hierarchy(&Hierarchy::parse("2:100").unwrap()));
+        let lock = Arc::new(Hmcs::<SpinThenPark>::with_hierarchy(
+            &Hierarchy::parse("2:100").unwrap(),
+        ));
         let order = Arc::new(AtomicUsize::new(0));
         set_thread_cpu(Some(0));
         lock.lock();
@@ -96,7 +112,9 @@ fn fifo_inside_one_leaf() {
         let mut hs = Vec::new();
         for _ in 0..4 {
             hs.push(spawn_locker(&lock, &order, 0));
-            wait_for("the next waiter to queue", || lock.debug_leaf_tail(0) != tail);
+            wait_for("the next waiter to queue", || {
+                lock.debug_leaf_tail(0) != tail
+            });
             tail = lock.debug_leaf_tail(0);
         }
         // SAFETY: held by this thread.

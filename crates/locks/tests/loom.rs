@@ -11,13 +11,14 @@
 //! checked by letting one domain pass the lock at most `threshold` times.
 #![cfg(loom)]
 
+use lockscope_locks::{
+    set_thread_cpu, Ahmcs, Clh, Cmcs, Hierarchy, Hmcs, Mcs, RawLock, Spin, SpinThenPark, Tas,
+    Ticket, Ttas,
+};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use lockscope_locks::{
-    set_thread_cpu, Ahmcs, Clh, Cmcs, Hierarchy, Hmcs, Mcs, RawLock, Spin, SpinThenPark, Tas, Ticket, Ttas,
-};
 
 /// loom::model with the preemption bound from LOOM_MAX_PREEMPTIONS
 /// (default 2, which keeps the suite to a few minutes) and room for the
@@ -50,7 +51,10 @@ fn incr<L: RawLock>(s: &Shared<L>) {
 /// Two threads increment under the lock; a third only tries.
 fn mutual_exclusion<L: RawLock + 'static>(make: fn() -> L) {
     model(move || {
-        let s = Arc::new(Shared { lock: make(), count: UnsafeCell::new(0) });
+        let s = Arc::new(Shared {
+            lock: make(),
+            count: UnsafeCell::new(0),
+        });
         let s1 = s.clone();
         let t1 = thread::spawn(move || {
             set_thread_cpu(Some(1));
@@ -159,9 +163,12 @@ fn fifo_clh() {
 
 /// Three threads, two of them on one leaf, threshold 1: local passing,
 /// climbing with ACQUIRE_PARENT and passing at the root all interleave.
-fn three_threads<L: RawLock + 'static>(make: fn() -> L, rounds: usize) {
-    model(move || {
-        let s = Arc::new(Shared { lock: make(), count: UnsafeCell::new(0) });
+fn three_threads<L: RawLock + 'static>(bound: usize, make: fn() -> L, rounds: usize) {
+    model_bounded(bound, move || {
+        let s = Arc::new(Shared {
+            lock: make(),
+            count: UnsafeCell::new(0),
+        });
         let hs: Vec<_> = [0usize, 1]
             .into_iter()
             .map(|cpu| {
@@ -187,12 +194,14 @@ fn three_threads<L: RawLock + 'static>(make: fn() -> L, rounds: usize) {
 
 #[test]
 fn me_hmcs_three_threads_two_domains() {
-    three_threads(|| Hmcs::<SpinThenPark>::with_hierarchy(&two_leaves()), 1);
+    // Every path of HMCS goes through two levels: with 2 preemptions the
+    // three-thread model does not finish in minutes.
+    three_threads(1, || Hmcs::<SpinThenPark>::with_hierarchy(&two_leaves()), 1);
 }
 
 #[test]
 fn me_ahmcs_three_threads_two_domains() {
-    three_threads(|| Ahmcs::<Spin>::with_hierarchy(&two_leaves()), 1);
+    three_threads(2, || Ahmcs::<Spin>::with_hierarchy(&two_leaves()), 1);
 }
 
 #[test]
@@ -222,4 +231,36 @@ fn me_ahmcs_adapts_over_rounds() {
 #[test]
 fn me_cmcs_park() {
     mutual_exclusion(|| Cmcs::<SpinThenPark>::with_hierarchy(&two_leaves()));
+}
+
+/// Bounded waiting (thesis §4.5.1.2) rests on each domain passing the lock
+/// at most `threshold` times in a row before releasing the level above.
+/// Three threads, two on leaf 0, threshold 1: no acquisition may ever be a
+/// second local pass, in any interleaving.
+#[test]
+fn hmcs_never_passes_beyond_the_threshold() {
+    model_bounded(1, || {
+        let lock = Arc::new(Hmcs::<Spin>::with_hierarchy(&two_leaves()));
+        let worst = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = [0usize, 1]
+            .into_iter()
+            .map(|cpu| {
+                let (lock, worst) = (lock.clone(), worst.clone());
+                thread::spawn(move || {
+                    set_thread_cpu(Some(cpu));
+                    lock.lock();
+                    worst.fetch_max(lock.debug_holder_pass_count() as usize, Ordering::SeqCst);
+                    unsafe { lock.unlock() };
+                })
+            })
+            .collect();
+        set_thread_cpu(Some(0));
+        lock.lock();
+        worst.fetch_max(lock.debug_holder_pass_count() as usize, Ordering::SeqCst);
+        unsafe { lock.unlock() };
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(worst.load(Ordering::SeqCst), 1, "a domain kept the lock beyond its threshold");
+    });
 }

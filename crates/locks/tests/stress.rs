@@ -2,9 +2,12 @@
 //! policy, mixing lock, try_lock and timed acquisition; mutual exclusion is
 //! checked by a flag that must never be seen set on entry and by a plain
 //! (non-atomic) counter that must equal the number of acquisitions.
+#![cfg(not(loom))]
 
 use lockscope_locks::dynlock::DynLock;
-use lockscope_locks::{set_thread_cpu, Ahmcs, Algorithm, Hierarchy, Hmcs, RawLock, Spin, SpinThenPark, WaitPolicy};
+use lockscope_locks::{
+    set_thread_cpu, Ahmcs, Algorithm, Hierarchy, Hmcs, RawLock, Spin, SpinThenPark, WaitPolicy,
+};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,10 @@ struct Guarded {
 unsafe impl Sync for Guarded {}
 
 fn enter(g: &Guarded) {
-    assert!(!g.inside.swap(true, Ordering::Relaxed), "two threads inside the critical section");
+    assert!(
+        !g.inside.swap(true, Ordering::Relaxed),
+        "two threads inside the critical section"
+    );
     // SAFETY: under the lock (which is what is being tested).
     unsafe { *g.count.get() += 1 };
     std::hint::spin_loop();
@@ -42,7 +48,10 @@ where
     R: Fn() + Send + Sync + 'static,
 {
     let ops = Arc::new((acquire, try_acquire, timed, release));
-    let g = Arc::new(Guarded { inside: AtomicBool::new(false), count: UnsafeCell::new(0) });
+    let g = Arc::new(Guarded {
+        inside: AtomicBool::new(false),
+        count: UnsafeCell::new(0),
+    });
     let done = Arc::new(AtomicU64::new(0));
     // All threads start together, so that they really overlap.
     let start = Arc::new(std::sync::Barrier::new(THREADS));
@@ -55,7 +64,7 @@ where
                 let deadline = Instant::now() + RUN;
                 let mut mine = 0u64;
                 let mut i = 0u64;
-                while i % 64 != 0 || Instant::now() < deadline {
+                while i & 63 != 0 || Instant::now() < deadline {
                     let got = match i % 21 {
                         3 | 9 | 15 => (ops.1)(),
                         7 => (ops.2)(Instant::now() + Duration::from_millis(2)),
@@ -84,7 +93,11 @@ where
     }
     let acquired = done.load(Ordering::Relaxed);
     // SAFETY: all workers joined.
-    assert_eq!(unsafe { *g.count.get() }, acquired, "lost updates: mutual exclusion violated");
+    assert_eq!(
+        unsafe { *g.count.get() },
+        acquired,
+        "lost updates: mutual exclusion violated"
+    );
 }
 
 fn stress_dyn(alg: Algorithm, wait: WaitPolicy) {
@@ -145,7 +158,9 @@ fn unlock_from_another_thread_works() {
             l.lock();
             let l2 = l.clone();
             // SAFETY: the lock is held (by the main thread), handed over.
-            std::thread::spawn(move || unsafe { l2.unlock() }).join().unwrap();
+            std::thread::spawn(move || unsafe { l2.unlock() })
+                .join()
+                .unwrap();
             assert!(l.try_lock(), "{alg} {w}: free after remote unlock");
             // SAFETY: held.
             unsafe { l.unlock() };
@@ -160,11 +175,16 @@ fn timed_acquisition_times_out_while_held_and_succeeds_when_free() {
         l.lock();
         let l2 = l.clone();
         let t0 = Instant::now();
-        let got = std::thread::spawn(move || l2.try_lock_until(Instant::now() + Duration::from_millis(20)))
-            .join()
-            .unwrap();
+        let got = std::thread::spawn(move || {
+            l2.try_lock_until(Instant::now() + Duration::from_millis(20))
+        })
+        .join()
+        .unwrap();
         assert!(!got, "{alg}: acquired a held lock");
-        assert!(t0.elapsed() >= Duration::from_millis(20), "{alg}: gave up early");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(20),
+            "{alg}: gave up early"
+        );
         let l3 = l.clone();
         let waiter = std::thread::spawn(move || {
             let ok = l3.try_lock_until(Instant::now() + Duration::from_secs(10));
@@ -177,7 +197,10 @@ fn timed_acquisition_times_out_while_held_and_succeeds_when_free() {
         std::thread::sleep(Duration::from_millis(5));
         // SAFETY: held by this thread.
         unsafe { l.unlock() };
-        assert!(waiter.join().unwrap(), "{alg}: timed waiter missed the release");
+        assert!(
+            waiter.join().unwrap(),
+            "{alg}: timed waiter missed the release"
+        );
     }
 }
 
@@ -185,7 +208,9 @@ fn timed_acquisition_times_out_while_held_and_succeeds_when_free() {
 fn nested_locks_use_distinct_nodes() {
     // A thread holding many queue locks at once needs one node per lock.
     for alg in Algorithm::ALL {
-        let locks: Vec<DynLock> = (0..20).map(|_| DynLock::new(alg, WaitPolicy::Spin)).collect();
+        let locks: Vec<DynLock> = (0..20)
+            .map(|_| DynLock::new(alg, WaitPolicy::Spin))
+            .collect();
         for l in &locks {
             l.lock();
         }

@@ -11,7 +11,9 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockscope_capture::raw::{Head, Slot, MAX_FRAMES, OP_THREAD_NAME, XF_ARGS};
@@ -22,6 +24,7 @@ use lockscope_format::{
 };
 
 use crate::drain::{ClockConv, Msg};
+use crate::slotbuf::SlotBuf;
 use crate::LockSummary;
 
 /// Events buffered per thread before a chunk is encoded: large chunks
@@ -84,10 +87,12 @@ struct ThreadConv {
     process: u32,
     last_ns: u64,
     last_lock: u64,
+    prev_lock: u64,
     run_addr: u64,
     run_count: u64,
     begin: Option<(u64, u64)>,
     corrupt: u64,
+    tid: u32,
     enc: Encoder,
     data: Vec<u8>,
 }
@@ -145,11 +150,23 @@ struct Converter<W: Write> {
     losses: HashMap<u8, (LossReason, u64)>,
     lost: u64,
     side: Vec<Record>,
+    /// Live threads by (trace process id, OS tid), for thread names set
+    /// by another thread.
+    by_tid: FastMap<(u32, u32), u32>,
+    /// Names given to a thread whose ring the drain has not opened yet:
+    /// (process, tid, time, name), written after its Thread record.
+    pending_names: Vec<(u32, u32, u64, String)>,
 }
+
+/// Bound on names waiting for their thread: a name for a tid that never
+/// records an event is dropped at the end; this keeps a program naming
+/// thousands of such threads from growing the list without limit.
+const MAX_PENDING_NAMES: usize = 4096;
 
 pub(crate) fn writer_loop<W: Write>(
     rx: Receiver<Msg>,
-    pool: Sender<Vec<Slot>>,
+    pool: Sender<SlotBuf>,
+    queued: Arc<AtomicUsize>,
     w: W,
     header: lockscope_format::Header,
 ) -> Result<WriterResult, FormatError> {
@@ -164,6 +181,8 @@ pub(crate) fn writer_loop<W: Write>(
         losses: HashMap::new(),
         lost: 0,
         side: Vec::new(),
+        by_tid: FastMap::default(),
+        pending_names: Vec::new(),
     };
     while let Ok(m) = rx.recv() {
         match m {
@@ -176,7 +195,8 @@ pub(crate) fn writer_loop<W: Write>(
                 clock,
             } => {
                 c.convert(thread, &slots, corrupt, lost, clock)?;
-                slots.clear();
+                queued.fetch_sub(slots.len() * std::mem::size_of::<Slot>(), Ordering::Relaxed);
+                slots.set_len(0);
                 let _ = pool.send(slots);
                 if c.buffered > MAX_BUFFERED || c.last_flush.elapsed() > FLUSH_EVERY {
                     c.flush_all()?;
@@ -232,14 +252,35 @@ impl<W: Write> Converter<W> {
                     ThreadConv {
                         process: t.process,
                         last_ns: t.start_ns,
+                        tid: t.tid,
                         ..ThreadConv::default()
                     },
                 );
+                self.by_tid.insert((t.process, t.tid), t.id);
             }
             Record::Loss(l) => self.count_loss(l),
             _ => {}
         }
-        self.tw.write(&r)
+        self.tw.write(&r)?;
+        if let Record::Thread(t) = &r {
+            if !self.pending_names.is_empty() {
+                let key = (t.process, t.tid);
+                let mut i = 0;
+                while i < self.pending_names.len() {
+                    if (self.pending_names[i].0, self.pending_names[i].1) == key {
+                        let (_, _, time, name) = self.pending_names.remove(i);
+                        self.tw.write(&Record::ThreadName(ThreadName {
+                            thread: t.id,
+                            time,
+                            name,
+                        }))?;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn count_loss(&mut self, l: &Loss) {
@@ -313,6 +354,8 @@ impl<W: Write> Converter<W> {
         };
         let process = t.process;
         let classes = &self.classes;
+        let by_tid = &self.by_tid;
+        let pending_names = &mut self.pending_names;
         let side = &mut self.side;
         let next_stack = &mut self.next_stack;
         t.corrupt += corrupt;
@@ -342,14 +385,33 @@ impl<W: Write> Converter<W> {
             }
             t.last_ns = ns;
             if h.op == OP_THREAD_NAME {
+                // `addr` is the tid of the thread that was named, which is
+                // not always the one whose ring this is: a thread may name
+                // another (pthread_setname_np(worker, ...)). 0: the preload
+                // library could not tell which thread; the name is dropped
+                // rather than given to the wrong one.
+                let tid = h.addr as u32;
                 let mut b = [0u8; 16];
                 b[..8].copy_from_slice(&arg.to_le_bytes());
                 b[8..].copy_from_slice(&arg2.to_le_bytes());
-                side.push(Record::ThreadName(ThreadName {
-                    thread,
-                    time: ns,
-                    name: crate::drain::name_from(&b),
-                }));
+                let name = crate::drain::name_from(&b);
+                if tid == t.tid {
+                    side.push(Record::ThreadName(ThreadName {
+                        thread,
+                        time: ns,
+                        name,
+                    }));
+                } else if let Some(&target) = by_tid.get(&(process, tid)) {
+                    side.push(Record::ThreadName(ThreadName {
+                        thread: target,
+                        time: ns,
+                        name,
+                    }));
+                } else if tid != 0 && pending_names.len() < MAX_PENDING_NAMES {
+                    // Its ring is not open yet (the drain lists the
+                    // session directory every few ms).
+                    pending_names.push((process, tid, ns, name));
+                }
                 continue;
             }
             let mut stack = 0;
@@ -376,7 +438,12 @@ impl<W: Write> Converter<W> {
             }
             let class = classes[h.op as usize];
             if class & C_SYNC != 0 {
-                if h.addr != t.last_lock {
+                // Two most recent objects of the thread: a pair of nested
+                // locks (or a cond var and its mutex) alternates between
+                // two addresses and would otherwise cost a hash lookup
+                // per event.
+                if h.addr != t.last_lock && h.addr != t.prev_lock {
+                    t.prev_lock = t.last_lock;
                     t.last_lock = h.addr;
                     if proc.locks.insert(h.addr) {
                         side.push(Record::Lock(LockInfo {
@@ -483,6 +550,10 @@ impl<W: Write> Converter<W> {
         let Some(t) = self.threads.remove(&thread) else {
             return Ok(());
         };
+        // A later thread may reuse the tid.
+        if self.by_tid.get(&(t.process, t.tid)) == Some(&thread) {
+            self.by_tid.remove(&(t.process, t.tid));
+        }
         if t.run_count > 0 {
             if let Some(p) = self.procs.get_mut(&t.process) {
                 p.stats.entry(t.run_addr).or_default().acquisitions += t.run_count;

@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::atomic::{AtomicUsize, Ordering as AtOrd};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockscope_capture::raw::Slot;
@@ -19,6 +21,7 @@ use lockscope_format::{
 };
 
 use crate::maps::{parse_complete, MapLine};
+use crate::slotbuf::SlotBuf;
 
 /// What the drain sends to the writer thread, in file order.
 pub(crate) enum Msg {
@@ -30,7 +33,7 @@ pub(crate) enum Msg {
         /// Trace thread id.
         thread: u32,
         /// The slots.
-        slots: Vec<Slot>,
+        slots: SlotBuf,
         /// Slots the ring reported corrupt.
         corrupt: u64,
         /// Events the producer dropped since the previous batch.
@@ -232,6 +235,10 @@ pub(crate) struct DrainTotals {
     pub processes: u32,
     pub threads: u32,
     pub disabled: Vec<u32>,
+    /// Most bytes of raw slots queued for the writer at once.
+    pub queue_peak_bytes: u64,
+    /// Ring copies put off because the queue was at its limit.
+    pub queue_full_skips: u64,
 }
 
 /// How long a ring whose thread has exited is kept before it is closed:
@@ -244,8 +251,13 @@ const MAX_ARGV_BYTES: u32 = 1 << 20;
 pub(crate) struct Drainer {
     dir: PathBuf,
     pub(crate) clock: Clock,
-    tx: SyncSender<Msg>,
-    pool: Receiver<Vec<Slot>>,
+    tx: Sender<Msg>,
+    pool: Receiver<SlotBuf>,
+    /// Bytes of raw slots sent and not yet converted by the writer.
+    queued: Arc<AtomicUsize>,
+    queue_budget: usize,
+    queue_peak: usize,
+    queue_full_skips: u64,
     procs: Vec<Proc>,
     proc_index: HashMap<(u32, u32), usize>,
     rings: Vec<Ring>,
@@ -255,21 +267,27 @@ pub(crate) struct Drainer {
     build_ids: HashMap<String, Vec<u8>>,
     next_thread: u32,
     send_failed: bool,
-    spare: Option<Vec<Slot>>,
+    spare: Option<SlotBuf>,
 }
 
 impl Drainer {
     pub(crate) fn new(
         dir: &Path,
         clock: Clock,
-        tx: SyncSender<Msg>,
-        pool: Receiver<Vec<Slot>>,
+        tx: Sender<Msg>,
+        pool: Receiver<SlotBuf>,
+        queued: Arc<AtomicUsize>,
+        queue_budget: usize,
     ) -> Drainer {
         Drainer {
             dir: dir.to_path_buf(),
             clock,
             tx,
             pool,
+            queued,
+            queue_budget,
+            queue_peak: 0,
+            queue_full_skips: 0,
             procs: Vec::new(),
             proc_index: HashMap::new(),
             rings: Vec::new(),
@@ -552,7 +570,7 @@ impl Drainer {
         let mut i = 0;
         while i < self.rings.len() {
             let n = self.drain_ring(i);
-            let cap = self.rings[i].c.header().capacity.max(1);
+            let cap = self.rings[i].c.capacity().max(1);
             fullest = fullest.max(n as f64 / cap as f64);
             total += n;
             if self.ring_done(i) {
@@ -567,16 +585,35 @@ impl Drainer {
     /// Copies whatever the ring holds and hands it to the writer.
     fn drain_ring(&mut self, ri: usize) -> u64 {
         let r = &mut self.rings[ri];
+        let pending = r.c.pending() as usize * std::mem::size_of::<Slot>();
+        let queued = self.queued.load(AtOrd::Relaxed);
+        if pending > 0 && queued + pending > self.queue_budget {
+            // The writer is a whole budget behind: leave the ring alone
+            // (it overflows, the program counts the drops) rather than
+            // grow without limit. Not blocking: the loop must still reap
+            // children and forward signals.
+            self.queue_full_skips += 1;
+            return 0;
+        }
         // Read before the copy: events counted lost by now were dropped
         // while the ring was full, i.e. after everything copied now.
         let lost_now = r.c.lost();
-        let mut slots = self
+        // Buffers hold a whole ring, so that every recycled one fits any
+        // batch (dropping one would munmap it: TLB-shootdown IPIs, which
+        // cost milliseconds on a VM).
+        let cap = r.c.capacity() as usize;
+        let Some(mut slots) = self
             .spare
             .take()
             .or_else(|| self.pool.try_recv().ok())
-            .unwrap_or_default();
-        slots.clear();
-        let (n, corrupt) = r.c.copy_out(&mut slots);
+            .filter(|b| b.capacity() >= cap)
+            .or_else(|| SlotBuf::new(cap))
+        else {
+            // Out of memory: the ring fills and the program counts drops.
+            return 0;
+        };
+        let (n, corrupt) = r.c.copy_out_to(slots.whole_mut());
+        slots.set_len(n as usize);
         let lost = lost_now.saturating_sub(r.lost_seen);
         r.lost_seen = r.lost_seen.max(lost_now);
         if n == 0 && corrupt == 0 && lost == 0 {
@@ -586,6 +623,11 @@ impl Drainer {
         }
         let thread = r.thread;
         let clock = self.clock.conv();
+        // Counted by length: what was written (a recycled buffer's unused
+        // capacity is not counted, a fresh one's is not yet resident).
+        let bytes = slots.len() * std::mem::size_of::<Slot>();
+        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
+        self.queue_peak = self.queue_peak.max(now);
         self.send(Msg::Raw {
             thread,
             slots,
@@ -596,7 +638,7 @@ impl Drainer {
         n
     }
 
-    fn pool_keep(&mut self, v: Vec<Slot>) {
+    fn pool_keep(&mut self, v: SlotBuf) {
         // A one-element stash is enough: most passes find most rings empty.
         if self.spare.is_none() {
             self.spare = Some(v);
@@ -654,6 +696,8 @@ impl Drainer {
         let mut totals = DrainTotals {
             processes: self.procs.len() as u32,
             threads: self.next_thread - 1,
+            queue_peak_bytes: self.queue_peak as u64,
+            queue_full_skips: self.queue_full_skips,
             ..DrainTotals::default()
         };
         let procs = std::mem::take(&mut self.procs);

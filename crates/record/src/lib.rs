@@ -17,15 +17,18 @@
 //!   filled by someone else (benchmarks, tests with hand-made rings).
 //!
 //! # Design constraints
-//! - Two threads: the *drain* thread copies events out of the rings and
-//!   converts them (ticks to ns, call paths to stack ids, first sightings
-//!   of locks); the *writer* thread encodes and writes them. A single
+//! - Two threads: the *drain* thread copies raw slots out of the rings
+//!   (one bulk copy per ring); the *writer* thread decodes and converts
+//!   them (ticks to ns, call paths to stack ids, first sightings of
+//!   locks), encodes and writes them. A single
 //!   thread doing uncontended lock/unlock produces ~60M events/s, so the
-//!   ring must be emptied every few ms; encoding is the slower half and
+//!   ring must be emptied every few ms; converting is the slower half and
 //!   would stall the drain if it ran on the same thread. They are joined by
-//!   a bounded channel: if the writer cannot keep up, the drain blocks, the
-//!   rings fill, and the program drops events *counted* in the ring header
-//!   instead of the recorder growing without bound.
+//!   a queue bounded in bytes (min(1 GiB, RAM/8) of raw slots): a writer
+//!   that falls behind a fast program catches up after it ends; beyond the
+//!   limit the drain leaves the rings to fill, and the program drops events
+//!   *counted* in the ring header instead of the recorder growing without
+//!   bound.
 //! - Nothing the program writes into the session is trusted: file names,
 //!   headers, slots, maps and ELF files are validated and a bad one is
 //!   skipped and counted, never a panic.
@@ -41,6 +44,7 @@ mod elf;
 mod maps;
 mod pipeline;
 mod sessiondir;
+mod slotbuf;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -162,6 +166,14 @@ pub struct RecordOutcome {
     pub forwarded_signals: Vec<i32>,
     /// Processes in which the preload library disabled itself.
     pub disabled_processes: Vec<u32>,
+    /// Most bytes of raw events queued between the drain and the writer
+    /// at once (the writer may fall behind a fast program and catch up
+    /// after it ends).
+    pub queue_peak_bytes: u64,
+    /// Times a ring was left to fill because that queue was at its limit
+    /// (min(1 GiB, RAM/8)); the events the program then dropped are
+    /// counted in `lost`.
+    pub queue_full_skips: u64,
 }
 
 /// Why a recording failed.

@@ -140,6 +140,7 @@ fn concurrent_drain_keeps_every_event_in_order() {
         );
         let mut h = head(Op::MutexLock, 0, 0, 0);
         h.op = OP_THREAD_NAME;
+        h.addr = 101; // the thread names itself
         assert!(q.push(h, Some((a, b)), &[]));
         let mut i = 0;
         while i < N {
@@ -357,6 +358,78 @@ fn overflow_and_corruption_are_counted_not_hidden() {
     assert_eq!(ev.len() as u64, cap + 1);
     let last = ev.last().unwrap();
     assert_eq!((last.op, last.arg), (Op::Lost as u8, 100));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}
+
+fn name_event(tid: u32, name: &str) -> (Head, (u64, u64)) {
+    let mut b = [0u8; 16];
+    b[..name.len()].copy_from_slice(name.as_bytes());
+    let mut h = head(Op::MutexLock, 0, u64::from(tid), 0x401000);
+    h.op = OP_THREAD_NAME;
+    (
+        h,
+        (
+            u64::from_le_bytes(b[..8].try_into().unwrap()),
+            u64::from_le_bytes(b[8..].try_into().unwrap()),
+        ),
+    )
+}
+
+#[test]
+fn a_name_goes_to_the_thread_named_not_the_one_naming() {
+    let dir = temp_dir("names");
+    let out = dir.with_extension("lstrace");
+    let pid = 4343;
+    make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    run_drain(&dir, &out, || {
+        let (mut main, base) = make_ring(&dir, pid, 200, 0, 64);
+        // SAFETY: the ring header at the start of the mapping.
+        let hdr = unsafe { &*(base as *const RingHeader) };
+        // Names a thread whose ring does not exist yet...
+        let (h, args) = name_event(201, "early");
+        assert!(main.push(h, Some(args), &[]));
+        // ...and is drained before that ring appears (the name waits).
+        while hdr.read.load(Ordering::Acquire) < hdr.write.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (mut worker, _) = make_ring(&dir, pid, 201, 200, 64);
+        assert!(worker.push(
+            head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+            None,
+            &[]
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // Names it again once its ring is known, names itself, and names
+        // a thread it could not identify (tid 0: dropped).
+        for (tid, name) in [(201, "later"), (200, "self"), (0, "nobody")] {
+            let (h, args) = name_event(tid, name);
+            assert!(main.push(h, Some(args), &[]));
+        }
+    });
+    let t = Trace::open(&out).unwrap();
+    let mut ids = std::collections::HashMap::new();
+    let mut names = Vec::new();
+    for r in &t.records {
+        match r {
+            Record::Thread(th) => {
+                ids.insert(th.id, th.tid);
+            }
+            Record::ThreadName(n) => {
+                let tid = *ids.get(&n.thread).expect("ThreadName after its Thread");
+                names.push((tid, n.name.clone()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        names,
+        vec![
+            (201, "early".to_string()),
+            (201, "later".to_string()),
+            (200, "self".to_string())
+        ]
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
 }

@@ -31,6 +31,21 @@
 //! cancelled at its next cancellation point instead.
 
 use crate::real;
+
+// The condvar functions are versioned in glibc (GLIBC_2.3.2, the current
+// ABI). A hook exported without a version answers ordinary calls and
+// dlsym, but not dlvsym(RTLD_NEXT, name, "GLIBC_2.3.2"), which another
+// preloaded library in front of us (lockscope record's) uses to find the
+// next condvar function: it would then skip us and hand one of our mutexes
+// to glibc. So each hook is exported as `name@@GLIBC_2.3.2` (the version
+// node comes from swap.map, passed to the linker by build.rs).
+#[cfg(not(test))]
+std::arch::global_asm!(
+    ".symver lockscope_swap_pthread_cond_wait, pthread_cond_wait@@GLIBC_2.3.2",
+    ".symver lockscope_swap_pthread_cond_timedwait, pthread_cond_timedwait@@GLIBC_2.3.2",
+    ".symver lockscope_swap_pthread_cond_signal, pthread_cond_signal@@GLIBC_2.3.2",
+    ".symver lockscope_swap_pthread_cond_broadcast, pthread_cond_broadcast@@GLIBC_2.3.2",
+);
 use libc::{c_int, clockid_t, pthread_cond_t, pthread_mutex_t, timespec};
 use std::cell::UnsafeCell;
 
@@ -82,8 +97,11 @@ unsafe fn wait_ours(
 ///
 /// # Safety
 /// C contract of `pthread_cond_wait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int {
+#[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_wait")]
+pub unsafe extern "C" fn pthread_cond_wait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+) -> c_int {
     crate::guard(libc::EINVAL, || {
         if c.is_null() || m.is_null() {
             return libc::EINVAL;
@@ -100,7 +118,7 @@ pub unsafe extern "C" fn pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthre
 ///
 /// # Safety
 /// C contract of `pthread_cond_timedwait`.
-#[cfg_attr(not(test), no_mangle)]
+#[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_timedwait")]
 pub unsafe extern "C" fn pthread_cond_timedwait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
@@ -145,7 +163,10 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
     })
 }
 
-unsafe fn notify(c: *mut pthread_cond_t, f: unsafe extern "C" fn(*mut pthread_cond_t) -> c_int) -> c_int {
+unsafe fn notify(
+    c: *mut pthread_cond_t,
+    f: unsafe extern "C" fn(*mut pthread_cond_t) -> c_int,
+) -> c_int {
     if c.is_null() {
         return libc::EINVAL;
     }
@@ -164,7 +185,7 @@ unsafe fn notify(c: *mut pthread_cond_t, f: unsafe extern "C" fn(*mut pthread_co
 ///
 /// # Safety
 /// C contract of `pthread_cond_signal`.
-#[cfg_attr(not(test), no_mangle)]
+#[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_signal")]
 pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
     crate::guard(libc::EINVAL, || notify(c, real::get().cond_signal))
 }
@@ -173,7 +194,7 @@ pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
 ///
 /// # Safety
 /// C contract of `pthread_cond_broadcast`.
-#[cfg_attr(not(test), no_mangle)]
+#[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_broadcast")]
 pub unsafe extern "C" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
     crate::guard(libc::EINVAL, || notify(c, real::get().cond_broadcast))
 }
@@ -185,8 +206,9 @@ mod tests {
     #[test]
     fn stripes_spread_neighbouring_condvars() {
         let base = 0x7f00_0000_1000usize;
-        let set: std::collections::HashSet<usize> =
-            (0..64).map(|i| stripe((base + i * 48) as *mut pthread_cond_t) as usize).collect();
+        let set: std::collections::HashSet<usize> = (0..64)
+            .map(|i| stripe((base + i * 48) as *mut pthread_cond_t) as usize)
+            .collect();
         assert!(set.len() > 16, "only {} stripes used", set.len());
     }
 }

@@ -7,7 +7,9 @@
 //!
 //! Entry points (all `extern "C"`, interposed by the dynamic linker):
 //! `pthread_mutex_{init,destroy,lock,trylock,timedlock,clocklock,unlock}`
-//! and `pthread_cond_{wait,timedwait,clockwait,signal,broadcast}`.
+//! and `pthread_cond_{wait,timedwait,clockwait,signal,broadcast}` (the
+//! condvar ones exported as `@@GLIBC_2.3.2`, like glibc's, so that a
+//! preload in front of us that looks them up with `dlvsym` finds ours).
 //! Configuration comes from the environment, set by the CLI:
 //! `LOCKSCOPE_LOCK` (algorithm name or `pthread`), `LOCKSCOPE_WAIT`
 //! (`spin` | `spin-then-park`), `LOCKSCOPE_HIERARCHY` (hand-given HMCS
@@ -88,7 +90,9 @@ fn init_slow() {
     match cfg {
         Ok(Some(o)) => OPS.store(o as *const LockOps as *mut LockOps, Ordering::Release),
         Ok(None) => {}
-        Err(msg) => stats::warn(&format!("lockscope-swap: {msg}; running with the original pthread mutexes\n")),
+        Err(msg) => stats::warn(&format!(
+            "lockscope-swap: {msg}; running with the original pthread mutexes\n"
+        )),
     }
     stats::register_exit_report();
     STATE.store(READY, Ordering::Release);
@@ -102,7 +106,11 @@ fn env(name: &str) -> Option<String> {
         return None;
     }
     // SAFETY: getenv returns a NUL-terminated string.
-    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 fn read_config() -> Result<Option<&'static LockOps>, String> {
@@ -110,9 +118,13 @@ fn read_config() -> Result<Option<&'static LockOps>, String> {
     if lock.trim() == "pthread" {
         return Ok(None);
     }
-    let alg: Algorithm = lock.parse().map_err(|e: lockscope_locks::Error| e.to_string())?;
+    let alg: Algorithm = lock
+        .parse()
+        .map_err(|e: lockscope_locks::Error| e.to_string())?;
     let wait: WaitPolicy = match env("LOCKSCOPE_WAIT") {
-        Some(w) => w.parse().map_err(|e: lockscope_locks::Error| e.to_string())?,
+        Some(w) => w
+            .parse()
+            .map_err(|e: lockscope_locks::Error| e.to_string())?,
         None => WaitPolicy::SpinThenPark,
     };
     if let Some(spec) = env("LOCKSCOPE_HIERARCHY").filter(|s| !s.trim().is_empty()) {
@@ -137,7 +149,8 @@ fn current_ops() -> Option<&'static LockOps> {
 #[inline(always)]
 unsafe fn ours(m: *mut pthread_mutex_t) -> Option<&'static LockOps> {
     let o = current_ops()?;
-    let kind = std::ptr::read_volatile((m as *const u8).add(KIND_OFFSET) as *const c_int) & !KIND_ELISION_BITS;
+    let kind = std::ptr::read_volatile((m as *const u8).add(KIND_OFFSET) as *const c_int)
+        & !KIND_ELISION_BITS;
     if kind == KIND_NORMAL || kind == KIND_ADAPTIVE {
         Some(o)
     } else {
@@ -176,7 +189,10 @@ fn guard(err: c_int, f: impl FnOnce() -> c_int) -> c_int {
 /// # Safety
 /// C contract of `pthread_mutex_init`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pthread_mutex_init(m: *mut pthread_mutex_t, attr: *const pthread_mutexattr_t) -> c_int {
+pub unsafe extern "C" fn pthread_mutex_init(
+    m: *mut pthread_mutex_t,
+    attr: *const pthread_mutexattr_t,
+) -> c_int {
     guard(libc::EINVAL, || {
         if m.is_null() {
             return libc::EINVAL;
@@ -193,8 +209,9 @@ pub unsafe extern "C" fn pthread_mutex_init(m: *mut pthread_mutex_t, attr: *cons
             if r != 0 {
                 return r;
             }
-            let kind = std::ptr::read((&tmp as *const _ as *const u8).add(KIND_OFFSET) as *const c_int)
-                & !KIND_ELISION_BITS;
+            let kind =
+                std::ptr::read((&tmp as *const _ as *const u8).add(KIND_OFFSET) as *const c_int)
+                    & !KIND_ELISION_BITS;
             if kind != KIND_NORMAL && kind != KIND_ADAPTIVE {
                 stats::left_to_glibc();
                 return (real.mutex_init)(m, attr);
@@ -301,10 +318,19 @@ unsafe fn deadline(clock: clockid_t, abstime: *const timespec) -> Option<std::ti
     let to_ns = |s: &timespec| s.tv_sec as i128 * 1_000_000_000 + s.tv_nsec as i128;
     let left = (to_ns(t) - to_ns(&now)).max(0);
     let left = std::time::Duration::from_nanos(left.min(u64::MAX as i128 / 2) as u64);
-    Some(std::time::Instant::now().checked_add(left).unwrap_or_else(|| std::time::Instant::now() + std::time::Duration::from_secs(1 << 32)))
+    Some(
+        std::time::Instant::now()
+            .checked_add(left)
+            .unwrap_or_else(|| std::time::Instant::now() + std::time::Duration::from_secs(1 << 32)),
+    )
 }
 
-unsafe fn timed(o: &LockOps, m: *mut pthread_mutex_t, clock: clockid_t, abstime: *const timespec) -> c_int {
+unsafe fn timed(
+    o: &LockOps,
+    m: *mut pthread_mutex_t,
+    clock: clockid_t,
+    abstime: *const timespec,
+) -> c_int {
     note_use(m);
     // POSIX: the time is only checked if the lock is not free right now.
     if (o.try_lock)(m as *const u8) {
@@ -327,7 +353,10 @@ unsafe fn timed(o: &LockOps, m: *mut pthread_mutex_t, clock: clockid_t, abstime:
 /// # Safety
 /// C contract of `pthread_mutex_timedlock`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pthread_mutex_timedlock(m: *mut pthread_mutex_t, abstime: *const timespec) -> c_int {
+pub unsafe extern "C" fn pthread_mutex_timedlock(
+    m: *mut pthread_mutex_t,
+    abstime: *const timespec,
+) -> c_int {
     guard(libc::EINVAL, || {
         if m.is_null() {
             return libc::EINVAL;
@@ -422,7 +451,8 @@ mod tests {
         let normal: pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
         let rec: pthread_mutex_t = libc::PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
         let kind = |m: &pthread_mutex_t| unsafe {
-            std::ptr::read((m as *const _ as *const u8).add(KIND_OFFSET) as *const c_int) & !KIND_ELISION_BITS
+            std::ptr::read((m as *const _ as *const u8).add(KIND_OFFSET) as *const c_int)
+                & !KIND_ELISION_BITS
         };
         assert_eq!(kind(&normal), KIND_NORMAL);
         assert_eq!(kind(&rec), 1);
@@ -434,9 +464,15 @@ mod tests {
     fn deadline_rejects_bad_times() {
         unsafe {
             assert!(deadline(libc::CLOCK_REALTIME, std::ptr::null()).is_none());
-            let bad = timespec { tv_sec: 0, tv_nsec: 1_000_000_000 };
+            let bad = timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000_000,
+            };
             assert!(deadline(libc::CLOCK_REALTIME, &bad).is_none());
-            let past = timespec { tv_sec: 1, tv_nsec: 0 };
+            let past = timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            };
             let d = deadline(libc::CLOCK_REALTIME, &past).unwrap();
             assert!(d <= std::time::Instant::now());
         }

@@ -3,7 +3,9 @@
 //! this library's constructor, and glibc 2.36's dlsym takes no pthread
 //! mutex and does not allocate.
 
-use libc::{c_char, c_int, clockid_t, pthread_cond_t, pthread_mutex_t, pthread_mutexattr_t, timespec};
+use libc::{
+    c_char, c_int, clockid_t, pthread_cond_t, pthread_mutex_t, pthread_mutexattr_t, timespec,
+};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 type MutexFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
@@ -11,9 +13,14 @@ type InitFn = unsafe extern "C" fn(*mut pthread_mutex_t, *const pthread_mutexatt
 type TimedFn = unsafe extern "C" fn(*mut pthread_mutex_t, *const timespec) -> c_int;
 type ClockFn = unsafe extern "C" fn(*mut pthread_mutex_t, clockid_t, *const timespec) -> c_int;
 type CondWaitFn = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t) -> c_int;
-type CondTimedFn = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, *const timespec) -> c_int;
-type CondClockFn =
-    unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, clockid_t, *const timespec) -> c_int;
+type CondTimedFn =
+    unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, *const timespec) -> c_int;
+type CondClockFn = unsafe extern "C" fn(
+    *mut pthread_cond_t,
+    *mut pthread_mutex_t,
+    clockid_t,
+    *const timespec,
+) -> c_int;
 type CondFn = unsafe extern "C" fn(*mut pthread_cond_t) -> c_int;
 
 /// Pointers to the next definitions of the interposed functions.
@@ -74,10 +81,22 @@ fn resolve() -> &'static Real {
     // SAFETY: each symbol has the C signature of the function it names.
     let r = unsafe {
         Real {
-            mutex_init: std::mem::transmute::<*mut libc::c_void, InitFn>(need(b"pthread_mutex_init\0", None)),
-            mutex_destroy: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_destroy\0", None)),
-            mutex_lock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_lock\0", None)),
-            mutex_trylock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_trylock\0", None)),
+            mutex_init: std::mem::transmute::<*mut libc::c_void, InitFn>(need(
+                b"pthread_mutex_init\0",
+                None,
+            )),
+            mutex_destroy: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(
+                b"pthread_mutex_destroy\0",
+                None,
+            )),
+            mutex_lock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(
+                b"pthread_mutex_lock\0",
+                None,
+            )),
+            mutex_trylock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(
+                b"pthread_mutex_trylock\0",
+                None,
+            )),
             mutex_timedlock: std::mem::transmute::<*mut libc::c_void, TimedFn>(need(
                 b"pthread_mutex_timedlock\0",
                 None,
@@ -86,8 +105,14 @@ fn resolve() -> &'static Real {
                 let p = sym(b"pthread_mutex_clocklock\0", None);
                 (!p.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, ClockFn>(p))
             },
-            mutex_unlock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(b"pthread_mutex_unlock\0", None)),
-            cond_wait: std::mem::transmute::<*mut libc::c_void, CondWaitFn>(need(b"pthread_cond_wait\0", V)),
+            mutex_unlock: std::mem::transmute::<*mut libc::c_void, MutexFn>(need(
+                b"pthread_mutex_unlock\0",
+                None,
+            )),
+            cond_wait: std::mem::transmute::<*mut libc::c_void, CondWaitFn>(need(
+                b"pthread_cond_wait\0",
+                V,
+            )),
             cond_timedwait: std::mem::transmute::<*mut libc::c_void, CondTimedFn>(need(
                 b"pthread_cond_timedwait\0",
                 V,
@@ -96,12 +121,23 @@ fn resolve() -> &'static Real {
                 let p = sym(b"pthread_cond_clockwait\0", None);
                 (!p.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, CondClockFn>(p))
             },
-            cond_signal: std::mem::transmute::<*mut libc::c_void, CondFn>(need(b"pthread_cond_signal\0", V)),
-            cond_broadcast: std::mem::transmute::<*mut libc::c_void, CondFn>(need(b"pthread_cond_broadcast\0", V)),
+            cond_signal: std::mem::transmute::<*mut libc::c_void, CondFn>(need(
+                b"pthread_cond_signal\0",
+                V,
+            )),
+            cond_broadcast: std::mem::transmute::<*mut libc::c_void, CondFn>(need(
+                b"pthread_cond_broadcast\0",
+                V,
+            )),
         }
     };
     let new = Box::into_raw(Box::new(r));
-    match REAL.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+    match REAL.compare_exchange(
+        std::ptr::null_mut(),
+        new,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         // SAFETY: published, never freed.
         Ok(_) => unsafe { &*new },
         Err(other) => {

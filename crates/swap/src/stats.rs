@@ -19,7 +19,9 @@ struct Stripe {
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Stripe = Stripe { ops: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)] };
+const EMPTY: Stripe = Stripe {
+    ops: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+};
 static COUNTS: [Stripe; STRIPES] = [EMPTY; STRIPES];
 static NEXT_STRIPE: AtomicU32 = AtomicU32::new(0);
 

@@ -68,11 +68,6 @@ pub fn mode_if_decided() -> u8 {
     }
 }
 
-/// Forgets the decision (after fork the child decides again).
-pub fn reset_mode() {
-    MODE.store(0, Ordering::Relaxed);
-}
-
 /// Emits `head` with the call path ending at `pc`, under the re-entry
 /// guard (the capture layer may allocate while it attaches a ring).
 #[inline]

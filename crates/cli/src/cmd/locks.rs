@@ -48,7 +48,12 @@ struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Comma-separated thread counts.
-    #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "1,2,4,8",
+        value_delimiter = ','
+    )]
     threads: Vec<usize>,
     /// Duration of each run in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 150)]
@@ -75,13 +80,25 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 fn list() -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{:<8} summary", "name")?;
-    writeln!(out, "{:<8} glibc's mutex (the original; `lockscope run --lock pthread`)", "pthread")?;
+    writeln!(
+        out,
+        "{:<8} glibc's mutex (the original; `lockscope run --lock pthread`)",
+        "pthread"
+    )?;
     for a in Algorithm::ALL {
         writeln!(out, "{:<8} {}", a.name(), a.summary())?;
     }
     writeln!(out, "\nwaiting policies: spin, spin-then-park")?;
-    writeln!(out, "hmcs/ahmcs hierarchy on this machine: {}", lockscope_locks::default_hierarchy().describe())?;
-    writeln!(out, "cmcs hierarchy on this machine: {}", lockscope_locks::default_cohort_hierarchy().describe())?;
+    writeln!(
+        out,
+        "hmcs/ahmcs hierarchy on this machine: {}",
+        lockscope_locks::default_hierarchy().describe()
+    )?;
+    writeln!(
+        out,
+        "cmcs hierarchy on this machine: {}",
+        lockscope_locks::default_cohort_hierarchy().describe()
+    )?;
     Ok(0)
 }
 
@@ -89,7 +106,10 @@ fn subjects(algorithms: &[String], waits: &[String]) -> anyhow::Result<Vec<Subje
     let waits: Vec<WaitPolicy> = if waits.is_empty() {
         WaitPolicy::ALL.to_vec()
     } else {
-        waits.iter().map(|w| w.parse::<WaitPolicy>()).collect::<Result<_, _>>()?
+        waits
+            .iter()
+            .map(|w| w.parse::<WaitPolicy>())
+            .collect::<Result<_, _>>()?
     };
     if algorithms.is_empty() {
         return Ok(Config::all_subjects()
@@ -107,7 +127,10 @@ fn subjects(algorithms: &[String], waits: &[String]) -> anyhow::Result<Vec<Subje
             continue;
         }
         let alg: Algorithm = a.parse().map_err(|_| {
-            anyhow::anyhow!("unknown lock algorithm {a:?}; valid names: pthread, {}", Algorithm::names())
+            anyhow::anyhow!(
+                "unknown lock algorithm {a:?}; valid names: pthread, {}",
+                Algorithm::names()
+            )
         })?;
         for &w in &waits {
             v.push(Subject::Lock(alg, w));

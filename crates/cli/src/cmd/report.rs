@@ -54,6 +54,9 @@ pub struct Args {
     /// Never draw a progress bar (it is drawn on a terminal for large traces).
     #[arg(long)]
     no_progress: bool,
+    /// No recommendations (text section and JSON `recommendations`, left empty).
+    #[arg(long)]
+    no_advice: bool,
 }
 
 /// Parses `300ns`, `1.5us`, `2ms`, `1s` or a plain number of ns.
@@ -139,8 +142,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             eprint!("\r{}\r", " ".repeat(w + 20));
         }
     };
-    let report = lockscope_analysis::analyze(&a.trace, &cfg, &mut progress)
+    let mut report = lockscope_analysis::analyze(&a.trace, &cfg, &mut progress)
         .with_context(|| format!("cannot report on {}", a.trace.display()))?;
+    if a.no_advice {
+        report.recommendations.clear();
+    }
     let out = if a.json {
         let mut s = serde_json::to_string_pretty(&report)?;
         s.push('\n');
@@ -153,6 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             &TextOptions {
                 sites_per_lock: a.sites,
                 lock_threads: a.per_thread,
+                advice: !a.no_advice,
             },
         )
     };

@@ -69,7 +69,12 @@ fn parse_lock(s: &str) -> Result<LockChoice, String> {
     }
     s.parse::<Algorithm>()
         .map(LockChoice::Algorithm)
-        .map_err(|_| format!("unknown lock algorithm {s:?}; valid names: pthread, {}", Algorithm::names()))
+        .map_err(|_| {
+            format!(
+                "unknown lock algorithm {s:?}; valid names: pthread, {}",
+                Algorithm::names()
+            )
+        })
 }
 
 fn parse_wait(s: &str) -> Result<WaitPolicy, String> {
@@ -77,19 +82,27 @@ fn parse_wait(s: &str) -> Result<WaitPolicy, String> {
 }
 
 fn parse_hierarchy(s: &str) -> Result<String, String> {
-    Hierarchy::parse(s).map(|_| s.to_string()).map_err(|e| e.to_string())
+    Hierarchy::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Runs the subcommand; returns the program's exit code (128+N if it was
 /// killed by signal N).
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| anyhow::anyhow!("no program given; usage: lockscope run --lock ALGORITHM -- PROGRAM [ARGS...]"))?;
+    let (program, rest) = args.command.split_first().ok_or_else(|| {
+        anyhow::anyhow!(
+            "no program given; usage: lockscope run --lock ALGORITHM -- PROGRAM [ARGS...]"
+        )
+    })?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
-    for var in ["LOCKSCOPE_LOCK", "LOCKSCOPE_WAIT", "LOCKSCOPE_VERBOSE", "LOCKSCOPE_HIERARCHY"] {
+    for var in [
+        "LOCKSCOPE_LOCK",
+        "LOCKSCOPE_WAIT",
+        "LOCKSCOPE_VERBOSE",
+        "LOCKSCOPE_HIERARCHY",
+    ] {
         cmd.env_remove(var);
     }
     // `--lock pthread` runs the original; the library is only loaded (in
@@ -118,10 +131,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         if args.verbose {
             cmd.env("LOCKSCOPE_VERBOSE", "1");
+            let how = match args.lock {
+                LockChoice::Pthread => "the original glibc mutexes".to_string(),
+                LockChoice::Algorithm(a) => format!("lock {a} (wait {})", args.wait),
+            };
             eprintln!(
-                "lockscope run: {} with lock {name} (wait {}), preloading {}",
+                "lockscope run: {} with {how}, preloading {}",
                 program.to_string_lossy(),
-                args.wait,
                 lib.display()
             );
         }
@@ -129,9 +145,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("lockscope: error: cannot run {}: {e}", program.to_string_lossy());
+            eprintln!(
+                "lockscope: error: cannot run {}: {e}",
+                program.to_string_lossy()
+            );
             // The shell's conventions: 127 not found, 126 not executable.
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
         }
     };
     Ok(match (status.code(), status.signal()) {

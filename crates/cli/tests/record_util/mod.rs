@@ -14,12 +14,37 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A fresh directory for one test.
-pub fn temp(name: &str) -> PathBuf {
+/// A fresh directory for one test, removed when the test passes (kept
+/// for inspection when it fails: traces can be large, ~40 MB for 512
+/// threads).
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn temp(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("lockscope-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 /// Compiles tests/programs/<name>.c with gcc into `dir`.

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-pub const ALGORITHMS: [&str; 8] = ["tas", "ttas", "ticket", "mcs", "clh", "cmcs", "hmcs", "ahmcs"];
+pub const ALGORITHMS: [&str; 8] = [
+    "tas", "ttas", "ticket", "mcs", "clh", "cmcs", "hmcs", "ahmcs",
+];
 pub const WAITS: [&str; 2] = ["spin", "spin-then-park"];
 
 pub fn workspace() -> PathBuf {
@@ -21,29 +23,33 @@ pub fn temp(name: &str) -> PathBuf {
     d
 }
 
-/// `liblockscope_swap.so`, built (or brought up to date) with the same
-/// profile and target directory as the `lockscope` binary under test: the
-/// CLI does not link it, so `cargo test -p lockscope` alone would not.
+/// Builds (or brings up to date) the cdylib of `package` with the same
+/// profile and target directory as the `lockscope` binary under test and
+/// returns the path of `file` (the CLI does not link the preload
+/// libraries, so `cargo test -p lockscope` alone would not build them).
+pub fn build_lib(package: &str, file: &str) -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_lockscope"));
+    let profile_dir = exe.parent().unwrap();
+    let target = profile_dir.parent().unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-q", "-p", package, "--target-dir"])
+        .arg(target)
+        .current_dir(workspace());
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("cannot run cargo");
+    assert!(st.success(), "building {package} failed");
+    let lib = profile_dir.join(file);
+    assert!(lib.is_file(), "{} missing after build", lib.display());
+    lib
+}
+
+/// `liblockscope_swap.so` (see [`build_lib`]).
 pub fn swap_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let exe = Path::new(env!("CARGO_BIN_EXE_lockscope"));
-        let profile_dir = exe.parent().unwrap();
-        let target = profile_dir.parent().unwrap();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "lockscope-swap", "--target-dir"])
-            .arg(target)
-            .current_dir(workspace());
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("cannot run cargo to build lockscope-swap");
-        assert!(st.success(), "building lockscope-swap failed");
-        let lib = profile_dir.join("liblockscope_swap.so");
-        assert!(lib.is_file(), "{} missing after build", lib.display());
-        lib
-    })
+    LIB.get_or_init(|| build_lib("lockscope-swap", "liblockscope_swap.so"))
 }
 
 /// Compiles tests/programs/locks/<file> (C or C++) into `dir`, or None
@@ -55,7 +61,12 @@ pub fn build(file: &str, dir: &Path) -> Option<PathBuf> {
         None => (file.strip_suffix(".c").unwrap(), "gcc"),
     };
     let out = dir.join(stem);
-    match Command::new(cc).args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).status() {
+    match Command::new(cc)
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+    {
         Ok(st) => {
             assert!(st.success(), "{cc} failed on {}", src.display());
             Some(out)
@@ -83,7 +94,9 @@ pub fn lockscope_run(opts: &[&str], prog: &Path, args: &[&str]) -> Output {
 
 pub fn shell_code(o: &Output) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0))
+    o.status
+        .code()
+        .unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0))
 }
 
 /// Runs PROG under every algorithm and waiting policy and checks that its
@@ -91,8 +104,19 @@ pub fn shell_code(o: &Output) -> i32 {
 pub fn same_output_under_every_lock(prog: &Path, args: &[&str]) {
     let base = lockscope_run(&["--lock", "pthread"], prog, args);
     let direct = Command::new(prog).args(args).output().unwrap();
-    assert_eq!(base.stdout, direct.stdout, "--lock pthread changed the output of {}", prog.display());
-    assert_eq!(shell_code(&base), 0, "{} failed: {}", prog.display(), String::from_utf8_lossy(&base.stderr));
+    assert_eq!(
+        base.stdout,
+        direct.stdout,
+        "--lock pthread changed the output of {}",
+        prog.display()
+    );
+    assert_eq!(
+        shell_code(&base),
+        0,
+        "{} failed: {}",
+        prog.display(),
+        String::from_utf8_lossy(&base.stderr)
+    );
     for alg in ALGORITHMS {
         for wait in WAITS {
             let o = lockscope_run(&["--lock", alg, "--wait", wait], prog, args);
@@ -103,7 +127,11 @@ pub fn same_output_under_every_lock(prog: &Path, args: &[&str]) {
                 prog.display(),
                 String::from_utf8_lossy(&o.stderr)
             );
-            assert_eq!(shell_code(&o), shell_code(&base), "{alg} {wait}: exit status differs");
+            assert_eq!(
+                shell_code(&o),
+                shell_code(&base),
+                "{alg} {wait}: exit status differs"
+            );
         }
     }
 }

@@ -1,0 +1,308 @@
+//! Recommendations on synthetic traces whose behaviour is known by
+//! construction (every figure in the comments is computed from the events).
+
+mod common;
+use common::*;
+use lockscope_analysis::advice::{AdviceKind, Recommendation};
+use lockscope_analysis::report::Report;
+use lockscope_format::Op;
+
+const HOT: u64 = 0x5000;
+const PRIV: u64 = 0x9000;
+
+fn of(r: &Report, addr: u64) -> Vec<&Recommendation> {
+    let a = format!("{addr:#x}");
+    r.recommendations
+        .iter()
+        .filter(|x| x.address == a)
+        .collect()
+}
+
+fn kinds(r: &Report, addr: u64) -> Vec<AdviceKind> {
+    of(r, addr).iter().map(|x| x.kind).collect()
+}
+
+/// Two threads, 100 rounds of 1000 ns: thread 1 holds HOT for 100 ns;
+/// thread 2 asks 20 ns in, gets it 20 ns after the release (hand-off) and
+/// holds it 100 ns. 50 % contended, mean hold 100 ns, 0.4 mean waiters.
+/// Each thread also takes its own private lock, never contended.
+fn hot_short(cpus: u32, extra: &[(&str, &str)]) -> Tb {
+    hot_short_until(cpus, extra, 100_000)
+}
+
+fn hot_short_until(cpus: u32, extra: &[(&str, &str)], end: u64) -> Tb {
+    let mut tb = Tb::new();
+    tb.header.cpus = cpus;
+    for (k, v) in extra {
+        tb.header.extra.push((k.to_string(), v.to_string()));
+    }
+    tb.thread(1, "a", 0, end).thread(2, "b", 0, end);
+    for k in 0..100u64 {
+        let b = k * 1000;
+        tb.section(1, b, b + 100, HOT, 0x10);
+        tb.waited_section(2, b + 20, b + 120, b + 220, HOT, 0x20);
+        tb.section(1, b + 500, b + 600, PRIV, 0x30);
+        tb.section(2, b + 500, b + 600, PRIV + 0x40, 0x40);
+    }
+    tb
+}
+
+#[test]
+fn hot_lock_with_short_holds_gets_a_queue_lock() {
+    let r = report(&hot_short(8, &[]));
+    let l = lock(&r, HOT);
+    assert_eq!((l.acquisitions, l.contended), (200, 100));
+    assert_eq!(l.hold_ns.mean, 100.0);
+    assert!((l.avg_waiters - 0.4).abs() < 1e-9, "{}", l.avg_waiters);
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1, "{a:?}");
+    let a = a[0];
+    assert_eq!(a.kind, AdviceKind::QueueLock);
+    assert_eq!(
+        a.command.as_deref(),
+        Some("lockscope run --lock mcs -- ./synthetic")
+    );
+    assert_eq!(a.evidence.get("contended"), Some(100.0));
+    assert_eq!(a.evidence.get("contended_ratio"), Some(0.5));
+    assert_eq!(a.evidence.get("mean_hold_ns"), Some(100.0));
+    assert_eq!(a.evidence.get("mean_contended_wait_ns"), Some(100.0));
+    assert_eq!(a.evidence.get("cpus"), Some(8.0));
+    assert_eq!(a.wait_addressed_ns, 10_000);
+    assert!(
+        a.evidence_text
+            .contains("contended 50.0% of 200 acquisitions"),
+        "{}",
+        a.evidence_text
+    );
+    // No NUMA facts in the header: HMCS is not considered, and it says so.
+    assert!(
+        a.advice.contains("NUMA topology not recorded"),
+        "{}",
+        a.advice
+    );
+    // 80 % of the wait is charged to thread 1's section, but it is 100 ns
+    // long: a hand-off problem, not a long section, so no reduce_hold.
+    assert!(!kinds(&r, HOT).contains(&AdviceKind::ReduceHold));
+}
+
+#[test]
+fn private_uncontended_locks_get_no_advice() {
+    let r = report(&hot_short(8, &[]));
+    assert_eq!(lock(&r, PRIV).contended, 0);
+    assert!(of(&r, PRIV).is_empty());
+    assert!(of(&r, PRIV + 0x40).is_empty());
+    // A trace with only private locks: nothing at all.
+    let mut tb = Tb::new();
+    tb.thread(1, "a", 0, 100_000).thread(2, "b", 0, 100_000);
+    for k in 0..100u64 {
+        tb.section(1, k * 1000, k * 1000 + 500, PRIV, 0x30);
+        tb.section(2, k * 1000, k * 1000 + 500, PRIV + 0x40, 0x40);
+    }
+    assert!(report(&tb).recommendations.is_empty());
+}
+
+#[test]
+fn a_lock_whose_waiting_is_negligible_is_not_advised_on() {
+    // hot_short's pattern (which gets a queue lock above), but in threads
+    // that live 10 ms: 10 us of waiting in 20 ms of thread time is 0.05 %,
+    // under the 1 % floor.
+    let r = report(&hot_short_until(8, &[], 10_000_000));
+    let l = lock(&r, HOT);
+    assert_eq!((l.contended, l.wait_ns.total), (100, 10_000));
+    assert!(r.recommendations.is_empty(), "{:?}", r.recommendations);
+    // At 500 us of lifetime, 1 % of the thread time: advised again.
+    let r = report(&hot_short_until(8, &[], 500_000));
+    assert_eq!(kinds(&r, HOT), vec![AdviceKind::QueueLock]);
+}
+
+/// Four threads, 100 rounds of 1000 ns on a 2-CPU machine: thread 1 holds
+/// HOT for 100 ns, threads 2-4 ask 10 ns in and get it one after the other
+/// for 100 ns each. Waiters while held: 3 x 90 + 2 x 100 + 1 x 100 = 570
+/// over 400 ns held = 1.425, plus the holder 2.425 > 2 CPUs.
+fn convoy(cpus: u32) -> Tb {
+    let mut tb = Tb::new();
+    tb.header.cpus = cpus;
+    for t in 1..=4 {
+        tb.thread(t, "w", 0, 100_000);
+    }
+    for k in 0..100u64 {
+        let b = k * 1000;
+        tb.section(1, b, b + 100, HOT, 0x10);
+        for t in 2..=4u32 {
+            let got = b + 100 * u64::from(t - 1);
+            tb.waited_section(t, b + 10, got, got + 100, HOT, 0x10 * u64::from(t));
+        }
+    }
+    tb
+}
+
+#[test]
+fn more_waiters_than_cpus_gets_spin_then_park() {
+    let r = report(&convoy(2));
+    let l = lock(&r, HOT);
+    assert!((l.avg_waiters - 1.425).abs() < 1e-9, "{}", l.avg_waiters);
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0].kind, AdviceKind::SpinThenPark);
+    assert_eq!(
+        a[0].command.as_deref(),
+        Some("lockscope run --lock ttas --wait spin-then-park -- ./synthetic")
+    );
+    assert!(a[0].evidence_text.contains("exceed the 2 CPUs"));
+    // The same trace recorded on 4 CPUs: no oversubscription, and the
+    // waits are what the queue explains, so a queue lock.
+    let r = report(&convoy(4));
+    assert_eq!(kinds(&r, HOT), vec![AdviceKind::QueueLock]);
+}
+
+#[test]
+fn preempted_holders_get_spin_then_park() {
+    // 100 ns sections, but each of the 50 waits lasts 20 us: the holder's
+    // release is followed by 19.9 us of nobody holding (the waiter was
+    // asleep / not scheduled). (0.5 waiters + 1) x 100 ns explains 150 ns.
+    let mut tb = Tb::new();
+    tb.header.cpus = 8;
+    tb.thread(1, "a", 0, 2_000_000).thread(2, "b", 0, 2_000_000);
+    for k in 0..50u64 {
+        let b = k * 40_000;
+        tb.section(1, b, b + 100, HOT, 0x10);
+        tb.waited_section(2, b + 50, b + 20_050, b + 20_150, HOT, 0x20);
+    }
+    let r = report(&tb);
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0].kind, AdviceKind::SpinThenPark);
+    assert!(a[0].evidence.get("wait_over_queue").unwrap() > 10.0);
+    assert!(a[0].evidence.get("no_holder_share").unwrap() > 0.99);
+}
+
+#[test]
+fn single_socket_never_gets_hmcs_and_multi_socket_does() {
+    let r = report(&hot_short(8, &[("numa_nodes", "1")]));
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].kind, AdviceKind::QueueLock);
+    assert!(a[0].advice.contains("not applicable"), "{}", a[0].advice);
+    assert!(r.recommendations.iter().all(|x| x.kind != AdviceKind::Hmcs));
+    // The same behaviour on a 2-node machine: every acquisition changes
+    // owner, so the hand-offs are the ones HMCS keeps within a node.
+    let r = report(&hot_short(8, &[("sockets", "2")]));
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].kind, AdviceKind::Hmcs);
+    assert_eq!(
+        a[0].command.as_deref(),
+        Some("lockscope run --lock hmcs -- ./synthetic")
+    );
+    assert_eq!(a[0].evidence.get("numa_nodes"), Some(2.0));
+}
+
+#[test]
+fn a_dominant_long_section_gets_reduce_hold() {
+    // Thread 1 holds HOT for 1 ms at site 0x10; thread 2 waits 900 us of
+    // it, then holds 1 us at 0x20. One wait: no algorithm advice.
+    let mut tb = Tb::new();
+    tb.thread(1, "a", 0, 2_000_000).thread(2, "b", 0, 2_000_000);
+    tb.section(1, 1000, 1_001_000, HOT, 0x10);
+    tb.waited_section(2, 101_000, 1_001_000, 1_002_000, HOT, 0x20);
+    let r = report(&tb);
+    let a = of(&r, HOT);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0].kind, AdviceKind::ReduceHold);
+    assert_eq!(a[0].command, None);
+    assert_eq!(a[0].evidence.get("site_wait_ns"), Some(900_000.0));
+    assert_eq!(a[0].evidence.get("site_share"), Some(1.0));
+    assert_eq!(a[0].evidence.get("site_mean_hold_ns"), Some(1_000_000.0));
+    assert!(a[0].evidence_text.contains("?+0x10"));
+}
+
+#[test]
+fn read_mostly_rwlock_is_kept_and_write_only_gets_a_mutex() {
+    // 20 rounds: reader 1 holds for 1 us, the writer (thread 3) waits for
+    // it and writes for 100 ns; 19 more readers per round in the other
+    // thread. Reads: 20 x 20 = 400 of 420 acquisitions.
+    let mut tb = Tb::new();
+    tb.thread(1, "r", 0, 400_000)
+        .thread(2, "r2", 0, 400_000)
+        .thread(3, "w", 0, 400_000);
+    for k in 0..20u64 {
+        let b = k * 20_000;
+        tb.ev(1, b, Op::RwRdlock, DONE, HOT, 0x10);
+        tb.ev(1, b + 1000, Op::RwUnlock, DONE, HOT, 0x11);
+        tb.ev(3, b + 100, Op::RwWrlock, BEGIN, HOT, 0x30);
+        tb.ev(3, b + 1000, Op::RwWrlock, CONT, HOT, 0x30);
+        tb.ev(3, b + 1100, Op::RwUnlock, DONE, HOT, 0x31);
+        for i in 0..19u64 {
+            let t = b + 2000 + i * 500;
+            tb.ev(2, t, Op::RwRdlock, DONE, HOT, 0x20);
+            tb.ev(2, t + 100, Op::RwUnlock, DONE, HOT, 0x21);
+        }
+    }
+    let r = report(&tb);
+    let l = lock(&r, HOT);
+    assert_eq!((l.acquisitions, l.read_acquisitions), (420, Some(400)));
+    let a = of(&r, HOT);
+    assert!(
+        a.iter().any(|x| x.kind == AdviceKind::ReaderWriter),
+        "{a:?}"
+    );
+    assert!(a.iter().all(|x| x.command.is_none()));
+    assert!(a.iter().all(|x| x.kind != AdviceKind::QueueLock));
+
+    // Writers only: a mutex would do.
+    let mut tb = Tb::new();
+    tb.thread(1, "w1", 0, 100_000).thread(2, "w2", 0, 100_000);
+    for k in 0..50u64 {
+        let b = k * 2000;
+        tb.ev(1, b, Op::RwWrlock, DONE, HOT, 0x10);
+        tb.ev(1, b + 100, Op::RwUnlock, DONE, HOT, 0x11);
+        tb.ev(2, b + 50, Op::RwWrlock, BEGIN, HOT, 0x20);
+        tb.ev(2, b + 100, Op::RwWrlock, CONT, HOT, 0x20);
+        tb.ev(2, b + 200, Op::RwUnlock, DONE, HOT, 0x21);
+    }
+    let r = report(&tb);
+    assert_eq!(lock(&r, HOT).read_acquisitions, Some(0));
+    assert_eq!(kinds(&r, HOT), vec![AdviceKind::UseMutex]);
+}
+
+#[test]
+fn sorted_by_addressable_wait_and_rendered() {
+    // HOT as in hot_short (10 us of wait, 3.6 % of the 280 us of thread
+    // time) plus a second lock with a 29 us wait behind a 30 us section.
+    let mut tb = hot_short_until(8, &[], 140_000);
+    const M: u64 = 0x7000;
+    tb.section(1, 100_000, 130_000, M, 0x50);
+    tb.waited_section(2, 101_000, 130_000, 130_100, M, 0x60);
+    let r = report(&tb);
+    let order: Vec<_> = r
+        .recommendations
+        .iter()
+        .map(|x| (x.address.clone(), x.kind))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("0x7000".to_string(), AdviceKind::ReduceHold),
+            ("0x5000".to_string(), AdviceKind::QueueLock)
+        ]
+    );
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
+    assert!(sec.contains("1. reduce_hold 0x7000:"), "{sec}");
+    assert!(sec.contains("2. queue_lock 0x5000:"), "{sec}");
+    assert!(sec.contains("try: lockscope run --lock mcs -- ./synthetic"));
+    let v = serde_json::to_value(&r).unwrap();
+    let j = &v["recommendations"][1];
+    assert_eq!(j["kind"], "queue_lock");
+    assert_eq!(j["lock"], "0x5000");
+    assert_eq!(j["evidence"]["contended"], 100);
+    assert_eq!(j["evidence"]["contended_ratio"], 0.5);
+    assert_eq!(j["command"], "lockscope run --lock mcs -- ./synthetic");
+    assert!(v["recommendations"][0]["command"].is_null());
+    // Not asked for: no section.
+    let o = lockscope_analysis::render::TextOptions {
+        advice: false,
+        ..Default::default()
+    };
+    assert!(!lockscope_analysis::render::text(&r, &o).contains("RECOMMENDATIONS"));
+}

@@ -1,0 +1,52 @@
+//! Thread names: a name set by one thread for another
+//! (`pthread_setname_np(worker, ...)`) belongs to the thread named, not to
+//! the one that called it.
+
+mod record_util;
+use record_util::*;
+
+use lockscope_format::Record;
+
+#[test]
+fn record_names_go_to_the_thread_named() {
+    let dir = temp("thread_name");
+    let bin = build_c("thread_name", &dir);
+    let run = record(&dir, &["--quiet"], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Ground truth: (tid, name) in the order the names were set per thread.
+    let want: Vec<(u32, String)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("name "))
+        .map(|l| {
+            let kv = kv(l);
+            (kv["tid"].parse().unwrap(), kv["name"].clone())
+        })
+        .collect();
+    assert_eq!(want.len(), 3, "{}", run.stdout);
+    let trace = run.trace();
+    let mut tid_of = std::collections::HashMap::new();
+    let mut got = Vec::new();
+    for r in &trace.records {
+        match r {
+            Record::Thread(t) => {
+                tid_of.insert(t.id, t.tid);
+            }
+            Record::ThreadName(n) => {
+                let tid = *tid_of
+                    .get(&n.thread)
+                    .expect("a ThreadName follows its Thread record");
+                got.push((tid, n.name.clone()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(tid_of.len(), 2, "main + worker");
+    // Names of different threads may be drained in either order; per
+    // thread, the order is the order they were set.
+    let mut got_sorted = got.clone();
+    got_sorted.sort_by_key(|(tid, _)| *tid);
+    let mut want_sorted = want.clone();
+    want_sorted.sort_by_key(|(tid, _)| *tid);
+    assert_eq!(got_sorted, want_sorted, "names in the trace: {got:?}");
+}

@@ -1,0 +1,123 @@
+//! Buffers of raw slots between the drain and the writer, in memory
+//! mapped for them and backed by huge pages where the kernel allows it.
+//!
+//! Why not `Vec<Slot>`: while the writer lags behind a fast program, every
+//! batch the drain copies lands in fresh memory, and with 4 KiB pages the
+//! drain spent more time in page faults (one per 128 events) than copying:
+//! a 4 MiB ring took milliseconds to empty, during which it overflowed
+//! again (measured with `perf` on `lockscope-bench-capture`). A `Vec`
+//! cannot ask for 2 MiB alignment or `MADV_HUGEPAGE`; with them a batch
+//! faults once per 65,536 events. Buffers are recycled through the pool
+//! and unmapped only at the end.
+
+use lockscope_capture::raw::Slot;
+
+const HUGE: usize = 2 << 20;
+
+/// A fixed-capacity buffer of slots; `len` of them are valid.
+pub(crate) struct SlotBuf {
+    ptr: *mut Slot,
+    cap: usize,
+    len: usize,
+    map_len: usize,
+}
+
+// SAFETY: owns its mapping exclusively; moved between the drain and the
+// writer, never shared.
+unsafe impl Send for SlotBuf {}
+
+impl SlotBuf {
+    /// A buffer of at least `cap` slots, or `None` if the memory cannot be
+    /// mapped.
+    pub(crate) fn new(cap: usize) -> Option<SlotBuf> {
+        let bytes = (cap.max(1) * std::mem::size_of::<Slot>()).next_multiple_of(HUGE);
+        // Over-map by one huge page to align the start.
+        // SAFETY: anonymous private mapping; checked below.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes + HUGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let raw = raw as usize;
+        let start = raw.next_multiple_of(HUGE);
+        // SAFETY: trimming the unaligned head and the tail of our own
+        // mapping; advice on the rest. Failures leave small pages.
+        unsafe {
+            if start > raw {
+                libc::munmap(raw as *mut libc::c_void, start - raw);
+            }
+            let tail = raw + bytes + HUGE - (start + bytes);
+            if tail > 0 {
+                libc::munmap((start + bytes) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+        }
+        Some(SlotBuf {
+            ptr: start as *mut Slot,
+            cap: bytes / std::mem::size_of::<Slot>(),
+            len: 0,
+            map_len: bytes,
+        })
+    }
+
+    /// Slots it can hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// All of it, for filling; then [`SlotBuf::set_len`].
+    pub(crate) fn whole_mut(&mut self) -> &mut [Slot] {
+        // SAFETY: `cap` slots mapped read-write, zero-filled or written
+        // before (every bit pattern is a valid Slot).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.cap) }
+    }
+
+    /// Marks the first `len` slots valid.
+    pub(crate) fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.cap);
+    }
+}
+
+impl std::ops::Deref for SlotBuf {
+    type Target = [Slot];
+    fn deref(&self) -> &[Slot] {
+        // SAFETY: the first `len` slots are initialised memory we own.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for SlotBuf {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `new` mapped (after trimming).
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.map_len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_what_was_asked_aligned_and_keeps_contents() {
+        let mut b = SlotBuf::new(100_000).unwrap();
+        assert!(b.capacity() >= 100_000);
+        assert_eq!(b.ptr as usize % HUGE, 0);
+        assert!(b.is_empty());
+        for (i, s) in b.whole_mut().iter_mut().enumerate().take(1000) {
+            s.0[0] = i as u64;
+        }
+        b.set_len(1000);
+        assert_eq!(b.len(), 1000);
+        assert!(b.iter().enumerate().all(|(i, s)| s.0[0] == i as u64));
+        b.set_len(usize::MAX);
+        assert_eq!(b.len(), b.capacity());
+    }
+}
