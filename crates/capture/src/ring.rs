@@ -559,7 +559,7 @@ mod tests {
                     ..Head::default()
                 };
                 let frames: Vec<u64> = (0..next % 6).collect();
-                assert!(p.push(head, (next % 3 == 0).then_some((next, 1)), &frames));
+                assert!(p.push(head, next.is_multiple_of(3).then_some((next, 1)), &frames));
                 next += 1;
             }
             c.copy_out(&mut slots);

@@ -261,6 +261,10 @@ fn hmcs_never_passes_beyond_the_threshold() {
         for h in hs {
             h.join().unwrap();
         }
-        assert_eq!(worst.load(Ordering::SeqCst), 1, "a domain kept the lock beyond its threshold");
+        assert_eq!(
+            worst.load(Ordering::SeqCst),
+            1,
+            "a domain kept the lock beyond its threshold"
+        );
     });
 }

@@ -36,7 +36,7 @@ use crate::{RecordConfig, RecordError, RecordOutcome};
 /// Beyond the limit the drain leaves the rings alone: they overflow and
 /// the program counts what it drops (reported as lost, never silent).
 /// Nice value of the writer thread (see where it is set).
-const WRITER_NICE: libc::c_int = 10;
+const WRITER_NICE: libc::c_int = 0;
 
 fn queue_budget() -> usize {
     // SAFETY: sysconf has no preconditions.

@@ -236,6 +236,12 @@ pub unsafe extern "C" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int
         }
         match ours(m) {
             Some(o) => {
+                // Like glibc: destroying a held mutex is refused (and must
+                // not free an HMCS tree that a holder still walks).
+                if !(o.try_lock)(m as *const u8) {
+                    return libc::EBUSY;
+                }
+                (o.unlock)(m as *const u8);
                 (o.reset)(m as *mut u8);
                 flags(m).store(0, Ordering::Relaxed);
                 0

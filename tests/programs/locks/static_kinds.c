@@ -20,7 +20,7 @@ static pthread_mutex_t locks[NLOCKS] = {
 static long counters[NLOCKS];
 static pthread_mutex_t rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static pthread_mutex_t adaptive = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
-static long rec_count, adaptive_count;
+static long rec_count, rec2_count, adaptive_count;
 static pthread_mutex_t errchk;
 static pthread_mutex_t rec2;
 
@@ -52,7 +52,7 @@ static void *work(void *arg) {
             free(h);
             pthread_mutex_lock(&rec2);
             pthread_mutex_lock(&rec2);
-            rec_count++;
+            rec2_count++;
             pthread_mutex_unlock(&rec2);
             pthread_mutex_unlock(&rec2);
         }
@@ -83,7 +83,10 @@ int main(int argc, char **argv) {
     long total = 0;
     for (int k = 0; k < NLOCKS; k++) total += counters[k];
     printf("static mutexes: total %ld (expected %d)\n", total, THREADS * ITERS);
-    printf("recursive: %ld (expected %d)\n", rec_count, THREADS * (ITERS / 8 + (ITERS + 63) / 64));
-    printf("adaptive: %ld (expected %d)\n", adaptive_count, THREADS * (ITERS / 8));
-    return total == THREADS * ITERS ? 0 : 1;
+    printf("recursive (static): %ld (expected %d)\n", rec_count, THREADS * ((ITERS + 7) / 8));
+    printf("recursive (init'd): %ld (expected %d)\n", rec2_count, THREADS * ((ITERS + 63) / 64));
+    printf("adaptive: %ld (expected %d)\n", adaptive_count, THREADS * ((ITERS + 7) / 8));
+    int ok = total == THREADS * ITERS && rec_count == THREADS * ((ITERS + 7) / 8) &&
+             rec2_count == THREADS * ((ITERS + 63) / 64) && adaptive_count == THREADS * ((ITERS + 7) / 8);
+    return ok ? 0 : 1;
 }

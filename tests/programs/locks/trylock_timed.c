@@ -80,5 +80,11 @@ int main(void) {
     printf("timedlock free, time in the past: %s\n", name(pthread_mutex_timedlock(&m, &past)));
     pthread_mutex_unlock(&m);
     printf("destroy: %s\n", name(pthread_mutex_destroy(&gate)));
+    pthread_mutex_t held;
+    pthread_mutex_init(&held, NULL);
+    pthread_mutex_lock(&held);
+    printf("destroy held: %s\n", name(pthread_mutex_destroy(&held)));
+    pthread_mutex_unlock(&held);
+    printf("destroy after unlock: %s\n", name(pthread_mutex_destroy(&held)));
     return 0;
 }

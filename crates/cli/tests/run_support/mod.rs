@@ -105,8 +105,8 @@ pub fn same_output_under_every_lock(prog: &Path, args: &[&str]) {
     let base = lockscope_run(&["--lock", "pthread"], prog, args);
     let direct = Command::new(prog).args(args).output().unwrap();
     assert_eq!(
-        base.stdout,
-        direct.stdout,
+        String::from_utf8_lossy(&base.stdout),
+        String::from_utf8_lossy(&direct.stdout),
         "--lock pthread changed the output of {}",
         prog.display()
     );
