@@ -17,7 +17,14 @@ use clap::{Parser, Subcommand};
 ///   lockscope report lockscope.lstrace        # who waited, where, for whom
 ///   lockscope run --lock mcs -- ./my_program  # try another lock algorithm
 #[derive(Parser)]
-#[command(name = "lockscope", version, about, long_about, max_term_width = 100)]
+#[command(
+    name = "lockscope",
+    version,
+    about,
+    long_about,
+    max_term_width = 100,
+    verbatim_doc_comment
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

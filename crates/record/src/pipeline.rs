@@ -35,9 +35,6 @@ use crate::{RecordConfig, RecordError, RecordOutcome};
 /// time, is not possible when the program's threads take every core.
 /// Beyond the limit the drain leaves the rings alone: they overflow and
 /// the program counts what it drops (reported as lost, never silent).
-/// Nice value of the writer thread (see where it is set).
-const WRITER_NICE: libc::c_int = 0;
-
 fn queue_budget() -> usize {
     // SAFETY: sysconf has no preconditions.
     let (pages, page) = unsafe {
@@ -144,24 +141,6 @@ impl Pipeline {
         let writer = std::thread::Builder::new()
             .name("lockscope-writer".into())
             .spawn(move || {
-                // The writer runs at lower priority than the drain and the
-                // program. Measured (`lockscope-bench-capture drain` with
-                // `perf`): at equal priority the drain, which sleeps
-                // between passes, waited for a CPU behind the busy writer
-                // for longer than a ring takes to fill, and 37-44% of the
-                // events were lost while the drain itself used 6% of a
-                // core. The writer's lag is absorbed by the queue and made
-                // up when the program is idle or gone; the cost is a
-                // slower end of the recording on a machine busy with other
-                // work. Failure (not permitted) just leaves it as it is.
-                // SAFETY: affects the calling thread only (Linux threads).
-                unsafe {
-                    libc::setpriority(
-                        libc::PRIO_PROCESS,
-                        libc::gettid() as libc::id_t,
-                        WRITER_NICE,
-                    );
-                }
                 writer_loop(
                     rx,
                     pool_tx,

@@ -23,7 +23,13 @@ use std::process::Command;
 
 use anyhow::Context;
 
-/// Arguments of `lockscope cc`: everything is passed to the compiler.
+/// Compile and link C/C++ for detailed mode (use as CC / CXX).
+///
+/// Compiles with -fsanitize=thread and links lockscope's own runtime instead
+/// of the sanitizer's: `lockscope cc -O2 -g -pthread prog.c -o prog`, or
+/// `make CC="lockscope cc" CXX="lockscope c++"`. Every argument goes to the
+/// compiler ($LOCKSCOPE_CC, default cc; $LOCKSCOPE_CXX, default c++), so
+/// `lockscope cc --help` is the compiler's help.
 #[derive(clap::Args)]
 #[command(disable_help_flag = true, disable_version_flag = true)]
 pub struct Args {

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 
 use lockscope_analysis::{detailed::Detailed, lockset};
 
-/// Arguments of `lockscope lockset`.
+/// Which lock protects which data; shared data with no common lock.
+///
+/// The Eraser state machine per memory location. Needs a trace of a program
+/// built with `lockscope cc` and recorded with LOCKSCOPE_ALL_ACCESSES=1 to
+/// see accesses outside critical sections.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`

@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use lockscope_analysis::{detailed::Detailed, occ};
 use lockscope_format::{Record, Trace};
 
-/// Arguments of `lockscope occ`.
+/// What optimistic concurrency could gain (PinCS §2.3, detailed mode).
+///
+/// Per critical section: read and write sets, conflict probability, waits;
+/// per thread: frac_wait, frac_cs, OCC speedup; for the program: maximum
+/// OCC efficiency and best-case speedup, printed like PinCS Fig. 1.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`.

@@ -6,7 +6,12 @@ use std::path::PathBuf;
 
 use lockscope_analysis::{detailed::Detailed, ulcp};
 
-/// Arguments of `lockscope ulcp`.
+/// Classify contended pairs of critical sections (detailed mode).
+///
+/// PerfPlay Alg. 1 on every pair of consecutive critical sections of one
+/// lock run by different threads: null_lock, read_read, disjoint_write,
+/// benign (identical values written) or conflict, per lock and per pair of
+/// code sites. Needs a trace of a program built with `lockscope cc`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`.
