@@ -36,12 +36,16 @@ const MAX_DIR: usize = 480;
 /// Bytes kept for each environment entry saved for exec.
 const MAX_ENV: usize = 4096;
 /// Environment entries that must survive into exec'd images.
-const ENV_KEYS: [&[u8]; 4] = [
+const ENV_KEYS: [&[u8]; 5] = [
     b"LD_PRELOAD",
     b"LOCKSCOPE_SESSION",
     b"LOCKSCOPE_RING_KB",
     b"LOCKSCOPE_STACKS",
+    b"LOCKSCOPE_ON_FULL",
 ];
+
+/// Number of environment entries [`saved_env`] returns.
+pub const SAVED_ENV_KEYS: usize = ENV_KEYS.len();
 
 /// Write-once configuration, filled by [`init`] before recording is
 /// switched on (Release) and only read afterwards.
@@ -49,8 +53,11 @@ struct Config {
     dir: [u8; MAX_DIR],
     dir_len: usize,
     ring_kb: u64,
-    env: [[u8; MAX_ENV]; 4],
-    env_len: [usize; 4],
+    /// LOCKSCOPE_ON_FULL=wait: a full ring makes the thread wait for the
+    /// recorder instead of dropping the event.
+    wait_when_full: bool,
+    env: [[u8; MAX_ENV]; ENV_KEYS.len()],
+    env_len: [usize; ENV_KEYS.len()],
 }
 
 struct ConfigCell(core::cell::UnsafeCell<Config>);
@@ -62,8 +69,9 @@ static CONFIG: ConfigCell = ConfigCell(core::cell::UnsafeCell::new(Config {
     dir: [0; MAX_DIR],
     dir_len: 0,
     ring_kb: DEFAULT_RING_KB,
-    env: [[0; MAX_ENV]; 4],
-    env_len: [0; 4],
+    wait_when_full: false,
+    env: [[0; MAX_ENV]; ENV_KEYS.len()],
+    env_len: [0; ENV_KEYS.len()],
 }));
 
 /// 0 = never initialised, 1 = initialising, 2 = done.
@@ -128,9 +136,9 @@ pub(crate) fn count_thread_without_ring() {
 /// The `KEY=value` environment entries (LD_PRELOAD and LOCKSCOPE_*) that
 /// were set when this image started, for exec hooks that must pass them
 /// on. Empty slices for keys that were not set.
-pub fn saved_env() -> [&'static [u8]; 4] {
+pub fn saved_env() -> [&'static [u8]; ENV_KEYS.len()] {
     let c = config();
-    [0, 1, 2, 3].map(|i| &c.env[i][..c.env_len[i]])
+    core::array::from_fn(|i| &c.env[i][..c.env_len[i]])
 }
 
 /// Stops recording for good (after a caught panic in a hook) and says so
@@ -389,7 +397,9 @@ pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> 
         start_tsc: tsc::now(),
         name,
     };
-    Producer::init(m as *mut u8, len, &id)
+    let mut prod = Producer::init(m as *mut u8, len, &id)?;
+    prod.set_wait_when_full(config().wait_when_full);
+    Some(prod)
 }
 
 /// Faults every page of a fresh mapping in now, so that the event path
@@ -534,6 +544,8 @@ unsafe fn init_inner() -> bool {
             c.ring_kb = v.clamp(4, 1 << 20);
         }
     }
+    let of = libc::getenv(c"LOCKSCOPE_ON_FULL".as_ptr());
+    c.wait_when_full = !of.is_null() && core::ffi::CStr::from_ptr(of).to_bytes() == b"wait";
     let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
     if !st.is_null() {
         let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());

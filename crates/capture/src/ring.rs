@@ -77,6 +77,9 @@ pub struct Producer {
     skip: u32,
     /// Consecutive failed reloads (0 once there was room again).
     backoff: u32,
+    /// Wait for the consumer instead of dropping when full (opt-in,
+    /// `lockscope record --on-full wait`).
+    wait_full: bool,
 }
 
 impl Producer {
@@ -90,6 +93,7 @@ impl Producer {
         read_cache: 0,
         skip: 0,
         backoff: 0,
+        wait_full: false,
     };
 
     /// True if this producer has a ring.
@@ -134,6 +138,7 @@ impl Producer {
             read_cache: 0,
             skip: 0,
             backoff: 0,
+            wait_full: false,
         })
     }
 
@@ -194,11 +199,61 @@ impl Producer {
         true
     }
 
+    /// Makes a full ring wait for the consumer instead of dropping events
+    /// (see [`Producer::wait_for_room`]). Off by default: the default
+    /// promise is that the recorder never blocks the program.
+    pub fn set_wait_when_full(&mut self, on: bool) {
+        self.wait_full = on;
+    }
+
+    /// Waits until the consumer has freed room for `n` slots. Spins
+    /// briefly, then sleeps 20 us at a time (on a machine with fewer cores
+    /// than runnable threads the recorder needs this thread's CPU to make
+    /// room; a yield-only loop can starve it). Gives up after 25,000 sleeps
+    /// (0.5-2 s) without progress, i.e. when the recorder is gone or stuck,
+    /// and then stops waiting for good: a dead recorder must never hang
+    /// the program.
+    #[cold]
+    fn wait_for_room(&mut self, n: u64) -> bool {
+        let cap = self.mask + 1;
+        let mut last_read = self.read_cache;
+        let mut idle = 0u32;
+        loop {
+            // SAFETY: attached (checked by push).
+            self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+            if self.write - self.read_cache + n <= cap {
+                return true;
+            }
+            if self.read_cache != last_read {
+                last_read = self.read_cache;
+                idle = 0;
+            }
+            idle += 1;
+            if idle < 64 {
+                core::hint::spin_loop();
+                continue;
+            }
+            if idle > 64 + 25_000 {
+                self.wait_full = false;
+                return false;
+            }
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000,
+            };
+            // SAFETY: valid timespec; a signal interrupting it just loops.
+            unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        }
+    }
+
     /// The cached `read` says the ring is full: reload it (unless backing
     /// off) and count a drop if there is still no room for `n` slots.
     #[cold]
     #[inline(never)]
     fn room_after_reload(&mut self, n: u64) -> bool {
+        if self.wait_full && self.wait_for_room(n) {
+            return true;
+        }
         if self.skip == 0 {
             // SAFETY: attached (checked by push), so hdr is a live header.
             self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };

@@ -24,6 +24,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 pub const ENV_SESSION: &str = "LOCKSCOPE_SESSION";
 /// Environment variable: ring size per thread in KiB.
 pub const ENV_RING_KB: &str = "LOCKSCOPE_RING_KB";
+/// Environment variable: `drop` (default) or `wait`: what a thread does
+/// when its ring is full.
+pub const ENV_ON_FULL: &str = "LOCKSCOPE_ON_FULL";
 /// Environment variable: `contended`, `all` or `none` (call paths).
 pub const ENV_STACKS: &str = "LOCKSCOPE_STACKS";
 /// Default ring size per thread, KiB.

@@ -167,7 +167,7 @@ unsafe fn fix_env(envp: Argv) -> Env {
     // linked into the program and needs no LD_PRELOAD).
     let lib = own_path().filter(|p| contains(saved[0], p));
     let mut n = 0usize;
-    let mut present = [false; 4];
+    let mut present = [false; process::SAVED_ENV_KEYS];
     let mut preload_ok = lib.is_none();
     let mut preload_at = usize::MAX;
     if !envp.is_null() {
@@ -185,7 +185,7 @@ unsafe fn fix_env(envp: Argv) -> Env {
             n += 1;
         }
     }
-    let missing = (0..4)
+    let missing = (0..saved.len())
         .filter(|&i| !saved[i].is_empty() && !present[i])
         .count();
     if missing == 0 && preload_ok {
@@ -198,7 +198,9 @@ unsafe fn fix_env(envp: Argv) -> Env {
         b""
     };
     let text = lib.map_or(0, |l| l.len()) + old_preload.len() + 16;
-    let len = (n + 5) * 8 + text;
+    // The program's entries, every saved entry possibly missing, the NULL.
+    let slots = n + process::SAVED_ENV_KEYS + 1;
+    let len = slots * 8 + text;
     let map = libc::mmap(
         core::ptr::null_mut(),
         len,
@@ -218,7 +220,7 @@ unsafe fn fix_env(envp: Argv) -> Env {
     }
     if !preload_ok {
         // LD_PRELOAD=<our library>:<what the program set>
-        let dst = (map as *mut u8).add((n + 5) * 8);
+        let dst = (map as *mut u8).add(slots * 8);
         let lib = lib.unwrap_or(b"");
         let mut w = 0;
         for part in [b"LD_PRELOAD=" as &[u8], lib] {
@@ -241,7 +243,7 @@ unsafe fn fix_env(envp: Argv) -> Env {
             present[0] = true;
         }
     }
-    for i in 0..4 {
+    for i in 0..saved.len() {
         if !saved[i].is_empty() && !present[i] {
             // Saved entries are NUL-terminated in their static buffers.
             out.add(k).write(saved[i].as_ptr() as *const c_char);

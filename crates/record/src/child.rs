@@ -92,7 +92,11 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
             lockscope_capture::session::ENV_RING_KB,
             cfg.ring_kb.to_string(),
         )
-        .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str());
+        .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str())
+        .env(
+            lockscope_capture::session::ENV_ON_FULL,
+            if cfg.wait_when_full { "wait" } else { "drop" },
+        );
     let child = cmd.spawn().map_err(|source| RecordError::Spawn {
         program: cfg.program.to_string_lossy().into_owned(),
         source,

@@ -93,6 +93,10 @@ pub struct RecordConfig {
     pub stacks: StackMode,
     /// Ring size per thread, KiB.
     pub ring_kb: u64,
+    /// A thread whose ring is full waits for the recorder instead of
+    /// dropping the event: a complete trace, at the price of perturbing
+    /// the program's timing while it waits. Off by default.
+    pub wait_when_full: bool,
     /// Where to create the session directory; `None`: `/dev/shm`, else
     /// `$TMPDIR`, else `/tmp`.
     pub session_parent: Option<PathBuf>,
@@ -113,6 +117,7 @@ impl RecordConfig {
             preload_lib: preload_lib.into(),
             stacks: StackMode::Contended,
             ring_kb: lockscope_capture::session::DEFAULT_RING_KB,
+            wait_when_full: false,
             session_parent: None,
         }
     }

@@ -251,6 +251,10 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
         ("stacks".to_string(), cfg.stacks.as_str().to_string()),
         ("ring_kb".to_string(), cfg.ring_kb.to_string()),
         (
+            "on_full".to_string(),
+            if cfg.wait_when_full { "wait" } else { "drop" }.to_string(),
+        ),
+        (
             "preload".to_string(),
             cfg.preload_lib.to_string_lossy().into_owned(),
         ),

@@ -7,6 +7,15 @@ use std::path::{Path, PathBuf};
 
 use lockscope_record::{RecordConfig, RecordError, RecordOutcome, StackMode};
 
+/// What a thread does when its buffer is full.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum OnFull {
+    /// Drop the event and count it.
+    Drop,
+    /// Wait for the recorder to make room.
+    Wait,
+}
+
 /// Call paths to record.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Stacks {
@@ -39,6 +48,13 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = lockscope_capture_default_kb(),
           value_parser = clap::value_parser!(u64).range(8..=(1 << 20)))]
     buffer_kb: u64,
+    /// What a thread does when its buffer is full. `drop` (default): the
+    /// event is dropped and counted, the program is never slowed by the
+    /// recorder. `wait`: the thread waits for the recorder to make room, so
+    /// nothing is lost but the program's timing is perturbed while it
+    /// waits (use it when exact counts matter more than timings).
+    #[arg(long, value_enum, default_value = "drop")]
+    on_full: OnFull,
     /// Print nothing unless events were lost.
     #[arg(short, long)]
     quiet: bool,
@@ -102,6 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Stacks::None => StackMode::None,
     };
     cfg.ring_kb = args.buffer_kb;
+    cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
     match lockscope_record::record(cfg) {
         Ok(out) => {
             print_summary(&out, &program, args.quiet);
