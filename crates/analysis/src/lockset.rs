@@ -16,7 +16,7 @@
 //! thread ever touched, the locks held at all of their accesses.
 //!
 //! Accesses outside critical sections are recorded only when the program
-//! ran with `LOCKSCOPE_ALL_ACCESSES=1` (see docs/detailed.md for why this
+//! ran with `LOCKSCOPE_ALL_ACCESSES=1` (see the README, "Lockset: recorded on request", for why this
 //! is done offline). Without them, unprotected data cannot be seen, and
 //! the report says so.
 
