@@ -79,7 +79,10 @@ pub(crate) enum Msg {
 /// fractional bits the error stays below 1 ns per hour of recording.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ClockConv {
+    /// Start of the current segment, in ticks...
     tsc0: u64,
+    /// ...and in ns since the start of the trace.
+    ns0: u64,
     mult: u64,
 }
 
@@ -87,9 +90,10 @@ pub(crate) struct ClockConv {
 const FIX_SHIFT: u32 = 40;
 
 impl ClockConv {
-    fn new(tsc0: u64, ns_per_tick: f64) -> ClockConv {
+    fn new(tsc0: u64, ns0: u64, ns_per_tick: f64) -> ClockConv {
         ClockConv {
             tsc0,
+            ns0,
             // ns_per_tick is within 1e-2..1e3 (Clock::set_hz): fits.
             mult: (ns_per_tick * (1u64 << FIX_SHIFT) as f64) as u64,
         }
@@ -97,25 +101,44 @@ impl ClockConv {
 
     #[inline]
     pub(crate) fn ns(&self, ticks: u64) -> u64 {
-        if ticks <= self.tsc0 {
-            return 0;
+        let scale = |d: u64| {
+            let v = (u128::from(d) * u128::from(self.mult)) >> FIX_SHIFT;
+            v.min(u128::from(u64::MAX)) as u64
+        };
+        if ticks >= self.tsc0 {
+            self.ns0.saturating_add(scale(ticks - self.tsc0))
+        } else {
+            // An event stamped before the segment began but drained after
+            // it: extrapolate backwards with the current rate.
+            self.ns0.saturating_sub(scale(self.tsc0 - ticks))
         }
-        let v = (u128::from(ticks - self.tsc0) * u128::from(self.mult)) >> FIX_SHIFT;
-        v.min(u128::from(u64::MAX)) as u64
     }
 }
 
 /// Ticks to nanoseconds since the start of the trace.
 ///
 /// The frequency is re-estimated from the start pair to a fresh pair every
-/// [`Clock::REFINE`] while recording, and events are converted with the
-/// current estimate. An event is converted shortly after it happened, so
-/// its error is about the jitter of one clock pair (tens of ns) instead of
-/// growing with the run length as with a frequency measured once at start.
-/// The alternative, buffering raw ticks until the end, would need memory
-/// proportional to the trace.
+/// [`Clock::REFINE`] while recording (the longer the baseline, the better
+/// the estimate), so that durations late in a long run are not off by the
+/// error of a 10 ms calibration. The conversion is piecewise linear and
+/// *continuous*: a new estimate starts a new segment at the moment of the
+/// refinement, at the ns value the old segment gives that moment.
+///
+/// Why continuous: events of different threads are drained at different
+/// moments. Re-anchoring every estimate at the start of the trace (the
+/// first version) converted two events a few ns apart, drained before and
+/// after a refinement, with rates differing by a few ppm over a whole
+/// second of run: microseconds of error, enough to put a lock acquisition
+/// before the release it waited for. With continuous segments an event
+/// converted with the next segment is off only by its drain latency (a few
+/// ms) times the change of rate: well under a ns. The alternative,
+/// buffering raw ticks until the end, would need memory proportional to the
+/// trace.
 pub(crate) struct Clock {
     start: ClockPair,
+    /// Current segment: starts at `seg_tsc` ticks = `seg_ns` ns.
+    seg_tsc: u64,
+    seg_ns: u64,
     ns_per_tick: f64,
     last_refine: Instant,
 }
@@ -126,6 +149,8 @@ impl Clock {
     pub(crate) fn new(start: ClockPair, hz: f64) -> Clock {
         let mut c = Clock {
             start,
+            seg_tsc: start.tsc,
+            seg_ns: 0,
             ns_per_tick: 1.0,
             last_refine: Instant::now(),
         };
@@ -141,12 +166,20 @@ impl Clock {
         }
     }
 
-    /// Re-estimates the frequency if it is time to.
+    /// Re-estimates the frequency if it is time to, starting a new segment
+    /// where the current one is now (continuity, see [`Clock`]).
     pub(crate) fn maybe_refine(&mut self, force: bool) {
         if force || self.last_refine.elapsed() >= Self::REFINE {
-            self.set_hz(tsc::hz_between(self.start, tsc::pair()));
+            self.refine_at(tsc::pair());
             self.last_refine = Instant::now();
         }
+    }
+
+    fn refine_at(&mut self, now: ClockPair) {
+        let here = self.ns(now.tsc);
+        self.seg_tsc = now.tsc;
+        self.seg_ns = here;
+        self.set_hz(tsc::hz_between(self.start, now));
     }
 
     pub(crate) fn hz(&self) -> f64 {
@@ -165,7 +198,7 @@ impl Clock {
     }
 
     pub(crate) fn conv(&self) -> ClockConv {
-        ClockConv::new(self.start.tsc, self.ns_per_tick)
+        ClockConv::new(self.seg_tsc, self.seg_ns, self.ns_per_tick)
     }
 }
 
@@ -783,4 +816,35 @@ impl Drainer {
 pub(crate) fn name_from(b: &[u8; 16]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(16);
     String::from_utf8_lossy(&b[..n]).into_owned()
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    #[test]
+    fn a_refinement_does_not_move_events_already_in_the_past() {
+        let start = ClockPair {
+            tsc: 1_000,
+            mono_ns: 0,
+        };
+        let mut c = Clock::new(start, 1e9);
+        let before = c.conv();
+        // One second later the clock pair says the TSC runs 100 ppm slow.
+        c.refine_at(ClockPair {
+            tsc: 1_000_001_000,
+            mono_ns: 1_000_100_000,
+        });
+        let after = c.conv();
+        // Continuity at the switch, and an event stamped 1 us before it but
+        // converted after it lands within a ns of where it was.
+        assert_eq!(after.ns(1_000_001_000), before.ns(1_000_001_000));
+        let (a, b) = (before.ns(1_000_000_000), after.ns(1_000_000_000));
+        assert!(a.abs_diff(b) <= 1, "{a} vs {b}");
+        // Later intervals use the refined rate.
+        let d = after.ns(2_000_001_000) - after.ns(1_000_001_000);
+        assert!((1_000_099_000..=1_000_101_000).contains(&d), "{d}");
+        // Anchoring every estimate at the start instead would have moved
+        // this event by ~100 us.
+    }
 }
