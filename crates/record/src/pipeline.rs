@@ -247,7 +247,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let session = SessionDir::create(cfg.session_parent.as_deref())?;
     let mut command = vec![cfg.program.to_string_lossy().into_owned()];
     command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
-    let extra = vec![
+    let mut extra = vec![
         ("stacks".to_string(), cfg.stacks.as_str().to_string()),
         ("ring_kb".to_string(), cfg.ring_kb.to_string()),
         (
@@ -259,6 +259,14 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
             cfg.preload_lib.to_string_lossy().into_owned(),
         ),
     ];
+    // The machine's shape, for advice that depends on it (HMCS only pays
+    // across NUMA nodes or sockets). Absent when sysfs says nothing.
+    if let Some(n) = numa_nodes() {
+        extra.push(("numa_nodes".to_string(), n.to_string()));
+    }
+    if let Some(n) = sockets() {
+        extra.push(("sockets".to_string(), n.to_string()));
+    }
     let mut pipe = Pipeline::start(session.path(), &cfg.output, command, extra)?;
     let signals = child::SignalGuard::install();
     child::set_subreaper(true);
@@ -342,4 +350,47 @@ pub fn drain_dir(
         }
     }
     pipe.finish(output, &HashMap::new(), 0)
+}
+
+/// NUMA nodes of this machine (`/sys/devices/system/node/nodeN`).
+fn numa_nodes() -> Option<u32> {
+    let n = std::fs::read_dir("/sys/devices/system/node")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.strip_prefix("node")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    (n > 0).then_some(n as u32)
+}
+
+/// Physical packages (sockets) of this machine: distinct
+/// `physical_package_id` values over the CPUs.
+fn sockets() -> Option<u32> {
+    let mut ids = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
+        let path = e.path().join("topology/physical_package_id");
+        if let Ok(v) = std::fs::read_to_string(path) {
+            if let Ok(id) = v.trim().parse::<i64>() {
+                ids.insert(id);
+            }
+        }
+    }
+    (!ids.is_empty()).then_some(ids.len() as u32)
+}
+
+#[cfg(test)]
+mod machine_tests {
+    #[test]
+    fn this_machine_has_at_least_one_node_and_socket() {
+        // Every Linux machine with sysfs has node0 (or no NUMA directory at
+        // all, on kernels without NUMA) and at least one package.
+        if std::path::Path::new("/sys/devices/system/node/node0").exists() {
+            assert!(super::numa_nodes().unwrap() >= 1);
+        }
+        assert!(super::sockets().unwrap() >= 1);
+    }
 }

@@ -48,8 +48,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let h = r.header().clone();
     writeln!(
         out,
-        "header command={:?} host={} cpus={} tsc_hz={:.0} version={}",
-        h.command, h.host, h.cpus, h.tsc_hz, h.recorder_version
+        "header command={:?} host={} cpus={} tsc_hz={:.0} version={} extra={:?}",
+        h.command, h.host, h.cpus, h.tsc_hz, h.recorder_version, h.extra
     )?;
     let mut printed = 0u64;
     let mut per_op: std::collections::BTreeMap<&'static str, u64> = Default::default();
