@@ -2,7 +2,9 @@
 //! bound) of a few threads is explored.
 //!
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p lockscope-locks --test loom --release`
+//! `RUSTFLAGS="--cfg loom" cargo test -p lockscope-locks --test loom --release`
+//! (each model has its own preemption bound; setting LOOM_MAX_PREEMPTIONS
+//! overrides all of them, and the heaviest models then run for many minutes)
 //!
 //! Mutual exclusion is checked by loom itself: the protected counter is a
 //! `loom::cell::UnsafeCell`, and two unsynchronised accesses to it fail the
