@@ -1,10 +1,11 @@
 //! `lockscope lockset TRACE`: which lock protects which data, and shared
 //! data written with no common lock (Eraser).
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use lockscope_analysis::{detailed::Detailed, lockset};
+
+use crate::cmd::util;
 
 /// Which lock protects which data; shared data with no common lock.
 ///
@@ -26,18 +27,7 @@ pub struct Args {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    // Flattened into one message: the error's own text already names its
-    // cause, and a context chain would repeat it.
-    let mut d = Detailed::open(&args.trace, !args.no_symbols)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.trace.display()))?;
-    let r = lockset::analyze(&mut d);
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &r)?;
-        writeln!(out)?;
-    } else {
-        lockset::render_text(&r, &mut out)?;
-    }
-    out.flush()?;
-    Ok(0)
+    let t = util::open_trace(&args.trace)?;
+    let r = lockset::analyze(&mut Detailed::from_trace(&t, !args.no_symbols));
+    util::print_result(&r, args.json, lockset::render_text)
 }

@@ -1,11 +1,12 @@
 //! `lockscope occ TRACE`: optimistic-concurrency potential per critical
 //! section (PinCS §2.3), printed like the paper's Fig. 1.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use lockscope_analysis::{detailed::Detailed, occ};
-use lockscope_format::{Record, Trace};
+use lockscope_format::Record;
+
+use crate::cmd::util;
 
 /// What optimistic concurrency could gain (PinCS §2.3, detailed mode).
 ///
@@ -26,10 +27,7 @@ pub struct Args {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    // Flattened into one message: the error's own text already names its
-    // cause, and a context chain would repeat it.
-    let t = Trace::open(&args.trace)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.trace.display()))?;
+    let t = util::open_trace(&args.trace)?;
     // PinCS §2.2: the recorder's own cost per acquire/release, if measured.
     let overhead = t.records.iter().find_map(|r| match r {
         Record::Overhead(o) => Some((o.acquire_ns, o.release_ns)),
@@ -38,13 +36,5 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut d = Detailed::from_trace(&t, !args.no_symbols);
     drop(t);
     let r = occ::analyze(&mut d, overhead);
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &r)?;
-        writeln!(out)?;
-    } else {
-        occ::render_text(&r, &mut out)?;
-    }
-    out.flush()?;
-    Ok(0)
+    util::print_result(&r, args.json, occ::render_text)
 }

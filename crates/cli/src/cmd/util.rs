@@ -34,3 +34,30 @@ pub fn find_library(file_name: &str, env_var: &str) -> anyhow::Result<PathBuf> {
         tried.join(", ")
     )
 }
+
+/// Opens a detailed-mode trace for `ulcp`, `lockset` and `occ`. The error
+/// is flattened into one message: the format error's own text already names
+/// its cause and byte offset, and a context chain would repeat it.
+pub fn open_trace(path: &std::path::Path) -> anyhow::Result<lockscope_format::Trace> {
+    lockscope_format::Trace::open(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+}
+
+/// Prints an analysis result on stdout: pretty JSON with `json`, else the
+/// analysis' own text rendering. Returns exit code 0.
+pub fn print_result<T: serde::Serialize>(
+    r: &T,
+    json: bool,
+    render_text: fn(&T, &mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<i32> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, r)?;
+        writeln!(out)?;
+    } else {
+        render_text(r, &mut out)?;
+    }
+    out.flush()?;
+    Ok(0)
+}
