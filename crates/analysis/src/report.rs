@@ -506,7 +506,7 @@ pub fn build_model(
         let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
         s.spawn(move || {
             let run = || -> Result<(), AnalysisError> {
-                let mut merge = Merge::new(path, meta)?;
+                let mut merge = Merge::new(path, &meta.index)?;
                 let mut batch: Batch = Vec::with_capacity(BATCH + 64);
                 let mut gone = false;
                 merge.run_runs(
