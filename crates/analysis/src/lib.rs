@@ -22,6 +22,7 @@ pub mod occ;
 pub mod render;
 pub mod report;
 pub mod symbols;
+pub mod sync;
 pub mod ulcp;
 
 pub use error::AnalysisError;
