@@ -543,7 +543,7 @@ enum Pending {
     },
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct ThreadState {
     id: u32,
     process: u32,
@@ -558,8 +558,9 @@ struct ThreadState {
     failed: Vec<u32>,
     cost: Cost,
     /// Per-thread lookup cache (class, addr) -> object: a thread uses
-    /// few objects at a time, and this skips the hash lookup.
-    cache: Vec<(u64, u8, u32)>,
+    /// few objects at a time, and this skips the hash lookup. Boxed
+    /// array: one allocation, no bounds checks on the hot path.
+    cache: Box<[(u64, u8, u32); CACHE]>,
 }
 
 impl ThreadState {
@@ -597,6 +598,7 @@ struct ObjState {
 }
 
 impl ObjState {
+    #[inline(always)]
     fn touch(&mut self, t: u64) {
         self.last = self.last.max(t);
     }
@@ -665,9 +667,14 @@ impl SyncInterp {
             start,
             end: start,
             last_t: start,
+            corr: 0,
+            started: false,
+            unknown_next: false,
+            held: Vec::new(),
+            pending: Pending::None,
+            failed: Vec::new(),
             cost,
-            cache: vec![(0, u8::MAX, 0); CACHE],
-            ..ThreadState::default()
+            cache: Box::new([(0, u8::MAX, 0); CACHE]),
         });
     }
 
@@ -740,6 +747,7 @@ impl SyncInterp {
         n
     }
 
+    #[inline(always)]
     fn obj(&mut self, ti: usize, kind: Kind, addr: u64, t: u64) -> u32 {
         let class = kind.class();
         let slot = ((addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize ^ class as usize)
@@ -761,6 +769,7 @@ impl SyncInterp {
 
     /// Classifies the interval ending at time `t` on thread `ti` and
     /// applies the overhead correction `cost` (clamped to the interval).
+    #[inline(always)]
     fn account(
         &mut self,
         ti: usize,
@@ -817,6 +826,7 @@ impl SyncInterp {
     }
 
     /// Does `e` complete the thread's pending call?
+    #[inline(always)]
     fn completes_pending(&self, ti: usize, op: Op, e: &Event) -> bool {
         let ph = e.phase();
         if ph == phase::BEGIN {
@@ -850,10 +860,9 @@ impl SyncInterp {
     /// Feeds one event of trace thread `thread`; calls `f` for each step.
     pub fn event<'e>(&mut self, thread: u32, e: &'e Event, f: &mut impl FnMut(&Step<'e>, &Self)) {
         let ti = self.thread_idx(thread, e.time);
-        let cost = self.threads[ti].cost;
         let Some(op) = e.op() else {
             self.anomalies.unknown_ops += 1;
-            let seg = self.account(ti, e.time, cost.event_ns, false, false);
+            let seg = self.account(ti, e.time, self.threads[ti].cost.event_ns, false, false);
             self.emit(ti, e, seg, StepKind::UnknownOp, f);
             return;
         };
@@ -893,6 +902,7 @@ impl SyncInterp {
         }
         let ends_pending = completes && !matches!(pending, Pending::Unlock { .. });
         // Cost of the event that ends this interval.
+        let cost = &self.threads[ti].cost;
         let c = match pending {
             Pending::Acquire { ahead, .. } if ends_pending => {
                 ((f64::from(ahead) + 2.0) * (cost.acquire + cost.release) / 2.0).round() as u64
@@ -975,6 +985,7 @@ impl SyncInterp {
         }
     }
 
+    #[inline(always)]
     fn emit<'e>(
         &self,
         ti: usize,
@@ -986,6 +997,7 @@ impl SyncInterp {
         self.emit_at(ti, e.time, e, segment, kind, f);
     }
 
+    #[inline(always)]
     fn emit_at<'e>(
         &self,
         ti: usize,
@@ -1010,6 +1022,7 @@ impl SyncInterp {
 
     /// Opens a section of `oi` on thread `ti`.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn take_ownership(
         &mut self,
         ti: usize,
@@ -1051,6 +1064,7 @@ impl SyncInterp {
 
     /// Closes thread `ti`'s most recent section of `oi`; with the raw time
     /// its hold began and whether it was shared.
+    #[inline(always)]
     fn release_hold(&mut self, ti: usize, oi: u32, t: u64) -> Option<(Section, u64, bool)> {
         let th = &mut self.threads[ti];
         let i = th.held.iter().rposition(|h| h.obj == oi)?;
@@ -1199,7 +1213,14 @@ impl SyncInterp {
         match released {
             Some((s, since, shared)) => {
                 self.emit(ti, e, seg, StepKind::Released(s), f);
-                if !shared {
+                // Rare: only when another thread still holds the lock
+                // exclusively since before this section.
+                if !shared
+                    && self.objs[oi as usize]
+                        .holders
+                        .iter()
+                        .any(|h| h.thread != ti as u32 && !h.shared && h.since < since)
+                {
                     self.evict_stale_holders(oi, ti, since, e, f);
                 }
             }
@@ -1219,6 +1240,7 @@ impl SyncInterp {
     /// length is unknown) and make the holders' current interval Unknown.
     /// Overlaps that end before such a proof (stamps taken at call entry,
     /// TSC skew) are left alone.
+    #[inline(never)]
     fn evict_stale_holders<'e>(
         &mut self,
         oi: u32,
@@ -1228,13 +1250,6 @@ impl SyncInterp {
         f: &mut impl FnMut(&Step<'e>, &Self),
     ) {
         let o = &mut self.objs[oi as usize];
-        if !o
-            .holders
-            .iter()
-            .any(|h| h.thread != ti as u32 && !h.shared && h.since < since)
-        {
-            return;
-        }
         let mut stale: Vec<u32> = Vec::new();
         o.holders.retain(|h| {
             let old = h.thread != ti as u32 && !h.shared && h.since < since;
