@@ -180,6 +180,9 @@ pub struct Recommendation {
     pub command: Option<String>,
     /// Wait it could address, ns (the sort key).
     pub wait_addressed_ns: u64,
+    /// Model index of the lock (filters keep a lock's advice with it).
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// Quotes `s` for a POSIX shell when it needs it.
@@ -251,10 +254,12 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             continue;
         }
         let label = l.name.clone().unwrap_or_else(|| l.address.clone());
+        // By the lock's identity, not its name: after a fork the parent's
+        // and the child's copy of a static lock have the same name.
         let blocking: Vec<_> = report
             .blocking_sites
             .iter()
-            .filter(|b| b.lock_name == label)
+            .filter(|b| b.obj == l.obj)
             .collect();
         let no_holder_ns = blocking
             .iter()
@@ -286,6 +291,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             evidence_text: text,
             command: cmd,
             wait_addressed_ns: wait,
+            obj: l.obj,
         };
         if let Some((kind, advice, ev, text, cmd)) = algorithm(report, l, &f, facts) {
             out.push(mk(kind, advice, ev, text, cmd, f.wait_total));

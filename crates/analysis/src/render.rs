@@ -64,6 +64,10 @@ impl Table {
             rows: Vec::new(),
         }
     }
+    fn extend(&mut self, cols: &[(&'static str, bool)]) {
+        self.head.extend(cols.iter().map(|c| c.0));
+        self.right.extend(cols.iter().map(|c| c.1));
+    }
     fn row(&mut self, r: Vec<String>) {
         self.rows.push(r);
     }
@@ -123,8 +127,32 @@ impl Default for TextOptions {
     }
 }
 
+/// Whether the report covers more than one process (after a fork the
+/// parent's and the child's copies of a lock share its name and address,
+/// so every lock must then be named with its pid).
+fn several_processes(r: &Report) -> bool {
+    let mut pids = r
+        .threads
+        .iter()
+        .map(|t| t.pid)
+        .chain(r.locks.iter().map(|l| l.pid));
+    let first = pids.next();
+    pids.any(|p| Some(p) != first)
+}
+
+/// A lock's name for the text tables: qualified by its pid when the trace
+/// has several processes.
+fn lock_label(name: &str, pid: u32, several: bool) -> String {
+    if several {
+        format!("{name} (pid {pid})")
+    } else {
+        name.to_string()
+    }
+}
+
 /// Terminal tables.
 pub fn text(r: &Report, o: &TextOptions) -> String {
+    let several = several_processes(r);
     let mut out = String::new();
     let _ = writeln!(out, "lockscope report: {}", r.command.join(" "));
     let _ = writeln!(
@@ -154,14 +182,20 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let _ = writeln!(out, "recorder overhead: not subtracted");
     }
 
-    out.push_str("\nLOCKS (wait = attempt to acquired, per attempt; hold = acquired to release)\n");
+    out.push_str(
+        "\nLOCKS (wait = attempt to acquired; wait mean/max/p99 over the attempts that waited; \
+         hold = acquired to release)\n",
+    );
     if r.locks.is_empty() {
         out.push_str("  (none)\n");
     }
-    let mut t = Table::new(&[
-        ("#", true),
-        ("lock", false),
-        ("kind", false),
+    let mut cols = vec![("#", true), ("lock", false)];
+    if several {
+        cols.push(("pid", true));
+    }
+    cols.push(("kind", false));
+    let mut t = Table::new(&cols);
+    t.extend(&[
         ("acq", true),
         ("contended", true),
         ("cont%", true),
@@ -180,9 +214,11 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     ]);
     for (i, l) in r.locks.iter().enumerate() {
         let name = l.name.clone().unwrap_or_else(|| l.address.clone());
-        t.row(vec![
-            (i + 1).to_string(),
-            name,
+        let mut row = vec![(i + 1).to_string(), name];
+        if several {
+            row.push(l.pid.to_string());
+        }
+        row.extend([
             l.kind.to_string(),
             count(l.acquisitions),
             count(l.contended),
@@ -200,6 +236,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ns(l.hold_ns.p99),
             format!("{:.2}", l.avg_waiters),
         ]);
+        t.row(row);
     }
     if !r.locks.is_empty() {
         t.render(&mut out, "  ");
@@ -210,11 +247,16 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         }
         let _ = writeln!(
             out,
-            "\n  #{} {} {} at {}, first used at {}; sites:",
+            "\n  #{} {} {} at {}{}, first used at {}; sites:",
             i + 1,
             l.kind,
             l.name.as_deref().unwrap_or("(no symbol)"),
             l.address,
+            if several {
+                format!(" in pid {}", l.pid)
+            } else {
+                String::new()
+            },
             l.first_use
         );
         let mut st = Table::new(&[
@@ -296,7 +338,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             t.row(vec![
                 ns(b.wait_ns),
                 count(b.waits),
-                b.lock_name.clone(),
+                lock_label(&b.lock_name, b.pid, several),
                 b.waiter_site.clone(),
                 b.holder_site.clone(),
             ]);
@@ -314,7 +356,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(b.wait_caused_ns),
                 count(b.waits),
                 b.site.clone(),
-                b.lock_name.clone(),
+                lock_label(&b.lock_name, b.pid, several),
             ]);
         }
         t.render(&mut out, "    ");
@@ -461,13 +503,13 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     if o.advice {
-        recommendations(r, &mut out);
+        recommendations(r, several, &mut out);
     }
     out
 }
 
 /// The RECOMMENDATIONS section (see [`crate::advice`]).
-fn recommendations(r: &Report, out: &mut String) {
+fn recommendations(r: &Report, several: bool, out: &mut String) {
     out.push_str("\nRECOMMENDATIONS (largest addressable wait first)\n");
     if r.recommendations.is_empty() {
         out.push_str("  (none: no lock met a rule's thresholds)\n");
@@ -478,7 +520,7 @@ fn recommendations(r: &Report, out: &mut String) {
             "  {}. {} {}: {}",
             i + 1,
             a.kind.name(),
-            a.lock,
+            lock_label(&a.lock, a.pid, several),
             a.advice
         );
         let _ = writeln!(out, "     evidence: {}", a.evidence_text);

@@ -195,7 +195,9 @@ pub struct LockOut {
     pub first_attempt_ratio: f64,
     /// Mean number of waiters while held.
     pub avg_waiters: f64,
-    /// Wait per attempt.
+    /// Wait: `total` over all attempts; `count`, `mean`, `max` and `p99`
+    /// over the attempts that waited (an uncontended attempt's 0 ns would
+    /// make the p99 0 for nearly every lock).
     pub wait_ns: Summary,
     /// Hold per critical section.
     pub hold_ns: Summary,
@@ -211,6 +213,10 @@ pub struct LockOut {
     pub call_paths: Vec<PathOut>,
     /// Per thread.
     pub threads: Vec<LockThreadOut>,
+    /// Index of the lock in the model (joins blame rows and advice to the
+    /// lock without comparing display strings).
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// One acquisition site of one lock.
@@ -274,6 +280,9 @@ pub struct LockThreadOut {
     pub max_wait_ns: u64,
     /// Hold, ns.
     pub hold_ns: u64,
+    /// Model index of the thread (for `--thread`).
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// Wait charged from a waiter site to a holder's critical section.
@@ -281,6 +290,8 @@ pub struct LockThreadOut {
 pub struct BlameOut {
     /// Lock address.
     pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Waiting thread's tid.
@@ -297,11 +308,21 @@ pub struct BlameOut {
     pub wait_ns: u64,
     /// Waits that received a share.
     pub waits: u64,
+    #[serde(skip)]
+    pub(crate) obj: u32,
+    #[serde(skip)]
+    pub(crate) waiter_thread: u32,
+    #[serde(skip)]
+    pub(crate) holder_thread: Option<u32>,
 }
 
 /// Waiter site x holder site.
 #[derive(Clone, Debug, Serialize)]
 pub struct MatrixOut {
+    /// Lock address.
+    pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Where threads waited.
@@ -319,12 +340,18 @@ pub struct MatrixOut {
 pub struct BlockingOut {
     /// Holder site.
     pub site: String,
+    /// Lock address.
+    pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Wait charged to it, ns.
     pub wait_caused_ns: u64,
     /// Waits that received a share.
     pub waits: u64,
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// One thread's time breakdown. free + lock + unlock + hold + unknown =
@@ -365,6 +392,8 @@ pub struct ThreadOut {
     pub events: u64,
     /// Events lost.
     pub lost_events: u64,
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// One condition variable.
@@ -397,6 +426,8 @@ pub struct ObjThreadOut {
     pub waits: u64,
     /// Wait, ns.
     pub wait_ns: u64,
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// One barrier.
@@ -570,14 +601,24 @@ pub fn build_model(
     Ok(model)
 }
 
+/// Symbolization with caches, for one report.
 struct Names<'a> {
     sym: Symbolizer,
     model: &'a Model,
     meta: &'a Meta,
     sites: HashMap<u32, Location>,
+    code: HashMap<(u32, u64), Location>,
 }
 
 impl Names<'_> {
+    fn code(&mut self, process: u32, pc: u64) -> Location {
+        if let Some(l) = self.code.get(&(process, pc)) {
+            return l.clone();
+        }
+        let l = self.sym.code(process, pc);
+        self.code.insert((process, pc), l.clone());
+        l
+    }
     fn site(&mut self, s: u32) -> Location {
         if s == u32::MAX {
             return Location {
@@ -589,13 +630,13 @@ impl Names<'_> {
             return l.clone();
         }
         let (p, pc) = self.model.sites[s as usize];
-        let l = self.sym.code(p, pc);
+        let l = self.code(p, pc);
         self.sites.insert(s, l.clone());
         l
     }
     fn site_str(&mut self, s: u32) -> String {
         if s == u32::MAX {
-            return "(no holder: hand-off / wake-up latency)".into();
+            return NO_HOLDER.into();
         }
         self.site(s).short()
     }
@@ -604,10 +645,8 @@ impl Names<'_> {
             return Vec::new();
         };
         let p = if st.process != 0 { st.process } else { process };
-        st.frames
-            .iter()
-            .map(|&pc| self.sym.code(p, pc).short())
-            .collect()
+        let frames = st.frames.clone();
+        frames.iter().map(|&pc| self.code(p, pc).short()).collect()
     }
     /// The first frame of a call path that is the program's own code, not
     /// the runtime's lock implementation (std, core, libc, the dynamic
@@ -625,7 +664,7 @@ impl Names<'_> {
             .any(|x| f.starts_with(x))
         };
         for pc in frames {
-            let loc = self.sym.code(p, pc);
+            let loc = self.code(p, pc);
             if ["libc.", "libpthread", "ld-linux", "liblockscope"]
                 .iter()
                 .any(|m| loc.module.starts_with(m))
@@ -665,6 +704,9 @@ impl Names<'_> {
     }
 }
 
+/// The holder site of waits that nobody's critical section explains.
+pub const NO_HOLDER: &str = "(no holder: hand-off / wake-up latency)";
+
 /// An empty site row for a resolved location.
 fn site_out(loc: &Location) -> SiteOut {
     SiteOut {
@@ -696,9 +738,6 @@ fn site_out(loc: &Location) -> SiteOut {
     }
 }
 
-/// (lock, waiter tid, waiter site, holder tid, holder site, holder path).
-type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
-
 fn pid_of(meta: &Meta, process: u32) -> u32 {
     meta.processes.get(&process).map_or(0, |p| p.pid)
 }
@@ -709,7 +748,18 @@ fn gen_of(meta: &Meta, process: u32) -> u32 {
         .map_or(0, |p| p.exec_generation)
 }
 
-/// Turns a finished model into the report (symbolizes, sorts, filters).
+fn is_lock(k: Kind) -> bool {
+    matches!(k, Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex)
+}
+
+/// Turns a finished model into the report, in three stages:
+///
+/// 1. [`full_report`]: every lock, blame row, thread and object the model
+///    knows, symbolized, unfiltered;
+/// 2. findings on that full report ([`crate::advice::advise`]), so that
+///    what is recommended never depends on `--top`, `--min-wait` or the
+///    output format (text shows 20 locks by default, JSON all);
+/// 3. [`filtered_view`]: the filters, sort and `--top` of `cfg`.
 pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
     let model: &Model = model;
     let mut names = Names {
@@ -717,76 +767,69 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         model,
         meta,
         sites: HashMap::new(),
+        code: HashMap::new(),
     };
-    let thread_ok = |ti: u32| -> bool {
-        let Some(f) = &cfg.thread_filter else {
-            return true;
-        };
-        let Some(t) = model.threads.get(ti as usize) else {
-            return false;
-        };
-        f.parse::<u32>().ok() == Some(t.tid) || t.name.contains(f.as_str())
-    };
+    let mut full = full_report(meta, model, &mut names, cfg);
+    full.recommendations = crate::advice::advise(
+        &full,
+        &crate::advice::MachineFacts::from_header(&meta.header),
+    );
+    filtered_view(full, model, cfg)
+}
 
-    // ---- locks ----
-    let mut order: Vec<u32> = (0..model.objs.len() as u32)
-        .filter(|&i| {
-            let o = &model.objs[i as usize];
-            matches!(
-                o.kind,
-                Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex
-            )
-        })
-        .filter(|&i| model.objs[i as usize].wait.total() >= cfg.min_wait_ns)
-        .filter(|&i| {
-            cfg.thread_filter.is_none()
-                || model.objs[i as usize]
-                    .per_thread
-                    .keys()
-                    .any(|&t| thread_ok(t))
-        })
+/// Stage 1: the whole model as report rows, nothing filtered.
+fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig) -> Report {
+    let locks = lock_rows(meta, model, names);
+    let blame = blame_rows(meta, model, names);
+    let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
+    let threads = thread_rows(meta, model);
+    let (conds, barriers, semaphores) = object_rows(model, names);
+    let overhead = overhead_out(model, cfg);
+    let mut notes: Vec<String> = names
+        .sym
+        .problems()
+        .iter()
+        .map(|p| format!("symbols: {p}"))
         .collect();
-    let mut labels: HashMap<u32, (Option<String>, String)> = HashMap::new();
-    for &i in &order {
-        labels.insert(i, names.obj_name(i));
+    if !cfg.symbolize {
+        notes.push("symbolization disabled: sites are module+offset".into());
     }
-    if let Some(f) = &cfg.lock_filter {
-        order.retain(|i| {
-            let o = &model.objs[*i as usize];
-            let addr = format!("{:#x}", o.addr);
-            let (n, first) = &labels[i];
-            addr.contains(f.as_str())
-                || n.as_deref().is_some_and(|n| n.contains(f.as_str()))
-                || first.contains(f.as_str())
-        });
+    // Loss records and in-stream Lost annotations may describe the same
+    // drops: take the largest account rather than their sum.
+    let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
+    let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
+    Report {
+        schema: SCHEMA,
+        command: meta.header.command.clone(),
+        duration_ns: meta.footer.as_ref().map_or_else(
+            || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
+            |f| f.duration_ns,
+        ),
+        events: meta.events,
+        lost_events: meta
+            .footer
+            .as_ref()
+            .map_or(0, |f| f.lost)
+            .max(lost_records)
+            .max(lost_annot),
+        truncated: meta.truncated.clone(),
+        overhead,
+        locks,
+        blame,
+        blame_matrix,
+        blocking_sites,
+        threads,
+        conds,
+        barriers,
+        semaphores,
+        anomalies: model.anomalies.clone(),
+        notes,
+        recommendations: Vec::new(),
     }
-    let key_name = |i: &u32| -> String {
-        let (n, _) = &labels[i];
-        n.clone()
-            .unwrap_or_else(|| format!("~{:016x}", model.objs[*i as usize].addr))
-    };
-    match cfg.sort {
-        SortKey::Name => order.sort_by_key(|i| key_name(i)),
-        k => order.sort_by_key(|&i| {
-            let o = &model.objs[i as usize];
-            let v = match k {
-                SortKey::Hold => o.hold.total(),
-                SortKey::Acquisitions => o.acquisitions,
-                SortKey::Contended => o.contended,
-                SortKey::OwnerChanges => o.owner_changes,
-                SortKey::MaxWait => o.wait.max(),
-                _ => o.wait.total(),
-            };
-            (
-                std::cmp::Reverse(v),
-                std::cmp::Reverse(o.acquisitions),
-                o.addr,
-            )
-        }),
-    }
-    if let Some(n) = cfg.top {
-        order.truncate(n);
-    }
+}
+
+/// Every lock of the model, in model order.
+fn lock_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<LockOut> {
     // Group site and path stats by lock once.
     let mut sites_of: HashMap<u32, Vec<(u32, &crate::model::SiteStats)>> = HashMap::new();
     for (&(o, s), &i) in &model.by_site {
@@ -799,203 +842,240 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
     for (&(o, s), st) in &model.by_path {
         paths_of.entry(o).or_default().push((s, st));
     }
-    let mut locks = Vec::new();
-    for &i in &order {
-        let o = &model.objs[i as usize];
-        let (name, first_use) = labels[&i].clone();
-        // Several return addresses can be the same source line (and a
-        // site without line info is its module+offset): merge by that.
-        let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
-        for &(s, st) in sites_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
-            if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
-                continue;
-            }
-            let loc = names.site(s);
-            let key = loc.key();
-            let e = merged.entry(key).or_insert_with(|| site_out(&loc));
-            e.acquisitions += st.acquisitions;
-            e.contended += st.contended;
-            e.trylock_failures += st.trylock_failures;
-            e.wait_ns += st.wait_ns;
-            e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
-            e.hold_ns += st.hold_ns;
-        }
-        // Futex words: sites from call paths (the program's frame), when
-        // the recorder took them: see `program_frame`.
-        if o.kind == Kind::Futex {
-            let mut by_caller: BTreeMap<String, SiteOut> = BTreeMap::new();
-            for &(stack, st) in paths_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
-                if stack == 0 || st.acquisitions + st.contended == 0 {
-                    continue;
-                }
-                let Some(loc) = names.program_frame(o.process, stack) else {
-                    continue;
-                };
-                let e = by_caller.entry(loc.key()).or_insert_with(|| site_out(&loc));
-                e.acquisitions += st.acquisitions;
-                e.contended += st.contended;
-                e.wait_ns += st.wait_ns;
-                e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
-            }
-            let covered: u64 = by_caller.values().map(|s| s.acquisitions).sum();
-            if covered == o.acquisitions && covered > 0 {
-                merged = by_caller;
-            }
-        }
-        let mut sites: Vec<SiteOut> = merged.into_values().collect();
-        sites.sort_by(|a, b| {
-            (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
-        });
-        let mut call_paths: Vec<PathOut> = paths_of
-            .get(&i)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
-            .map(|&(s, st)| PathOut {
-                frames: names.path(o.process, s),
-                acquisitions: st.acquisitions,
-                contended: st.contended,
-                wait_ns: st.wait_ns,
-            })
-            .collect();
-        call_paths.sort_by(|a, b| (b.wait_ns, &a.frames).cmp(&(a.wait_ns, &b.frames)));
-        let mut threads: Vec<LockThreadOut> = o
-            .per_thread
-            .iter()
-            .filter(|(&t, _)| thread_ok(t))
-            .map(|(&t, &lti)| {
-                let lt = &model.lock_threads[lti as usize];
-                let th = &model.threads[t as usize];
-                LockThreadOut {
-                    tid: th.tid,
-                    name: th.name.clone(),
-                    acquisitions: lt.acquisitions,
-                    contended: lt.contended,
-                    trylock_failures: lt.trylock_failures,
-                    timeouts: lt.timeouts,
-                    wait_ns: lt.wait_ns,
-                    max_wait_ns: lt.max_wait_ns,
-                    hold_ns: lt.hold_ns,
-                }
-            })
-            .collect();
-        threads.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
-        locks.push(LockOut {
-            address: format!("{:#x}", o.addr),
-            pid: pid_of(meta, o.process),
-            exec_generation: gen_of(meta, o.process),
-            kind: o.kind.name(),
-            name,
-            first_use,
-            acquisitions: o.acquisitions,
-            contended: o.contended,
-            read_acquisitions: (o.kind == Kind::Rwlock).then_some(o.shared_acquisitions),
-            contended_ratio: ratio(o.contended, o.acquisitions),
-            trylock_failures: o.trylock_failures,
-            timeouts: o.timeouts,
-            owner_changes: o.owner_changes,
-            first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
-            avg_waiters: o.avg_waiters(),
-            wait_ns: o.wait.summary(),
-            hold_ns: o.hold.summary(),
-            slow_unlocks: o.slow_unlocks,
-            unlock_ns: o.unlock_ns,
-            wakes: if o.kind == Kind::Futex { o.signals } else { 0 },
-            sites,
-            call_paths,
-            threads,
-        });
-    }
+    (0..model.objs.len() as u32)
+        .filter(|&i| is_lock(model.objs[i as usize].kind))
+        .map(|i| {
+            let sites = sites_of.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            let paths = paths_of.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            lock_out(meta, model, names, i, sites, paths)
+        })
+        .collect()
+}
 
-    // ---- blame ----
-    let kept: std::collections::HashSet<u32> = order.iter().copied().collect();
-    let mut blame_rows: BTreeMap<BlameKey, (u64, u64)> = BTreeMap::new();
-    let mut blocking: BTreeMap<(String, u32), (u64, u64)> = BTreeMap::new();
-    let mut matrix: BTreeMap<(u32, String, String), (u64, u64)> = BTreeMap::new();
-    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
-        if !kept.contains(&oi) || ns == 0 {
+type Stats<'a> = [(u32, &'a crate::model::SiteStats)];
+
+/// One lock's row: figures, sites, call paths and threads.
+fn lock_out(
+    meta: &Meta,
+    model: &Model,
+    names: &mut Names,
+    i: u32,
+    site_stats: &Stats,
+    path_stats: &Stats,
+) -> LockOut {
+    let o = &model.objs[i as usize];
+    let (name, first_use) = names.obj_name(i);
+    // Several return addresses can be the same source line (and a site
+    // without line info is its module+offset): merge by that.
+    let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
+    for &(s, st) in site_stats {
+        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
             continue;
         }
-        if cfg.thread_filter.is_some()
-            && !thread_ok(wthread)
-            && !(c != Culprit::NONE && thread_ok(c.thread))
-        {
+        let loc = names.site(s);
+        let e = merged.entry(loc.key()).or_insert_with(|| site_out(&loc));
+        e.acquisitions += st.acquisitions;
+        e.contended += st.contended;
+        e.trylock_failures += st.trylock_failures;
+        e.wait_ns += st.wait_ns;
+        e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+        e.hold_ns += st.hold_ns;
+    }
+    // Futex words: sites from call paths (the program's frame), when the
+    // recorder took them: see `program_frame`.
+    if o.kind == Kind::Futex {
+        let mut by_caller: BTreeMap<String, SiteOut> = BTreeMap::new();
+        for &(stack, st) in path_stats {
+            if stack == 0 || st.acquisitions + st.contended == 0 {
+                continue;
+            }
+            let Some(loc) = names.program_frame(o.process, stack) else {
+                continue;
+            };
+            let e = by_caller.entry(loc.key()).or_insert_with(|| site_out(&loc));
+            e.acquisitions += st.acquisitions;
+            e.contended += st.contended;
+            e.wait_ns += st.wait_ns;
+            e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+        }
+        let covered: u64 = by_caller.values().map(|s| s.acquisitions).sum();
+        if covered == o.acquisitions && covered > 0 {
+            merged = by_caller;
+        }
+    }
+    let mut sites: Vec<SiteOut> = merged.into_values().collect();
+    sites.sort_by(|a, b| {
+        (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
+    });
+    let mut call_paths: Vec<PathOut> = path_stats
+        .iter()
+        .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
+        .map(|&(s, st)| PathOut {
+            frames: names.path(o.process, s),
+            acquisitions: st.acquisitions,
+            contended: st.contended,
+            wait_ns: st.wait_ns,
+        })
+        .collect();
+    call_paths.sort_by(|a, b| (b.wait_ns, &a.frames).cmp(&(a.wait_ns, &b.frames)));
+    let mut threads: Vec<LockThreadOut> = o
+        .per_thread
+        .iter()
+        .map(|(&t, &lti)| {
+            let lt = &model.lock_threads[lti as usize];
+            let th = &model.threads[t as usize];
+            LockThreadOut {
+                tid: th.tid,
+                name: th.name.clone(),
+                acquisitions: lt.acquisitions,
+                contended: lt.contended,
+                trylock_failures: lt.trylock_failures,
+                timeouts: lt.timeouts,
+                wait_ns: lt.wait_ns,
+                max_wait_ns: lt.max_wait_ns,
+                hold_ns: lt.hold_ns,
+                thread: t,
+            }
+        })
+        .collect();
+    threads.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+    LockOut {
+        address: format!("{:#x}", o.addr),
+        pid: pid_of(meta, o.process),
+        exec_generation: gen_of(meta, o.process),
+        kind: o.kind.name(),
+        name,
+        first_use,
+        acquisitions: o.acquisitions,
+        contended: o.contended,
+        read_acquisitions: (o.kind == Kind::Rwlock).then_some(o.shared_acquisitions),
+        contended_ratio: ratio(o.contended, o.acquisitions),
+        trylock_failures: o.trylock_failures,
+        timeouts: o.timeouts,
+        owner_changes: o.owner_changes,
+        first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
+        avg_waiters: o.avg_waiters(),
+        wait_ns: o.wait.nonzero_summary(),
+        hold_ns: o.hold.summary(),
+        slow_unlocks: o.slow_unlocks,
+        unlock_ns: o.unlock_ns,
+        wakes: if o.kind == Kind::Futex { o.signals } else { 0 },
+        sites,
+        call_paths,
+        threads,
+        obj: i,
+    }
+}
+
+/// (lock, waiter tid, waiter site, holder tid, holder site, holder path).
+type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
+
+/// Every blame entry of the model, summed per waiter thread and site and
+/// holder thread, site and path; largest first.
+fn blame_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<BlameOut> {
+    // Value: wait, waits, waiter thread index, holder thread index.
+    let mut rows: BTreeMap<BlameKey, (u64, u64, u32, Option<u32>)> = BTreeMap::new();
+    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
+        if ns == 0 {
             continue;
         }
         let process = model.objs[oi as usize].process;
         let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
         let ws = names.site_str(wsite);
-        let (htid, hs, hp) = if c == Culprit::NONE {
-            (None, names.site_str(u32::MAX), Vec::new())
+        let (hthread, htid, hs, hp) = if c == Culprit::NONE {
+            (None, None, names.site_str(u32::MAX), Vec::new())
         } else {
             (
+                Some(c.thread),
                 model.threads.get(c.thread as usize).map(|t| t.tid),
                 names.site_str(c.site),
                 names.path(process, c.stack),
             )
         };
-        let m = matrix.entry((oi, ws.clone(), hs.clone())).or_default();
-        m.0 += ns;
-        m.1 += n;
-        let e = blame_rows
-            .entry((oi, wtid, ws, htid, hs.clone(), hp))
-            .or_default();
+        let e = rows
+            .entry((oi, wtid, ws, htid, hs, hp))
+            .or_insert((0, 0, wthread, hthread));
         e.0 += ns;
         e.1 += n;
-        let b = blocking.entry((hs, oi)).or_default();
-        b.0 += ns;
-        b.1 += n;
     }
-    let mut blame: Vec<BlameOut> = blame_rows
+    let mut blame: Vec<BlameOut> = rows
         .into_iter()
-        .map(|((oi, wtid, ws, htid, hs, hp), (ns, n))| BlameOut {
-            lock: format!("{:#x}", model.objs[oi as usize].addr),
-            lock_name: names.label(oi),
-            waiter_tid: wtid,
-            waiter_site: ws,
-            holder_tid: htid,
-            holder_site: hs,
-            holder_path: hp,
-            wait_ns: ns,
-            waits: n,
+        .map(|((oi, wtid, ws, htid, hs, hp), (ns, n, wt, ht))| {
+            let o = &model.objs[oi as usize];
+            BlameOut {
+                lock: format!("{:#x}", o.addr),
+                pid: pid_of(meta, o.process),
+                lock_name: names.label(oi),
+                waiter_tid: wtid,
+                waiter_site: ws,
+                holder_tid: htid,
+                holder_site: hs,
+                holder_path: hp,
+                wait_ns: ns,
+                waits: n,
+                obj: oi,
+                waiter_thread: wt,
+                holder_thread: ht,
+            }
         })
         .collect();
     blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
-    let mut blocking_sites: Vec<BlockingOut> = blocking
-        .into_iter()
-        .map(|((site, oi), (ns, n))| BlockingOut {
-            site,
-            lock_name: names.label(oi),
-            wait_caused_ns: ns,
-            waits: n,
-        })
-        .collect();
-    blocking_sites.sort_by_key(|b| std::cmp::Reverse(b.wait_caused_ns));
+    blame
+}
+
+/// The blame rows summed over threads: (waiter site x holder site, holder
+/// sites), each largest first.
+fn aggregate_blame(blame: &[BlameOut]) -> (Vec<MatrixOut>, Vec<BlockingOut>) {
+    // Keyed by (lock, sites) then summed; the first row of a key gives
+    // the lock's names.
+    let mut matrix: BTreeMap<(u32, &str, &str), (u64, u64, &BlameOut)> = BTreeMap::new();
+    let mut blocking: BTreeMap<(&str, u32), (u64, u64, &BlameOut)> = BTreeMap::new();
+    for b in blame {
+        let m = matrix
+            .entry((b.obj, &b.waiter_site, &b.holder_site))
+            .or_insert((0, 0, b));
+        m.0 += b.wait_ns;
+        m.1 += b.waits;
+        let k = blocking.entry((&b.holder_site, b.obj)).or_insert((0, 0, b));
+        k.0 += b.wait_ns;
+        k.1 += b.waits;
+    }
     let mut blame_matrix: Vec<MatrixOut> = matrix
         .into_iter()
-        .map(|((oi, ws, hs), (ns, n))| MatrixOut {
-            lock_name: names.label(oi),
-            waiter_site: ws,
-            holder_site: hs,
+        .map(|((_, ws, hs), (ns, n, b))| MatrixOut {
+            lock: b.lock.clone(),
+            pid: b.pid,
+            lock_name: b.lock_name.clone(),
+            waiter_site: ws.to_string(),
+            holder_site: hs.to_string(),
             wait_ns: ns,
             waits: n,
         })
         .collect();
     blame_matrix.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
-    if let Some(n) = cfg.top {
-        blame.truncate(n);
-        blocking_sites.truncate(n);
-        blame_matrix.truncate(n);
-    }
+    let mut blocking_sites: Vec<BlockingOut> = blocking
+        .into_iter()
+        .map(|((site, obj), (ns, n, b))| BlockingOut {
+            site: site.to_string(),
+            lock: b.lock.clone(),
+            pid: b.pid,
+            lock_name: b.lock_name.clone(),
+            wait_caused_ns: ns,
+            waits: n,
+            obj,
+        })
+        .collect();
+    blocking_sites.sort_by_key(|b| std::cmp::Reverse(b.wait_caused_ns));
+    (blame_matrix, blocking_sites)
+}
 
-    // ---- threads ----
+/// Every thread's time breakdown, by pid then tid.
+fn thread_rows(meta: &Meta, model: &Model) -> Vec<ThreadOut> {
     let mut threads: Vec<ThreadOut> = model
         .threads
         .iter()
         .enumerate()
-        .filter(|(i, _)| thread_ok(*i as u32))
-        .map(|(_, t)| ThreadOut {
+        .map(|(i, t)| ThreadOut {
             tid: t.tid,
             pid: pid_of(meta, t.process),
             exec_generation: gen_of(meta, t.process),
@@ -1013,24 +1093,26 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
             overhead_ns: t.overhead_ns,
             events: t.events,
             lost_events: t.lost,
+            thread: i as u32,
         })
         .collect();
     threads.sort_by_key(|t| (t.pid, t.tid));
+    threads
+}
 
-    // ---- other objects ----
+/// Condition variables, barriers and semaphores, each by total wait.
+fn object_rows(model: &Model, names: &mut Names) -> (Vec<CondOut>, Vec<BarrierOut>, Vec<SemOut>) {
     let mut obj_threads: HashMap<u32, Vec<ObjThreadOut>> = HashMap::new();
     for (&(oi, ti), &(n, ns)) in &model.obj_waits {
-        if !thread_ok(ti) {
-            continue;
-        }
         obj_threads.entry(oi).or_default().push(ObjThreadOut {
             tid: model.threads[ti as usize].tid,
             waits: n,
             wait_ns: ns,
+            thread: ti,
         });
     }
     for v in obj_threads.values_mut() {
-        v.sort_by_key(|t| t.tid);
+        v.sort_by_key(|t| (t.tid, t.thread));
     }
     let mut conds = Vec::new();
     let mut barriers = Vec::new();
@@ -1058,6 +1140,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
                         tid: model.threads.get(*t as usize).map_or(0, |t| t.tid),
                         waits: 0,
                         wait_ns: ns,
+                        thread: *t,
                     })
                     .collect();
                 blamed_on.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
@@ -1088,8 +1171,11 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
     conds.sort_by_key(|c| std::cmp::Reverse(c.wait_ns.total));
     barriers.sort_by_key(|b| std::cmp::Reverse(b.wait_ns.total));
     semaphores.sort_by_key(|s| std::cmp::Reverse(s.wait_ns.total));
+    (conds, barriers, semaphores)
+}
 
-    // ---- overhead ----
+/// The recorder overhead that was (or could have been) subtracted.
+fn overhead_out(model: &Model, cfg: &ReportConfig) -> OverheadOut {
     let n = model.overhead.len().max(1) as f64;
     let total_ns = model.overhead_total();
     let raw_time: u64 = model
@@ -1097,44 +1183,129 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         .iter()
         .map(|t| t.lifetime() + t.overhead_ns)
         .sum();
-    let overhead = OverheadOut {
+    OverheadOut {
         subtracted: cfg.correct_overhead && !model.overhead.is_empty(),
         acquire_ns: model.overhead.iter().map(|o| o.acquire_ns).sum::<f64>() / n,
         release_ns: model.overhead.iter().map(|o| o.release_ns).sum::<f64>() / n,
         event_ns: model.overhead.iter().map(|o| o.event_ns).sum::<f64>() / n,
         total_ns,
         share_of_thread_time: ratio(total_ns, raw_time),
-    };
-
-    let mut notes: Vec<String> = names
-        .sym
-        .problems()
-        .iter()
-        .map(|p| format!("symbols: {p}"))
-        .collect();
-    if !cfg.symbolize {
-        notes.push("symbolization disabled: sites are module+offset".into());
     }
-    // Loss records and in-stream Lost annotations may describe the same
-    // drops: take the largest account rather than their sum.
-    let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
-    let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
-    let mut report = Report {
-        schema: SCHEMA,
-        command: meta.header.command.clone(),
-        duration_ns: meta.footer.as_ref().map_or_else(
-            || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
-            |f| f.duration_ns,
-        ),
-        events: meta.events,
-        lost_events: meta
-            .footer
-            .as_ref()
-            .map_or(0, |f| f.lost)
-            .max(lost_records)
-            .max(lost_annot),
-        truncated: meta.truncated.clone(),
-        overhead,
+}
+
+/// Stage 3: what `cfg` asks to see. Locks pass `--min-wait`, `--lock` and
+/// `--thread` (a lock some selected thread used), are sorted by
+/// `cfg.sort` and cut to `--top`; blame rows are those of kept locks that
+/// involve a selected thread (as waiter or holder), summed again into the
+/// matrix and blocking sites; recommendations are kept for locks that
+/// pass `--lock` and `--thread` (not `--top` or `--min-wait`: advice was
+/// decided on the full model and is the same in every output format).
+fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
+    let thread_ok = |ti: u32| -> bool {
+        let Some(f) = &cfg.thread_filter else {
+            return true;
+        };
+        let Some(t) = model.threads.get(ti as usize) else {
+            return false;
+        };
+        f.parse::<u32>().ok() == Some(t.tid) || t.name.contains(f.as_str())
+    };
+    let selected = |l: &LockOut| -> bool {
+        let by_lock = match cfg.lock_filter.as_deref() {
+            None => true,
+            Some(f) => {
+                l.address.contains(f)
+                    || l.name.as_deref().is_some_and(|n| n.contains(f))
+                    || l.first_use.contains(f)
+            }
+        };
+        let by_thread =
+            cfg.thread_filter.is_none() || l.threads.iter().any(|t| thread_ok(t.thread));
+        by_lock && by_thread
+    };
+    let mut full = full;
+    let all_locks = std::mem::take(&mut full.locks);
+    let all_blame = std::mem::take(&mut full.blame);
+    let threads = std::mem::take(&mut full.threads);
+    let mut conds = std::mem::take(&mut full.conds);
+    let mut barriers = std::mem::take(&mut full.barriers);
+    let mut semaphores = std::mem::take(&mut full.semaphores);
+    let recommendations = std::mem::take(&mut full.recommendations);
+    let chosen: std::collections::HashSet<u32> = all_locks
+        .iter()
+        .filter(|l| selected(l))
+        .map(|l| l.obj)
+        .collect();
+    let recommendations: Vec<_> = recommendations
+        .into_iter()
+        .filter(|r| chosen.contains(&r.obj))
+        .collect();
+
+    let mut locks: Vec<LockOut> = all_locks
+        .into_iter()
+        .filter(|l| chosen.contains(&l.obj) && l.wait_ns.total >= cfg.min_wait_ns)
+        .collect();
+    let key_name = |l: &LockOut| -> String {
+        l.name
+            .clone()
+            .unwrap_or_else(|| format!("~{:016x}", model.objs[l.obj as usize].addr))
+    };
+    match cfg.sort {
+        SortKey::Name => locks.sort_by_key(key_name),
+        k => locks.sort_by_key(|l| {
+            let v = match k {
+                SortKey::Hold => l.hold_ns.total,
+                SortKey::Acquisitions => l.acquisitions,
+                SortKey::Contended => l.contended,
+                SortKey::OwnerChanges => l.owner_changes,
+                SortKey::MaxWait => l.wait_ns.max,
+                _ => l.wait_ns.total,
+            };
+            (
+                std::cmp::Reverse(v),
+                std::cmp::Reverse(l.acquisitions),
+                model.objs[l.obj as usize].addr,
+            )
+        }),
+    }
+    if let Some(n) = cfg.top {
+        locks.truncate(n);
+    }
+    for l in &mut locks {
+        l.threads.retain(|t| thread_ok(t.thread));
+    }
+
+    let kept: std::collections::HashSet<u32> = locks.iter().map(|l| l.obj).collect();
+    let mut blame: Vec<BlameOut> = all_blame
+        .into_iter()
+        .filter(|b| kept.contains(&b.obj))
+        .filter(|b| {
+            cfg.thread_filter.is_none()
+                || thread_ok(b.waiter_thread)
+                || b.holder_thread.is_some_and(thread_ok)
+        })
+        .collect();
+    let (mut blame_matrix, mut blocking_sites) = aggregate_blame(&blame);
+    if let Some(n) = cfg.top {
+        blame.truncate(n);
+        blocking_sites.truncate(n);
+        blame_matrix.truncate(n);
+    }
+
+    let threads = threads
+        .into_iter()
+        .filter(|t| thread_ok(t.thread))
+        .collect();
+    for v in conds.iter_mut().map(|c| &mut c.threads) {
+        v.retain(|t| thread_ok(t.thread));
+    }
+    for b in &mut barriers {
+        b.threads.retain(|t| thread_ok(t.thread));
+    }
+    for s in &mut semaphores {
+        s.threads.retain(|t| thread_ok(t.thread));
+    }
+    Report {
         locks,
         blame,
         blame_matrix,
@@ -1143,13 +1314,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         conds,
         barriers,
         semaphores,
-        anomalies: model.anomalies.clone(),
-        notes,
-        recommendations: Vec::new(),
-    };
-    report.recommendations = crate::advice::advise(
-        &report,
-        &crate::advice::MachineFacts::from_header(&meta.header),
-    );
-    report
+        recommendations,
+        ..full
+    }
 }

@@ -13,9 +13,9 @@ use lockscope_analysis::{ReportConfig, SortKey};
 #[derive(clap::Args)]
 #[command(about = "Report lock contention from a recorded trace")]
 pub struct Args {
-    /// Trace file written by `lockscope record`.
-    #[arg(default_value = "lockscope.lstrace")]
-    trace: PathBuf,
+    /// Trace file written by `lockscope record` (default: the newest
+    /// `*.lstrace` in the current directory; its name is printed).
+    trace: Option<PathBuf>,
     /// Print JSON (schema lockscope.report/1) instead of tables.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -79,6 +79,30 @@ fn parse_duration(s: &str) -> anyhow::Result<u64> {
     Ok((v * mul).round() as u64)
 }
 
+/// The most recently modified `*.lstrace` file in `dir` (ties broken by
+/// name), and how many there are.
+fn newest_trace(dir: &std::path::Path) -> anyhow::Result<(PathBuf, usize)> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {} to find a trace", dir.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "lstrace") && p.is_file() {
+            let t = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push((t, p.strip_prefix(dir).map_or(p.clone(), PathBuf::from)));
+        }
+    }
+    let n = found.len();
+    let newest = found.into_iter().max().map(|(_, p)| p).with_context(|| {
+        "no trace given and no *.lstrace file in the current directory \
+         (record one with `lockscope record -- PROGRAM`)"
+    })?;
+    Ok((newest, n))
+}
+
 /// Runs the subcommand; returns the exit code.
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let sort = SortKey::parse(&a.sort).with_context(|| {
@@ -110,13 +134,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         lock_filter: a.lock.clone(),
         thread_filter: a.thread.clone(),
     };
-    if !a.trace.exists() {
+    let trace = match &a.trace {
+        Some(t) => t.clone(),
+        None => {
+            let (t, n) = newest_trace(std::path::Path::new("."))?;
+            // Say which: `record` numbers its outputs (lockscope-2.lstrace)
+            // rather than overwrite, so "the" trace is ambiguous.
+            eprintln!(
+                "lockscope: reading {} (the newest of {n} trace{} here)",
+                t.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            t
+        }
+    };
+    if !trace.exists() {
         anyhow::bail!(
             "{}: no such file (record one with `lockscope record -- PROGRAM`)",
-            a.trace.display()
+            trace.display()
         );
     }
-    let size = std::fs::metadata(&a.trace).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let show = !a.no_progress && std::io::stderr().is_terminal() && size > (64 << 20);
     let mut last_draw = std::time::Instant::now();
     let mut progress = |done: u64, total: u64, phase: u8| {
@@ -142,8 +180,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             eprint!("\r{}\r", " ".repeat(w + 20));
         }
     };
-    let mut report = lockscope_analysis::analyze(&a.trace, &cfg, &mut progress)
-        .with_context(|| format!("cannot report on {}", a.trace.display()))?;
+    let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
+        .with_context(|| format!("cannot report on {}", trace.display()))?;
     if a.no_advice {
         report.recommendations.clear();
     }

@@ -38,9 +38,34 @@ pub fn find_library(file_name: &str, env_var: &str) -> anyhow::Result<PathBuf> {
 /// Opens a detailed-mode trace for `ulcp`, `lockset` and `occ`. The error
 /// is flattened into one message: the format error's own text already names
 /// its cause and byte offset, and a context chain would repeat it.
+///
+/// A timing-mode trace (from a program not built with `lockscope cc`) is
+/// refused: it has no memory accesses, so these analyses would see every
+/// critical section as empty and print confident, meaningless figures
+/// (a "best case speedup" of a program they know nothing about).
 pub fn open_trace(path: &std::path::Path) -> anyhow::Result<lockscope_format::Trace> {
-    lockscope_format::Trace::open(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+    let t = lockscope_format::Trace::open(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if !is_detailed(&t) {
+        anyhow::bail!(
+            "{}: a timing-mode trace (no memory accesses recorded); this analysis needs a \
+             detailed-mode trace: build the program with `lockscope cc` (or `lockscope c++`), \
+             e.g. `lockscope cc -O2 -g -o prog prog.c`, then `lockscope record -- ./prog`",
+            path.display()
+        );
+    }
+    Ok(t)
+}
+
+/// True when the trace holds detailed-mode events: memory accesses,
+/// atomics, allocations or release values (ops 40-62), which only the
+/// runtime linked by `lockscope cc` records.
+pub fn is_detailed(t: &lockscope_format::Trace) -> bool {
+    let first = lockscope_format::Op::Read as u8;
+    let last = lockscope_format::Op::ReleaseValue as u8;
+    t.events
+        .values()
+        .any(|v| v.iter().any(|e| (first..=last).contains(&e.op)))
 }
 
 /// Prints an analysis result on stdout: pretty JSON with `json`, else the
