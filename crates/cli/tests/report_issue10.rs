@@ -212,3 +212,56 @@ fn issue10_locks_after_fork_carry_their_pid() {
         );
     }
 }
+
+/// Item 9: bad input is named in words, each cause once, exit code 2.
+#[test]
+fn issue10_bad_trace_files_are_named_once_with_exit_2() {
+    let dir = temp("issue10-bad");
+    let empty = dir.join("empty.lstrace");
+    std::fs::write(&empty, b"").unwrap();
+    let junk = dir.join("junk.lstrace");
+    std::fs::write(&junk, b"garbage\n").unwrap();
+    let sub = dir.join("sub.lstrace");
+    std::fs::create_dir(&sub).unwrap();
+    let gone = dir.join("gone.lstrace");
+    let cases: [(&Path, &str); 4] = [
+        (&empty, "the file is empty (0 bytes)"),
+        (&junk, "not a lockscope trace"),
+        (&sub, "is a directory"),
+        (&gone, "no such file"),
+    ];
+    for (path, what) in cases {
+        for cmd in ["report", "dump", "occ"] {
+            let o = lockscope(&[cmd, path.to_str().unwrap()], None);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {}: {err}", path.display());
+            assert_eq!(err.lines().count(), 1, "{cmd}: {err}");
+            assert_eq!(err.matches(what).count(), 1, "{cmd}: {err}");
+            assert!(err.contains(path.file_name().unwrap().to_str().unwrap()));
+        }
+    }
+}
+
+/// Item 9: traces hold command lines and paths: mode 0600, whether named
+/// with -o or picked by `record` itself.
+#[test]
+fn issue10_trace_files_are_created_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp("issue10-mode");
+    for named in [true, false] {
+        let mut args = vec!["record"];
+        if named {
+            args.extend(["-o", "named.lstrace"]);
+        }
+        args.extend(["--", "/bin/true"]);
+        let o = lockscope(&args, Some(&dir));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let file = dir.join(if named {
+            "named.lstrace"
+        } else {
+            "lockscope.lstrace"
+        });
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+    }
+}

@@ -148,12 +148,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             t
         }
     };
-    if !trace.exists() {
-        anyhow::bail!(
-            "{}: no such file (record one with `lockscope record -- PROGRAM`)",
-            trace.display()
-        );
-    }
+    crate::cmd::util::check_trace_file(&trace)?;
     let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let show = !a.no_progress && std::io::stderr().is_terminal() && size > (64 << 20);
     let mut last_draw = std::time::Instant::now();
