@@ -306,7 +306,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             .max_by_key(|b| b.wait_caused_ns);
         if let Some(b) = top {
             let share = b.wait_caused_ns as f64 / f.wait_total as f64;
-            let site = l.sites.iter().find(|s| site_name(s) == b.site);
+            let site = l.sites.iter().find(|s| s.name == b.site);
             let site_hold = site
                 .filter(|s| s.acquisitions > 0 && s.hold_ns > 0)
                 .map(|s| s.hold_ns as f64 / s.acquisitions as f64);
@@ -364,22 +364,6 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
         (b.wait_addressed_ns, a.kind, &a.lock).cmp(&(a.wait_addressed_ns, b.kind, &b.lock))
     });
     out
-}
-
-/// The text renderer's name of a site (the blame tables use the same).
-fn site_name(s: &crate::report::SiteOut) -> String {
-    let mut name = match (&s.function, &s.file, s.line) {
-        (Some(f), Some(file), Some(line)) => {
-            format!("{f} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-        }
-        (Some(f), _, _) => format!("{f} ({})", s.location),
-        _ => s.location.clone(),
-    };
-    if let Some(outer) = s.inlined.first() {
-        name.push_str(" in ");
-        name.push_str(outer);
-    }
-    name
 }
 
 type Algo = (AdviceKind, String, Evidence, String, Option<String>);

@@ -269,16 +269,9 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ("hold", true),
         ]);
         for s in l.sites.iter().take(o.sites_per_lock) {
-            let mut name = match (&s.function, &s.file, s.line) {
-                (Some(f), Some(file), Some(line)) => {
-                    format!("{f} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-                }
-                (Some(f), _, _) => format!("{f} ({})", s.location),
-                _ => s.location.clone(),
-            };
-            if let Some(outer) = s.inlined.first() {
-                name.push_str(" in ");
-                name.push_str(outer);
+            let mut name = s.name.clone();
+            if s.runtime_only {
+                name.push_str(" [no user frame]");
             }
             st.row(vec![
                 name,

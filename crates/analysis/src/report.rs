@@ -84,6 +84,10 @@ pub struct ReportConfig {
     pub lock_filter: Option<String>,
     /// Keep only threads whose tid equals, or name contains, this.
     pub thread_filter: Option<String>,
+    /// Name sites by their innermost frame even when it is runtime code
+    /// (libc, libstdc++, Rust std, lockscope); default: by the innermost
+    /// user frame ([`crate::symbols::Location::user_view`]).
+    pub frames_all: bool,
 }
 
 impl Default for ReportConfig {
@@ -96,6 +100,7 @@ impl Default for ReportConfig {
             min_wait_ns: 0,
             lock_filter: None,
             thread_filter: None,
+            frames_all: false,
         }
     }
 }
@@ -222,6 +227,9 @@ pub struct LockOut {
 /// One acquisition site of one lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct SiteOut {
+    /// The site as the text report, blame rows and advice name it
+    /// (`function (file:line)`, with ` in caller` when inlined).
+    pub name: String,
     /// Function, if known.
     pub function: Option<String>,
     /// Source file, if known.
@@ -230,8 +238,19 @@ pub struct SiteOut {
     pub line: Option<u32>,
     /// `module+0xoffset`.
     pub location: String,
-    /// Inlined frames, innermost first, as `function (file:line)`.
+    /// Inlined frames, innermost first, as `function (file:line)`: the
+    /// callers of the frame named by `function` within one return address.
     pub inlined: Vec<String>,
+    /// Runtime frames inside the named one (libstdc++ headers, Rust std),
+    /// innermost first, that the user-frame rule skipped; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_frames: Vec<String>,
+    /// No user frame was found for these acquisitions: the return address
+    /// is runtime code and no call path was recorded for them (only
+    /// contended acquisitions carry one unless recorded with
+    /// `--stacks all`). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_only: bool,
     /// Successful acquisitions.
     pub acquisitions: u64,
     /// Of which had to wait.
@@ -608,6 +627,11 @@ struct Names<'a> {
     meta: &'a Meta,
     sites: HashMap<u32, Location>,
     code: HashMap<(u32, u64), Location>,
+    /// `--frames all`: no user-frame selection.
+    frames_all: bool,
+    /// Call paths of each lock by their innermost return address: (lock,
+    /// pc) -> stacks.
+    lock_paths: HashMap<(u32, u64), Vec<u32>>,
 }
 
 impl Names<'_> {
@@ -619,6 +643,7 @@ impl Names<'_> {
         self.code.insert((process, pc), l.clone());
         l
     }
+    /// A site's raw location (innermost frame first).
     fn site(&mut self, s: u32) -> Location {
         if s == u32::MAX {
             return Location {
@@ -634,65 +659,115 @@ impl Names<'_> {
         self.sites.insert(s, l.clone());
         l
     }
-    fn site_str(&mut self, s: u32) -> String {
+    /// The location as shown: its user view, or itself with `--frames
+    /// all`; `None` when it is runtime code only.
+    fn view(&self, loc: &Location) -> Option<Location> {
+        if self.frames_all {
+            Some(loc.clone())
+        } else {
+            loc.user_view()
+        }
+    }
+    /// The shown location of a site, falling back to the first user frame
+    /// of `stack` (a call path of the same event) when the return address
+    /// is runtime code (an out-of-line `std::mutex::lock()`, Rust std's
+    /// futex mutex), and to the raw location when neither has one.
+    fn site_view(&mut self, s: u32, process: u32, stack: u32) -> Location {
+        let loc = self.site(s);
+        if let Some(v) = self.view(&loc) {
+            return v;
+        }
+        if stack != 0 {
+            if let Some(v) = self.path_user_frame(process, stack) {
+                return v;
+            }
+        }
+        loc
+    }
+    /// The shown name of site `s` of lock `oi` where the event's own call
+    /// path is not at hand (a waiter's site in blame, a first use): as
+    /// [`Self::site_view`], and when the return address is runtime code,
+    /// the user frame that all of the lock's recorded call paths through
+    /// that address agree on (several different ones: none is right for
+    /// every event, and the runtime frame stays).
+    fn site_str(&mut self, oi: u32, s: u32) -> String {
         if s == u32::MAX {
             return NO_HOLDER.into();
         }
-        self.site(s).short()
+        let raw = self.site(s);
+        if let Some(v) = self.view(&raw) {
+            return v.short();
+        }
+        let o = &self.model.objs[oi as usize];
+        let process = o.process;
+        let pc = self.model.sites[s as usize].1;
+        let stacks = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        let mut agreed: Option<String> = None;
+        for st in stacks {
+            let Some(v) = self.path_user_frame(process, st) else {
+                return raw.short();
+            };
+            let name = v.short();
+            match &agreed {
+                Some(a) if *a != name => return raw.short(),
+                _ => agreed = Some(name),
+            }
+        }
+        agreed.unwrap_or_else(|| raw.short())
     }
+    fn site_str_via(&mut self, oi: u32, s: u32, stack: u32) -> String {
+        if s == u32::MAX {
+            return NO_HOLDER.into();
+        }
+        if stack == 0 {
+            return self.site_str(oi, s);
+        }
+        let process = self.model.objs[oi as usize].process;
+        self.site_view(s, process, stack).short()
+    }
+    /// A call path as text, innermost first. Runtime frames are left out
+    /// (lockscope's thread trampoline, libc's start_thread, std's lock
+    /// internals) unless `--frames all` or nothing else is left.
     fn path(&mut self, process: u32, stack: u32) -> Vec<String> {
         let Some(st) = self.meta.stacks.get(&stack) else {
             return Vec::new();
         };
         let p = if st.process != 0 { st.process } else { process };
         let frames = st.frames.clone();
-        frames.iter().map(|&pc| self.code(p, pc).short()).collect()
+        let locs: Vec<Location> = frames.iter().map(|&pc| self.code(p, pc)).collect();
+        let user: Vec<String> = locs
+            .iter()
+            .filter_map(|l| self.view(l))
+            .map(|l| l.short())
+            .collect();
+        if user.is_empty() {
+            locs.iter().map(Location::short).collect()
+        } else {
+            user
+        }
     }
-    /// The first frame of a call path that is the program's own code, not
-    /// the runtime's lock implementation (std, core, libc, the dynamic
-    /// loader). A futex word's wait is always called from inside std's
-    /// mutex, so its return address names std, not the program.
-    fn program_frame(&mut self, process: u32, stack: u32) -> Option<Location> {
+    /// The first user frame of a call path: walking outwards from the
+    /// innermost return address, the first whose user view exists. A
+    /// futex word's wait is always called from inside std's mutex (its
+    /// return address names std, not the program), and an out-of-line
+    /// `std::mutex::lock()` is the return address of every site at -O0.
+    fn path_user_frame(&mut self, process: u32, stack: u32) -> Option<Location> {
         let st = self.meta.stacks.get(&stack)?;
         let p = if st.process != 0 { st.process } else { process };
         let frames = st.frames.clone();
-        let runtime_fn = |f: &str| {
-            [
-                "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "syscall", "__",
-            ]
-            .iter()
-            .any(|x| f.starts_with(x))
-        };
-        for pc in frames {
-            let loc = self.code(p, pc);
-            if ["libc.", "libpthread", "ld-linux", "liblockscope"]
-                .iter()
-                .any(|m| loc.module.starts_with(m))
-            {
-                continue;
-            }
-            // Inlined frames count: std's lock() is usually inlined into
-            // the program's function, which is then an outer frame of the
-            // same return address.
-            let own = loc
-                .frames
-                .iter()
-                .position(|f| f.function.as_deref().is_some_and(|n| !runtime_fn(n)));
-            if let Some(k) = own {
-                return Some(Location {
-                    module: loc.module.clone(),
-                    offset: loc.offset,
-                    frames: loc.frames[k..].to_vec(),
-                });
-            }
-        }
-        None
+        frames
+            .into_iter()
+            .find_map(|pc| self.code(p, pc).user_view())
+    }
+    /// (the innermost frame of a call path, if any).
+    fn path_first_pc(&self, stack: u32) -> Option<u64> {
+        self.meta.stacks.get(&stack)?.frames.first().copied()
     }
     fn obj_name(&mut self, oi: u32) -> (Option<String>, String) {
         let o = &self.model.objs[oi as usize];
         let (p, a, fs) = (o.process, o.addr, o.first_site);
         let name = self.sym.data(p, a);
-        let first = self.site(fs).short();
+        let first = self.site_str(oi, fs);
         (name, first)
     }
     /// Short name: the symbol of a static object, else its address (the
@@ -707,9 +782,30 @@ impl Names<'_> {
 /// The holder site of waits that nobody's critical section explains.
 pub const NO_HOLDER: &str = "(no holder: hand-off / wake-up latency)";
 
-/// An empty site row for a resolved location.
-fn site_out(loc: &Location) -> SiteOut {
+/// An empty site row for a shown location (`raw`: the innermost frames
+/// it was selected from, for `skipped_frames`).
+fn site_out(loc: &Location, raw: &Location) -> SiteOut {
+    let skipped = if raw.module == loc.module && raw.offset == loc.offset {
+        raw.frames.len().saturating_sub(loc.frames.len())
+    } else {
+        0
+    };
     SiteOut {
+        name: loc.short(),
+        skipped_frames: raw.frames[..skipped]
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    f.function.as_deref().unwrap_or("?"),
+                    f.file
+                        .as_deref()
+                        .map_or("?", |p| p.rsplit('/').next().unwrap_or(p)),
+                    f.line.unwrap_or(0)
+                )
+            })
+            .collect(),
+        runtime_only: false,
         function: loc.function().map(str::to_string),
         file: loc.file_line().map(|(f, _)| f.to_string()),
         line: loc.file_line().map(|(_, l)| l),
@@ -768,7 +864,17 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         meta,
         sites: HashMap::new(),
         code: HashMap::new(),
+        frames_all: cfg.frames_all,
+        lock_paths: HashMap::new(),
     };
+    for &(oi, stack) in model.by_path.keys() {
+        if let Some(&pc) = meta.stacks.get(&stack).and_then(|s| s.frames.first()) {
+            names.lock_paths.entry((oi, pc)).or_default().push(stack);
+        }
+    }
+    for v in names.lock_paths.values_mut() {
+        v.sort_unstable();
+    }
     let mut full = full_report(meta, model, &mut names, cfg);
     full.recommendations = crate::advice::advise(
         &full,
@@ -865,42 +971,71 @@ fn lock_out(
 ) -> LockOut {
     let o = &model.objs[i as usize];
     let (name, first_use) = names.obj_name(i);
-    // Several return addresses can be the same source line (and a site
-    // without line info is its module+offset): merge by that.
+    // Sites by their user frame (see `Location::user_view`). Several
+    // return addresses can be the same source line (and a site without
+    // line info is its module+offset): merged by that.
     let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
-    for &(s, st) in site_stats {
-        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
-            continue;
-        }
-        let loc = names.site(s);
-        let e = merged.entry(loc.key()).or_insert_with(|| site_out(&loc));
+    let add = |merged: &mut BTreeMap<String, SiteOut>,
+               shown: &Location,
+               raw: &Location,
+               st: &crate::model::SiteStats| {
+        let e = merged
+            .entry(shown.key())
+            .or_insert_with(|| site_out(shown, raw));
         e.acquisitions += st.acquisitions;
         e.contended += st.contended;
         e.trylock_failures += st.trylock_failures;
         e.wait_ns += st.wait_ns;
         e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
         e.hold_ns += st.hold_ns;
-    }
-    // Futex words: sites from call paths (the program's frame), when the
-    // recorder took them: see `program_frame`.
-    if o.kind == Kind::Futex {
-        let mut by_caller: BTreeMap<String, SiteOut> = BTreeMap::new();
-        for &(stack, st) in path_stats {
-            if stack == 0 || st.acquisitions + st.contended == 0 {
+    };
+    for &(s, st) in site_stats {
+        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
+            continue;
+        }
+        let raw = names.site(s);
+        if let Some(shown) = names.view(&raw) {
+            add(&mut merged, &shown, &raw, st);
+            continue;
+        }
+        // The return address is runtime code only: attribute what the
+        // call paths through it cover to their user frames, and keep the
+        // rest (acquisitions without a path) under the runtime frame,
+        // marked as such.
+        let pc = model.sites[s as usize].1;
+        let mut rest = st.clone();
+        for &(stack, ps) in path_stats {
+            if stack == 0 || names.path_first_pc(stack) != Some(pc) {
                 continue;
             }
-            let Some(loc) = names.program_frame(o.process, stack) else {
+            let Some(shown) = names.path_user_frame(o.process, stack) else {
                 continue;
             };
-            let e = by_caller.entry(loc.key()).or_insert_with(|| site_out(&loc));
-            e.acquisitions += st.acquisitions;
-            e.contended += st.contended;
-            e.wait_ns += st.wait_ns;
-            e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+            let raw_path = names.code(o.process, pc);
+            add(&mut merged, &shown, &raw_path, ps);
+            rest.acquisitions = rest.acquisitions.saturating_sub(ps.acquisitions);
+            rest.contended = rest.contended.saturating_sub(ps.contended);
+            rest.trylock_failures = rest.trylock_failures.saturating_sub(ps.trylock_failures);
+            rest.timeouts = rest.timeouts.saturating_sub(ps.timeouts);
+            rest.wait_ns = rest.wait_ns.saturating_sub(ps.wait_ns);
+            rest.hold_ns = rest.hold_ns.saturating_sub(ps.hold_ns);
         }
-        let covered: u64 = by_caller.values().map(|s| s.acquisitions).sum();
-        if covered == o.acquisitions && covered > 0 {
-            merged = by_caller;
+        if rest.acquisitions + rest.contended + rest.trylock_failures + rest.timeouts > 0 {
+            if rest.contended == 0 {
+                rest.wait_ns = 0;
+                rest.max_wait_ns = 0;
+            }
+            let key = format!("runtime:{}", raw.key());
+            let e = merged.entry(key).or_insert_with(|| SiteOut {
+                runtime_only: true,
+                ..site_out(&raw, &raw)
+            });
+            e.acquisitions += rest.acquisitions;
+            e.contended += rest.contended;
+            e.trylock_failures += rest.trylock_failures;
+            e.wait_ns += rest.wait_ns;
+            e.max_wait_ns = e.max_wait_ns.max(rest.max_wait_ns);
+            e.hold_ns += rest.hold_ns;
         }
     }
     let mut sites: Vec<SiteOut> = merged.into_values().collect();
@@ -981,14 +1116,14 @@ fn blame_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<BlameOut> {
         }
         let process = model.objs[oi as usize].process;
         let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
-        let ws = names.site_str(wsite);
+        let ws = names.site_str(oi, wsite);
         let (hthread, htid, hs, hp) = if c == Culprit::NONE {
-            (None, None, names.site_str(u32::MAX), Vec::new())
+            (None, None, NO_HOLDER.to_string(), Vec::new())
         } else {
             (
                 Some(c.thread),
                 model.threads.get(c.thread as usize).map(|t| t.tid),
-                names.site_str(c.site),
+                names.site_str_via(oi, c.site, c.stack),
                 names.path(process, c.stack),
             )
         };

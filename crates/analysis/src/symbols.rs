@@ -105,6 +105,109 @@ impl Location {
     }
 }
 
+/// Modules whose code is never the user's: the C library and dynamic
+/// loader, the C++ runtimes, libgcc's unwinder and lockscope's own
+/// injected libraries. Matched on the file's base name.
+pub const RUNTIME_MODULES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "libpthread",
+    "ld-linux",
+    "ld-musl",
+    "libstdc++",
+    "libc++",
+    "libgcc_s",
+    "liblockscope",
+    "[vdso]",
+];
+
+/// Function name prefixes of runtime code compiled into the user's own
+/// binary: Rust's std, core and alloc (also as `<std::... as Trait>`
+/// impls), libstdc++/libc++ (`std::`, `std::__1::`, `__gnu_cxx::`,
+/// gthreads), glibc internals and lockscope's hooks.
+pub const RUNTIME_FUNCTIONS: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "<std::",
+    "<core::",
+    "<alloc::",
+    "__gnu_cxx::",
+    "__cxxabiv1::",
+    "__gthread",
+    "__pthread",
+    "__lll_",
+    "__futex",
+    "pthread_",
+    "syscall",
+    "lockscope_",
+];
+
+/// Source paths of runtime code inlined into the user's binary: system
+/// and compiler headers (libstdc++'s `<mutex>` lives under
+/// `/usr/include/c++/`, gthreads under `/usr/include/<triple>/c++/`) and
+/// the Rust standard library (`/rustc/<hash>/library/...` in a release
+/// toolchain, `library/std/src/...` in a local one).
+pub const RUNTIME_PATHS: &[&str] = &[
+    "/usr/include/",
+    "/usr/lib/gcc/",
+    "/include/c++/",
+    "/rustc/",
+    "library/std/src/",
+    "library/core/src/",
+    "library/alloc/src/",
+];
+
+/// True for a module that holds no user code ([`RUNTIME_MODULES`]).
+pub fn is_runtime_module(module: &str) -> bool {
+    RUNTIME_MODULES.iter().any(|m| module.starts_with(m))
+}
+
+/// True for a frame of runtime code: its function matches
+/// [`RUNTIME_FUNCTIONS`] or its source file [`RUNTIME_PATHS`]. A frame
+/// with neither name nor file is not runtime (nothing says so).
+pub fn is_runtime_frame(f: &Frame) -> bool {
+    f.function
+        .as_deref()
+        .is_some_and(|n| RUNTIME_FUNCTIONS.iter().any(|p| n.starts_with(p)))
+        || f.file
+            .as_deref()
+            .is_some_and(|p| RUNTIME_PATHS.iter().any(|r| p.contains(r)))
+}
+
+impl Location {
+    /// The location seen from the user's code: the innermost (possibly
+    /// inlined) frame that is not runtime code and its callers, with the
+    /// runtime frames inside it dropped. `None` when the address is
+    /// entirely runtime code (in a runtime module, or every frame of its
+    /// inlining chain is). An address with no frames at all (no symbols)
+    /// in a user module is kept as it is.
+    ///
+    /// This is the rule every site, blame row and recommendation follows
+    /// unless `--frames all` is given (docs/report.md).
+    pub fn user_view(&self) -> Option<Location> {
+        if is_runtime_module(&self.module) {
+            return None;
+        }
+        if self.frames.is_empty() {
+            return Some(self.clone());
+        }
+        let k = self.frames.iter().position(|f| !is_runtime_frame(f))?;
+        // Runtime frames the user frame is inlined into (Rust's thread
+        // start `__rust_begin_short_backtrace`) are dropped too: the
+        // ` in caller` of a user site names user code or nothing.
+        Some(Location {
+            module: self.module.clone(),
+            offset: self.offset,
+            frames: self.frames[k..]
+                .iter()
+                .filter(|f| !is_runtime_frame(f))
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
 fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -390,6 +493,93 @@ impl Symbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frame(f: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            function: Some(f.into()),
+            file: Some(file.into()),
+            line: Some(line),
+        }
+    }
+
+    /// Issue 10 item 1: the user frame of an inlined std::mutex::lock()
+    /// (libstdc++ 12, -O2) and of Rust std's Mutex::lock; none inside
+    /// libc or a chain that is all runtime.
+    #[test]
+    fn issue10_user_view_skips_runtime_frames() {
+        let cxx = Location {
+            module: "app".into(),
+            offset: 0x1234,
+            frames: vec![
+                frame(
+                    "__gthread_mutex_lock",
+                    "/usr/include/x86_64-linux-gnu/c++/12/bits/gthr-default.h",
+                    749,
+                ),
+                frame(
+                    "std::mutex::lock()",
+                    "/usr/include/c++/12/bits/std_mutex.h",
+                    100,
+                ),
+                frame(
+                    "std::lock_guard<std::mutex>::lock_guard(std::mutex&)",
+                    "/usr/include/c++/12/bits/std_mutex.h",
+                    229,
+                ),
+                frame("by_guard(int)", "/src/app.cpp", 27),
+                frame("worker()", "/src/app.cpp", 60),
+            ],
+        };
+        let v = cxx.user_view().unwrap();
+        assert_eq!(
+            v.short(),
+            "by_guard(int) (app.cpp:27) in worker() (app.cpp:60)"
+        );
+        assert_eq!(v.frames.len(), 2);
+        let rust = Location {
+            module: "app".into(),
+            offset: 0x99,
+            frames: vec![
+                frame(
+                    "std::sys::sync::mutex::futex::Mutex::lock",
+                    "/rustc/abc/library/std/src/sys/sync/mutex/futex.rs",
+                    28,
+                ),
+                frame("app::worker", "src/main.rs", 12),
+            ],
+        };
+        assert_eq!(
+            rust.user_view().unwrap().short(),
+            "app::worker (main.rs:12)"
+        );
+        let mut thread_start = rust.clone();
+        thread_start.frames.push(frame(
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+            "/rustc/abc/library/std/src/sys/backtrace.rs",
+            166,
+        ));
+        assert_eq!(
+            thread_start.user_view().unwrap().short(),
+            "app::worker (main.rs:12)"
+        );
+        let all_std = Location {
+            frames: vec![cxx.frames[0].clone(), cxx.frames[1].clone()],
+            ..cxx.clone()
+        };
+        assert_eq!(all_std.user_view(), None);
+        let libc = Location {
+            module: "libc.so.6".into(),
+            offset: 1,
+            frames: vec![frame("start_thread", "pthread_create.c", 442)],
+        };
+        assert_eq!(libc.user_view(), None);
+        let bare = Location {
+            module: "app".into(),
+            offset: 7,
+            frames: vec![],
+        };
+        assert_eq!(bare.user_view().unwrap().short(), "app+0x7");
+    }
 
     #[test]
     fn unknown_address_degrades_to_module_offset() {

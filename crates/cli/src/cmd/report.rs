@@ -48,6 +48,12 @@ pub struct Args {
     /// Do not subtract the recorder's measured overhead.
     #[arg(long)]
     no_overhead_correction: bool,
+    /// Which frame names a site: `user` (default), the innermost frame of
+    /// the program's own code, skipping libc, libstdc++/libc++ headers,
+    /// Rust std/core/alloc and lockscope (see docs/report.md); `all`, the
+    /// innermost frame whatever it is, and call paths in full.
+    #[arg(long, default_value = "user", value_parser = ["user", "all"])]
+    frames: String,
     /// Do not read binaries for symbols (addresses stay module+offset).
     #[arg(long)]
     no_symbols: bool,
@@ -133,6 +139,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .unwrap_or(0),
         lock_filter: a.lock.clone(),
         thread_filter: a.thread.clone(),
+        frames_all: a.frames == "all",
     };
     let trace = match &a.trace {
         Some(t) => t.clone(),
