@@ -53,7 +53,38 @@ struct Table {
     head: Vec<&'static str>,
     /// true: right-aligned (numbers).
     right: Vec<bool>,
+    /// Per column: 0 = always shown; otherwise the column may be hidden
+    /// to fit the width, higher ranks first.
+    rank: Vec<u8>,
+    /// Column names for the "hidden" note (default: the headers).
+    label: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+}
+
+/// Narrowest a name column is elided to before columns are hidden.
+const MIN_NAME: usize = 16;
+
+/// Elides the middle of `s` to at most `w` characters (`head...tail`):
+/// the start of a name says what it is, the end its file and line.
+pub fn elide(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_string();
+    }
+    if w < 5 {
+        return s.chars().take(w).collect();
+    }
+    let tail = (w - 3) / 2;
+    let head = w - 3 - tail;
+    let mut out: String = s.chars().take(head).collect();
+    out.push_str("...");
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// True for a cell that says nothing (a zero count, time or ratio).
+fn is_zero(c: &str) -> bool {
+    matches!(c, "0" | "0 ns" | "0.0%" | "0 ns 0.0%" | "0.00" | "-" | "")
 }
 
 impl Table {
@@ -61,37 +92,105 @@ impl Table {
         Table {
             head: cols.iter().map(|c| c.0).collect(),
             right: cols.iter().map(|c| c.1).collect(),
+            rank: vec![0; cols.len()],
+            label: Vec::new(),
             rows: Vec::new(),
         }
     }
     fn extend(&mut self, cols: &[(&'static str, bool)]) {
         self.head.extend(cols.iter().map(|c| c.0));
         self.right.extend(cols.iter().map(|c| c.1));
+        self.rank.resize(self.head.len(), 0);
+    }
+    /// Names of the columns in the "hidden" note, where the headers
+    /// repeat (two `mean` columns).
+    fn labels(&mut self, l: &[&'static str]) {
+        debug_assert_eq!(l.len(), self.head.len());
+        self.label = l.to_vec();
+    }
+    /// Hiding order for narrow terminals, one rank per column.
+    fn ranks(&mut self, r: &[u8]) {
+        debug_assert_eq!(r.len(), self.head.len());
+        self.rank = r.to_vec();
     }
     fn row(&mut self, r: Vec<String>) {
         self.rows.push(r);
     }
-    fn render(&self, out: &mut String, indent: &str) {
-        let mut w: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
-        for r in &self.rows {
-            for (i, c) in r.iter().enumerate() {
-                w[i] = w[i].max(c.chars().count());
+    /// Renders the table within `width` columns (None: as wide as the
+    /// cells). To fit, name (left-aligned) columns are first elided down
+    /// to [`MIN_NAME`], then ranked columns are hidden, all-zero ones
+    /// first; a line under the table names the hidden columns.
+    fn render(&self, out: &mut String, indent: &str, width: Option<usize>) {
+        let n = self.head.len();
+        let natural: Vec<usize> = (0..n)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([self.head[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut w = natural.clone();
+        let mut shown = vec![true; n];
+        if let Some(width) = width {
+            // Hiding order: ranked columns, all-zero ones first, then by
+            // rank, highest first.
+            let mut order: Vec<usize> = (0..n).filter(|&i| self.rank[i] > 0).collect();
+            order.sort_by_key(|&i| {
+                let zero = self.rows.iter().all(|r| is_zero(&r[i]));
+                (std::cmp::Reverse(zero), std::cmp::Reverse(self.rank[i]))
+            });
+            let mut order = order.into_iter();
+            loop {
+                let total = |w: &[usize], shown: &[bool]| {
+                    let k = shown.iter().filter(|&&s| s).count();
+                    indent.len()
+                        + (0..n).filter(|&i| shown[i]).map(|i| w[i]).sum::<usize>()
+                        + 2 * k.saturating_sub(1)
+                };
+                w.clone_from(&natural);
+                let mut excess = total(&w, &shown).saturating_sub(width);
+                // Elide the widest name column, one character at a time.
+                while excess > 0 {
+                    let widest = (0..n)
+                        .filter(|&i| shown[i] && !self.right[i])
+                        .filter(|&i| w[i] > MIN_NAME.max(self.head[i].chars().count()))
+                        .max_by_key(|&i| w[i]);
+                    let Some(i) = widest else { break };
+                    w[i] -= 1;
+                    excess -= 1;
+                }
+                if excess == 0 {
+                    break;
+                }
+                match order.next() {
+                    Some(i) => shown[i] = false,
+                    None => break,
+                }
             }
         }
         let line = |cells: Vec<&str>, out: &mut String| {
             let mut s = String::from(indent);
+            let last_shown = (0..n).rev().find(|&i| shown[i]).unwrap_or(0);
+            let mut first = true;
             for (i, c) in cells.iter().enumerate() {
-                if i > 0 {
+                if !shown[i] {
+                    continue;
+                }
+                if !first {
                     s.push_str("  ");
                 }
+                first = false;
+                let c = elide(c, w[i]);
                 let pad = w[i] - c.chars().count();
-                let last = i + 1 == cells.len();
                 if self.right[i] {
                     s.push_str(&" ".repeat(pad));
-                    s.push_str(c);
+                    s.push_str(&c);
                 } else {
-                    s.push_str(c);
-                    if !last {
+                    s.push_str(&c);
+                    if i != last_shown {
                         s.push_str(&" ".repeat(pad));
                     }
                 }
@@ -103,7 +202,70 @@ impl Table {
         for r in &self.rows {
             line(r.iter().map(String::as_str).collect(), out);
         }
+        let hidden: Vec<&str> = (0..n)
+            .filter(|&i| !shown[i])
+            .map(|i| self.label.get(i).copied().unwrap_or(self.head[i]))
+            .collect();
+        if !hidden.is_empty() {
+            let _ = writeln!(
+                out,
+                "{indent}(hidden to fit the terminal: {}; --wide shows all)",
+                hidden.join(", ")
+            );
+        }
     }
+}
+
+/// Word-wraps every line longer than `width` (prose: headers, notes,
+/// advice), continuing with the line's indentation plus 4; a word longer
+/// than a line is cut.
+fn wrap_long_lines(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.chars().count() <= width {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let lead = line.len() - line.trim_start().len();
+        let cont = " ".repeat((lead + 4).min(width / 2));
+        let mut cur = line[..lead].to_string();
+        let mut empty = true;
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            let mut word = word.to_string();
+            loop {
+                let have = cur.chars().count();
+                let need = word.chars().count() + usize::from(!empty);
+                if have + need <= width {
+                    if !empty {
+                        cur.push(' ');
+                    }
+                    cur.push_str(&word);
+                    empty = false;
+                    break;
+                }
+                if empty {
+                    // Longer than a whole line: cut it.
+                    let room = width.saturating_sub(have).max(1);
+                    let head: String = word.chars().take(room).collect();
+                    cur.push_str(&head);
+                    word = word.chars().skip(room).collect();
+                }
+                out.push_str(cur.trim_end());
+                out.push('\n');
+                cur.clone_from(&cont);
+                empty = true;
+                if word.is_empty() {
+                    break;
+                }
+            }
+        }
+        if !empty {
+            out.push_str(cur.trim_end());
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Options of the text rendering.
@@ -115,6 +277,9 @@ pub struct TextOptions {
     pub lock_threads: bool,
     /// Print the RECOMMENDATIONS section.
     pub advice: bool,
+    /// Fit every line into this many columns (None: the wide layout,
+    /// lines as long as their content).
+    pub width: Option<usize>,
 }
 
 impl Default for TextOptions {
@@ -123,6 +288,7 @@ impl Default for TextOptions {
             sites_per_lock: 3,
             lock_threads: false,
             advice: true,
+            width: None,
         }
     }
 }
@@ -155,6 +321,9 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     let several = several_processes(r);
     let mut out = String::new();
     let _ = writeln!(out, "lockscope report: {}", r.command.join(" "));
+    if !r.verdict.text.is_empty() {
+        let _ = writeln!(out, "verdict: {}", r.verdict.text);
+    }
     let _ = writeln!(
         out,
         "duration {}, {} threads, {} events, {} lost",
@@ -212,6 +381,38 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         ("p99", true),
         ("waiters", true),
     ]);
+    // Hidden first on a narrow terminal: failures and hand-off figures,
+    // then the tails of the distributions; never the name, counts and
+    // totals.
+    let mut ranks = vec![0, 0];
+    if several {
+        ranks.push(0);
+    }
+    ranks.extend([4, 0, 0, 5, 11, 12, 10, 0, 0, 7, 2, 0, 3, 8, 9, 6]);
+    t.ranks(&ranks);
+    let mut labels = vec!["#", "lock"];
+    if several {
+        labels.push("pid");
+    }
+    labels.extend([
+        "kind",
+        "acq",
+        "contended",
+        "cont%",
+        "owner-chg",
+        "try-fail",
+        "1st-try",
+        "wait total",
+        "wait mean",
+        "wait max",
+        "wait p99",
+        "hold total",
+        "hold mean",
+        "hold max",
+        "hold p99",
+        "waiters",
+    ]);
+    t.labels(&labels);
     for (i, l) in r.locks.iter().enumerate() {
         let name = l.name.clone().unwrap_or_else(|| l.address.clone());
         let mut row = vec![(i + 1).to_string(), name];
@@ -239,7 +440,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         t.row(row);
     }
     if !r.locks.is_empty() {
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     for (i, l) in r.locks.iter().enumerate() {
         if o.sites_per_lock == 0 {
@@ -283,7 +484,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(s.hold_ns),
             ]);
         }
-        st.render(&mut out, "    ");
+        st.render(&mut out, "    ", o.width);
         if l.sites.len() > o.sites_per_lock {
             let _ = writeln!(
                 out,
@@ -312,7 +513,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                     ns(th.hold_ns),
                 ]);
             }
-            tt.render(&mut out, "    ");
+            tt.render(&mut out, "    ", o.width);
         }
     }
 
@@ -336,7 +537,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 b.holder_site.clone(),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
         out.push_str("\n  blocking sites (wait caused):\n");
         let mut t = Table::new(&[
             ("wait caused", true),
@@ -352,7 +553,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 lock_label(&b.lock_name, b.pid, several),
             ]);
         }
-        t.render(&mut out, "    ");
+        t.render(&mut out, "    ", o.width);
     }
 
     out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
@@ -367,6 +568,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         ("unknown", true),
         ("blocked (cond/barrier/sem/join)", true),
     ]);
+    t.ranks(&[0, 0, 0, 1, 0, 5, 2, 6, 3]);
     for th in &r.threads {
         let lt = th.lifetime_ns;
         let cell = |v: u64| format!("{} {}", ns(v), share(v, lt));
@@ -382,7 +584,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ns(th.cond_wait_ns + th.barrier_wait_ns + th.sem_wait_ns + th.join_wait_ns),
         ]);
     }
-    t.render(&mut out, "  ");
+    t.render(&mut out, "  ", o.width);
 
     if !r.conds.is_empty() {
         out.push_str("\nCONDITION VARIABLES\n");
@@ -406,7 +608,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(c.wait_ns.max),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     if !r.barriers.is_empty() {
         out.push_str("\nBARRIERS (waiting blamed on the last thread to arrive)\n");
@@ -436,7 +638,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 per(&b.blamed_on),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     if !r.semaphores.is_empty() {
         out.push_str("\nSEMAPHORES\n");
@@ -462,7 +664,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(s.wait_ns.max),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     let a = &r.anomalies;
     let items = [
@@ -498,7 +700,10 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     if o.advice {
         recommendations(r, several, &mut out);
     }
-    out
+    match o.width {
+        Some(w) => wrap_long_lines(&out, w),
+        None => out,
+    }
 }
 
 /// The RECOMMENDATIONS section (see [`crate::advice`]).

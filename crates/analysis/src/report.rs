@@ -146,6 +146,48 @@ pub struct Report {
     /// What to try, per lock, with the evidence ([`crate::advice`]); sorted
     /// by the wait each could address. Empty with `--no-advice`.
     pub recommendations: Vec<crate::advice::Recommendation>,
+    /// The one-line summary of the whole trace (before any filter).
+    pub verdict: Verdict,
+}
+
+/// Where the threads' time went, in one line: the share of thread time
+/// spent waiting for locks and blocked otherwise, and the lock (and its
+/// site) that dominates the lock waiting. Computed on the whole trace.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verdict {
+    /// Sum of all threads' lifetimes, ns.
+    pub thread_time_ns: u64,
+    /// Of it, waiting to acquire locks (the threads' `lock_ns`), ns.
+    pub lock_wait_ns: u64,
+    /// Blocked on condition variables, ns.
+    pub cond_wait_ns: u64,
+    /// Blocked at barriers, ns.
+    pub barrier_wait_ns: u64,
+    /// Blocked on semaphores, ns.
+    pub sem_wait_ns: u64,
+    /// Blocked in pthread_join, ns.
+    pub join_wait_ns: u64,
+    /// The lock with the largest total wait, if any thread waited.
+    pub top_lock: Option<VerdictLock>,
+    /// The sentence printed at the top of the text report.
+    pub text: String,
+}
+
+/// The lock that dominates the waiting.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerdictLock {
+    /// Symbol, else address.
+    pub name: String,
+    /// Address, `0x...`.
+    pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
+    /// Its total wait, ns.
+    pub wait_ns: u64,
+    /// Its share of the wait on all locks.
+    pub share_of_lock_wait: f64,
+    /// Its site with the most wait (user frame), if known.
+    pub site: Option<String>,
 }
 
 /// Overhead correction applied.
@@ -880,6 +922,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         &full,
         &crate::advice::MachineFacts::from_header(&meta.header),
     );
+    full.verdict = verdict(&full);
     filtered_view(full, model, cfg)
 }
 
@@ -931,7 +974,95 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
         anomalies: model.anomalies.clone(),
         notes,
         recommendations: Vec::new(),
+        verdict: Verdict::default(),
     }
+}
+
+fn share_str(a: u64, b: u64) -> String {
+    format!("{:.1}%", ratio(a, b) * 100.0)
+}
+
+/// Stage 2 finding: the verdict line on the full report.
+fn verdict(r: &Report) -> Verdict {
+    let sum = |f: fn(&ThreadOut) -> u64| r.threads.iter().map(f).sum::<u64>();
+    let mut v = Verdict {
+        thread_time_ns: sum(|t| t.lifetime_ns),
+        lock_wait_ns: sum(|t| t.lock_ns),
+        cond_wait_ns: sum(|t| t.cond_wait_ns),
+        barrier_wait_ns: sum(|t| t.barrier_wait_ns),
+        sem_wait_ns: sum(|t| t.sem_wait_ns),
+        join_wait_ns: sum(|t| t.join_wait_ns),
+        top_lock: None,
+        text: String::new(),
+    };
+    let all_lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
+    let several = {
+        let mut pids = r.threads.iter().map(|t| t.pid);
+        let first = pids.next();
+        pids.any(|p| Some(p) != first)
+    };
+    if let Some(l) = r
+        .locks
+        .iter()
+        .filter(|l| l.wait_ns.total > 0)
+        .max_by_key(|l| (l.wait_ns.total, std::cmp::Reverse(l.obj)))
+    {
+        v.top_lock = Some(VerdictLock {
+            name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+            address: l.address.clone(),
+            pid: l.pid,
+            wait_ns: l.wait_ns.total,
+            share_of_lock_wait: ratio(l.wait_ns.total, all_lock_wait),
+            site: l
+                .sites
+                .iter()
+                .filter(|s| s.wait_ns > 0)
+                .max_by_key(|s| s.wait_ns)
+                .map(|s| s.name.clone()),
+        });
+    }
+    let t = v.thread_time_ns;
+    let mut text = if v.lock_wait_ns > 0 || v.top_lock.is_some() {
+        let mut s = format!(
+            "threads waited for locks {} of their time ({} of {})",
+            share_str(v.lock_wait_ns, t),
+            crate::render::ns(v.lock_wait_ns),
+            crate::render::ns(t)
+        );
+        if let Some(top) = &v.top_lock {
+            let pid = if several {
+                format!(" (pid {})", top.pid)
+            } else {
+                String::new()
+            };
+            s.push_str(&format!(
+                ", {:.1}% of it on {}{pid}",
+                top.share_of_lock_wait * 100.0,
+                top.name
+            ));
+            if let Some(site) = &top.site {
+                s.push_str(&format!(", most at {site}"));
+            }
+        }
+        s
+    } else {
+        "no thread waited for a lock".to_string()
+    };
+    let blocked: Vec<String> = [
+        ("condition variables", v.cond_wait_ns),
+        ("barriers", v.barrier_wait_ns),
+        ("semaphores", v.sem_wait_ns),
+        ("join", v.join_wait_ns),
+    ]
+    .iter()
+    .filter(|(_, ns)| *ns > 0 && ratio(*ns, t) >= 0.001)
+    .map(|(what, ns)| format!("{what} {}", share_str(*ns, t)))
+    .collect();
+    if !blocked.is_empty() {
+        text.push_str(&format!("; blocked otherwise: {}", blocked.join(", ")));
+    }
+    v.text = text;
+    v
 }
 
 /// Every lock of the model, in model order.

@@ -18,7 +18,7 @@ fn golden(name: &str) -> PathBuf {
 
 fn lockscope(args: &[&str], cwd: Option<&Path>) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
-    c.args(args);
+    c.args(args).env_remove("COLUMNS");
     if let Some(d) = cwd {
         c.current_dir(d);
     }
@@ -441,4 +441,99 @@ fn issue10_rust_std_mutex_sites_are_the_users_lines() {
         "main's drop(guard) wakes a waiter: {}",
         r["blocking_sites"]
     );
+}
+
+/// Item 7: one verdict line at the top. sleep_hold: one thread waited
+/// 180.082 ms for the lock 0x5637faf36100 at sleep_hold+0x14a0 (symbols
+/// off) while main joined; the shares are of the 642.943 ms of thread time.
+#[test]
+fn issue10_verdict_line_at_the_top() {
+    let t = golden("sleep_hold.lstrace");
+    let text = report(&t, &[]);
+    let second = text.lines().nth(1).unwrap();
+    assert_eq!(
+        second,
+        "verdict: threads waited for locks 28.0% of their time (180.082 ms of 642.943 ms), \
+         100.0% of it on 0x5637faf36100, most at sleep_hold+0x14a0; blocked otherwise: join 36.7%"
+    );
+    let v = &json(&t, &["--top", "0"])["verdict"];
+    assert_eq!(v["lock_wait_ns"], v["top_lock"]["wait_ns"]);
+    assert_eq!(v["top_lock"]["address"], "0x5637faf36100");
+    assert_eq!(v["top_lock"]["site"], "sleep_hold+0x14a0");
+    assert_eq!(v["text"].as_str(), second.strip_prefix("verdict: "));
+}
+
+/// Item 4: at COLUMNS=120 no line is longer than 120 characters (names
+/// elided in the middle, columns hidden and named, prose wrapped), on the
+/// kept traces and on traces with long C++ and Rust symbol names; --wide
+/// gives the layout of a pipe.
+#[test]
+fn issue10_text_fits_120_columns() {
+    let dir = temp("issue10-width");
+    let bin = build_cxx_sites(&dir, "-O2");
+    let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut traces = vec![
+        golden("sleep_hold.lstrace"),
+        golden("rust_std_mutex.lstrace"),
+        run.trace_path.clone(),
+    ];
+    let rs = dir.join("rs.lstrace");
+    let src = record_util::workspace().join("tests/programs/rust_std_mutex.rs");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let st = Command::new(rustc)
+        .args(["-O", "-g", "--edition", "2021", "-o"])
+        .arg(dir.join("rs"))
+        .arg(&src)
+        .status()
+        .expect("rustc");
+    assert!(st.success());
+    let o = lockscope(
+        &[
+            "record",
+            "-q",
+            "-o",
+            rs.to_str().unwrap(),
+            "--",
+            dir.join("rs").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success());
+    traces.push(rs);
+    for t in &traces {
+        let p = t.to_str().unwrap();
+        for extra in [&[][..], &["--per-thread", "--sites", "10"][..]] {
+            let mut a = vec!["report", p];
+            a.extend_from_slice(extra);
+            let o = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+                .args(&a)
+                .env("COLUMNS", "120")
+                .output()
+                .unwrap();
+            let text = ok(&o);
+            for l in text.lines() {
+                assert!(
+                    l.chars().count() <= 120,
+                    "{p} {extra:?}: {} chars:\n{l}",
+                    l.len()
+                );
+            }
+            let wide = ok(&lockscope(&[&a[..], &["--wide"]].concat(), None));
+            assert_eq!(wide, ok(&lockscope(&a, None)), "--wide is the pipe layout");
+        }
+    }
+    // Something had to give on the C++ trace: the full-width report has
+    // longer lines, and the narrow one says which columns it hid.
+    let p = run.trace_path.to_str().unwrap();
+    let wide = ok(&lockscope(&["report", p], None));
+    assert!(wide.lines().any(|l| l.chars().count() > 120));
+    let o = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["report", p])
+        .env("COLUMNS", "120")
+        .output()
+        .unwrap();
+    let narrow = ok(&o);
+    assert!(narrow.contains("hidden to fit the terminal"), "{narrow}");
+    assert!(narrow.contains("by_guard"), "{narrow}");
 }

@@ -45,6 +45,11 @@ pub struct Args {
     /// Show each lock's per-thread rows in the text output.
     #[arg(long)]
     per_thread: bool,
+    /// Text as wide as its content (every column, names in full) instead
+    /// of fitting the terminal ($COLUMNS, else the terminal's width; output
+    /// that is not a terminal is never narrowed).
+    #[arg(long)]
+    wide: bool,
     /// Do not subtract the recorder's measured overhead.
     #[arg(long)]
     no_overhead_correction: bool,
@@ -107,6 +112,24 @@ fn newest_trace(dir: &std::path::Path) -> anyhow::Result<(PathBuf, usize)> {
          (record one with `lockscope record -- PROGRAM`)"
     })?;
     Ok((newest, n))
+}
+
+/// The width to fit text into: `$COLUMNS` when set to a number (at least
+/// 40 columns are used), else the width of the terminal on stdout, else
+/// none (a pipe or file gets the wide layout: scripts keep whole names).
+fn text_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return Some(n.max(40));
+    }
+    let out = std::io::stdout();
+    if !out.is_terminal() {
+        return None;
+    }
+    terminal_size::terminal_size_of(&out).map(|(w, _)| usize::from(w.0).max(40))
 }
 
 /// Runs the subcommand; returns the exit code.
@@ -200,6 +223,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 sites_per_lock: a.sites,
                 lock_threads: a.per_thread,
                 advice: !a.no_advice,
+                width: if a.wide { None } else { text_width() },
             },
         )
     };
