@@ -277,6 +277,9 @@ pub struct TextOptions {
     pub lock_threads: bool,
     /// Print the RECOMMENDATIONS section.
     pub advice: bool,
+    /// Call paths printed per lock and for the largest blame rows (0:
+    /// none).
+    pub paths: usize,
     /// Fit every line into this many columns (None: the wide layout,
     /// lines as long as their content).
     pub width: Option<usize>,
@@ -288,6 +291,7 @@ impl Default for TextOptions {
             sites_per_lock: 3,
             lock_threads: false,
             advice: true,
+            paths: 0,
             width: None,
         }
     }
@@ -492,6 +496,22 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 l.sites.len() - o.sites_per_lock
             );
         }
+        if o.paths > 0 && !l.call_paths.is_empty() {
+            let _ = writeln!(out, "    call paths (most wait first):");
+            for p in l.call_paths.iter().take(o.paths) {
+                let _ = writeln!(
+                    out,
+                    "      {} waited, {} acquisitions ({} contended):",
+                    ns(p.wait_ns),
+                    count(p.acquisitions),
+                    count(p.contended)
+                );
+                stack(&mut out, &p.frames, "        ");
+            }
+            if l.call_paths.len() > o.paths {
+                let _ = writeln!(out, "      ... {} more paths", l.call_paths.len() - o.paths);
+            }
+        }
         if o.lock_threads {
             let mut tt = Table::new(&[
                 ("tid", true),
@@ -538,6 +558,31 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ]);
         }
         t.render(&mut out, "  ", o.width);
+        if o.paths > 0 {
+            let rows: Vec<_> = r
+                .blame
+                .iter()
+                .filter(|b| !b.holder_path.is_empty())
+                .take(o.paths)
+                .collect();
+            if !rows.is_empty() {
+                out.push_str("\n  holders' call paths (largest blame rows):\n");
+            }
+            for b in rows {
+                let _ = writeln!(
+                    out,
+                    "    {} ({} wait{}) on {}: thread {} at {} waited for thread {} in:",
+                    ns(b.wait_ns),
+                    count(b.waits),
+                    if b.waits == 1 { "" } else { "s" },
+                    lock_label(&b.lock_name, b.pid, several),
+                    b.waiter_tid,
+                    b.waiter_site,
+                    b.holder_tid.map_or("?".to_string(), |t| t.to_string()),
+                );
+                stack(&mut out, &b.holder_path, "      ");
+            }
+        }
         out.push_str("\n  blocking sites (wait caused):\n");
         let mut t = Table::new(&[
             ("wait caused", true),
@@ -703,6 +748,15 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     match o.width {
         Some(w) => wrap_long_lines(&out, w),
         None => out,
+    }
+}
+
+/// A call path as an indented stack, innermost frame first (the frames
+/// are user frames unless `--frames all`, see [`crate::symbols`]).
+fn stack(out: &mut String, frames: &[String], indent: &str) {
+    for (i, f) in frames.iter().enumerate() {
+        let arrow = if i == 0 { "" } else { "<- " };
+        let _ = writeln!(out, "{indent}{arrow}{f}");
     }
 }
 

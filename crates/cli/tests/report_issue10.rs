@@ -537,3 +537,56 @@ fn issue10_text_fits_120_columns() {
     assert!(narrow.contains("hidden to fit the terminal"), "{narrow}");
     assert!(narrow.contains("by_guard"), "{narrow}");
 }
+
+/// Item 3: `--paths` prints call paths as indented stacks of user frames
+/// (innermost first), per lock and for the largest blame rows; with
+/// `--frames all` the runtime frames around them too. cxx_sites at -O0
+/// keeps frame pointers, so the recorder walks whole stacks.
+#[test]
+fn issue10_paths_print_user_stacks() {
+    let dir = temp("issue10-paths");
+    let bin = build_cxx_sites(&dir, "-O0");
+    let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let p = run.trace_path.to_str().unwrap();
+    let text = ok(&lockscope(&["report", p, "--paths", "5"], None));
+    let block = text
+        .split("call paths (most wait first):\n")
+        .nth(1)
+        .expect("a call paths block")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let frames: Vec<&str> = block
+        .lines()
+        .filter(|l| l.starts_with("        "))
+        .map(str::trim)
+        .collect();
+    for f in ["by_lock", "by_guard", "by_unique", "main"] {
+        assert!(
+            frames
+                .iter()
+                .any(|x| x.starts_with(f) && x.contains("cxx_sites.cpp:")),
+            "{f} not in:\n{block}"
+        );
+    }
+    for x in &frames {
+        assert!(
+            !x.contains("std::") && !x.contains("__gthread") && !x.contains("libstdc++"),
+            "runtime frame {x} in:\n{block}"
+        );
+    }
+    assert!(text.contains("holders' call paths"), "{text}");
+    let all = ok(&lockscope(
+        &["report", p, "--paths", "5", "--frames", "all"],
+        None,
+    ));
+    let block = all.split("call paths (most wait first):\n").nth(1).unwrap();
+    assert!(block.contains("        __gthread_mutex_lock"), "{block}");
+    assert!(
+        block.contains("        <- by_lock (cxx_sites.cpp:19)"),
+        "{block}"
+    );
+    // Without --paths: no stacks.
+    assert!(!ok(&lockscope(&["report", p], None)).contains("call paths"));
+}

@@ -42,6 +42,12 @@ pub struct Args {
     /// Sites shown under each lock in the text output.
     #[arg(long, default_value_t = 3, value_name = "N")]
     sites: usize,
+    /// Print call paths as indented stacks: the N paths with most wait
+    /// under each lock, and the holders' paths of the N largest blame rows
+    /// (default N: 3). Contended acquisitions carry a path; record with
+    /// `--stacks all` for every acquisition.
+    #[arg(long, num_args = 0..=1, default_missing_value = "3", value_name = "N")]
+    paths: Option<usize>,
     /// Show each lock's per-thread rows in the text output.
     #[arg(long)]
     per_thread: bool,
@@ -223,6 +229,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 sites_per_lock: a.sites,
                 lock_threads: a.per_thread,
                 advice: !a.no_advice,
+                paths: a.paths.unwrap_or(0),
                 width: if a.wide { None } else { text_width() },
             },
         )
