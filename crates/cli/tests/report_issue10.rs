@@ -590,3 +590,116 @@ fn issue10_paths_print_user_stacks() {
     // Without --paths: no stacks.
     assert!(!ok(&lockscope(&["report", p], None)).contains("call paths"));
 }
+
+fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
+    let st = Command::new(cmd)
+        .args(args)
+        .current_dir(cwd)
+        .status()
+        .unwrap_or_else(|e| panic!("{cmd}: {e} (binutils must be installed)"));
+    assert!(st.success(), "{cmd} {args:?} failed");
+}
+
+/// Item 2: a stripped binary whose debug info is in a separate file
+/// (`objcopy --only-keep-debug`), found through a build-id directory or a
+/// `.gnu_debuglink`: static locks are named from the debug file's symbols,
+/// inside arrays with their index from DWARF (`lru_locks[12]`,
+/// `buckets[3]+0x8`), and sites get function and line. Without a debug
+/// file: `.dynsym` names the exported lock, the others are module+offset,
+/// and a note says the binary is stripped and where debug files were
+/// looked for.
+#[test]
+fn issue10_stripped_binary_named_through_its_debug_file() {
+    let dir = temp("issue10-stripped");
+    let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-rdynamic", "-o"])
+        .arg(dir.join("full"))
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    run_tool(
+        "objcopy",
+        &["--only-keep-debug", "full", "prog.debug"],
+        &dir,
+    );
+    // Build-id directory: ROOT/.build-id/ab/cdef.debug.
+    let id = {
+        let out = Command::new("readelf")
+            .args(["-n", "full"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+            .expect("gcc writes a build-id")
+    };
+    let root = dir.join("root");
+    let idd = root.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&idd).unwrap();
+    std::fs::copy(
+        dir.join("prog.debug"),
+        idd.join(format!("{}.debug", &id[2..])),
+    )
+    .unwrap();
+    for case in ["buildid", "debuglink", "none"] {
+        let sub = dir.join(case);
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::copy(dir.join("full"), sub.join("prog")).unwrap();
+        run_tool("strip", &["--strip-all", "prog"], &sub);
+        if case == "debuglink" {
+            std::fs::copy(dir.join("prog.debug"), sub.join("prog.debug")).unwrap();
+            run_tool("objcopy", &["--add-gnu-debuglink=prog.debug", "prog"], &sub);
+        }
+        let run = record(&sub, &[], &sub.join("prog"), &[], b"");
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+        c.args(["report", run.trace_path.to_str().unwrap(), "--json"]);
+        if case == "buildid" {
+            c.env("LOCKSCOPE_DEBUG_DIRS", &root);
+        } else {
+            c.env_remove("LOCKSCOPE_DEBUG_DIRS");
+        }
+        let r: Value = serde_json::from_str(&ok(&c.output().unwrap())).unwrap();
+        for line in run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("truth-name "))
+        {
+            let kv: std::collections::HashMap<&str, &str> =
+                line.split(' ').filter_map(|w| w.split_once('=')).collect();
+            let addr = format!("{:#x}", u64::from_str_radix(&kv["addr"][2..], 16).unwrap());
+            let l = r["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["address"] == addr.as_str())
+                .unwrap_or_else(|| panic!("{case}: no lock at {addr}"));
+            assert_eq!(
+                l["acquisitions"].as_u64(),
+                kv["count"].parse().ok(),
+                "{case}"
+            );
+            let name = l["name"].as_str().unwrap();
+            if case == "none" {
+                if kv["name"] == "exported_lock" {
+                    assert_eq!(name, "exported_lock", ".dynsym names it");
+                } else {
+                    assert!(name.starts_with("prog+0x"), "{case}: {name}");
+                }
+            } else {
+                assert_eq!(name, kv["name"], "{case}");
+                let site = l["sites"][0]["name"].as_str().unwrap();
+                assert!(site.contains("stripped_locks.c:"), "{case}: {site}");
+            }
+        }
+        let notes = r["notes"].to_string();
+        assert_eq!(
+            notes.contains("stripped"),
+            case == "none",
+            "{case}: {notes}"
+        );
+    }
+}
