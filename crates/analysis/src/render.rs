@@ -355,6 +355,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let _ = writeln!(out, "recorder overhead: not subtracted");
     }
 
+    hangs(r, several, o, &mut out);
     out.push_str(
         "\nLOCKS (wait = attempt to acquired; wait mean/max/p99 over the attempts that waited; \
          hold = acquired to release)\n",
@@ -601,6 +602,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         t.render(&mut out, "    ", o.width);
     }
 
+    inversions(r, several, &mut out);
     out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
     let mut t = Table::new(&[
         ("tid", true),
@@ -748,6 +750,119 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     match o.width {
         Some(w) => wrap_long_lines(&out, w),
         None => out,
+    }
+}
+
+/// DEADLOCK and STILL BLOCKED sections, first after the header: a hang
+/// is the first thing to see.
+fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
+    for d in &r.deadlocks {
+        let _ = writeln!(
+            out,
+            "\nDEADLOCK: {} threads{} wait for each other (still blocked when the trace ended)",
+            d.threads.len(),
+            if several {
+                format!(" of pid {}", d.pid)
+            } else {
+                String::new()
+            }
+        );
+        for s in &d.threads {
+            let _ = writeln!(
+                out,
+                "  thread {} ({}) waits for {} at {}, since {}",
+                s.tid,
+                s.thread,
+                s.waits_for,
+                s.wait_site,
+                ns(s.since_ns)
+            );
+            if o.paths > 0 {
+                stack(out, &s.wait_path, "      ");
+            }
+            match &s.holder_site {
+                Some(h) => {
+                    let _ = writeln!(out, "    held by thread {}, taken at {h}", s.held_by);
+                    if o.paths > 0 {
+                        stack(out, &s.holder_path, "      ");
+                    }
+                }
+                None => {
+                    let _ = writeln!(out, "    thread {} has not exited", s.held_by);
+                }
+            }
+        }
+    }
+    if !r.hangs.is_empty() {
+        out.push_str("\nSTILL BLOCKED WHEN THE TRACE ENDED (waits that never returned)\n");
+        let mut t = Table::new(&[
+            ("tid", true),
+            ("thread", false),
+            ("waited", true),
+            ("in", false),
+            ("on", false),
+            ("held by", false),
+            ("at", false),
+        ]);
+        for h in &r.hangs {
+            let held: Vec<String> = h.held_by.iter().map(|t| t.to_string()).collect();
+            t.row(vec![
+                h.tid.to_string(),
+                h.thread.clone(),
+                ns(h.waited_ns),
+                h.waiting_in.to_string(),
+                lock_label(&h.object, h.pid, several),
+                held.join(","),
+                h.site.clone(),
+            ]);
+        }
+        t.render(out, "  ", o.width);
+        if !r.open_holds.is_empty() {
+            out.push_str("  locks still held:\n");
+            let mut t = Table::new(&[
+                ("tid", true),
+                ("held", true),
+                ("lock", false),
+                ("taken at", false),
+            ]);
+            for h in &r.open_holds {
+                t.row(vec![
+                    h.tid.to_string(),
+                    ns(h.held_ns),
+                    lock_label(&h.lock, h.pid, several),
+                    h.site.clone(),
+                ]);
+            }
+            t.render(out, "    ", o.width);
+        }
+    }
+}
+
+/// POTENTIAL DEADLOCKS: lock pairs taken in both orders.
+fn inversions(r: &Report, several: bool, out: &mut String) {
+    if r.potential_deadlocks.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nPOTENTIAL DEADLOCKS (two locks taken in both orders; threads doing both at once \
+         deadlock)\n",
+    );
+    for i in &r.potential_deadlocks {
+        let (a, b) = (
+            lock_label(&i.lock_a, i.pid, several),
+            lock_label(&i.lock_b, i.pid, several),
+        );
+        let _ = writeln!(out, "  {a} and {b}:");
+        let _ = writeln!(
+            out,
+            "    thread {} took {b} at {} while holding {a} (taken at {})",
+            i.a_then_b.tid, i.a_then_b.acquired_at, i.a_then_b.held_at
+        );
+        let _ = writeln!(
+            out,
+            "    thread {} took {a} at {} while holding {b} (taken at {})",
+            i.b_then_a.tid, i.b_then_a.acquired_at, i.b_then_a.held_at
+        );
     }
 }
 

@@ -148,6 +148,119 @@ pub struct Report {
     pub recommendations: Vec<crate::advice::Recommendation>,
     /// The one-line summary of the whole trace (before any filter).
     pub verdict: Verdict,
+    /// Threads waiting for each other when the trace ended (wait-for
+    /// cycles; [`crate::hangs`]).
+    pub deadlocks: Vec<DeadlockOut>,
+    /// Waits still open when the trace ended (blocked until exit, kill).
+    pub hangs: Vec<HangOut>,
+    /// Locks still held when the trace ended.
+    pub open_holds: Vec<OpenHoldOut>,
+    /// Lock-order inversions: pairs of locks taken in both orders.
+    pub potential_deadlocks: Vec<InversionOut>,
+}
+
+/// A wait still open at the end of the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct HangOut {
+    /// OS tid.
+    pub tid: u32,
+    /// OS pid.
+    pub pid: u32,
+    /// Thread name.
+    pub thread: String,
+    /// lock | condition variable | join | semaphore | barrier | futex.
+    pub waiting_in: &'static str,
+    /// The lock or object (symbol or address), or `thread N` for a join.
+    pub object: String,
+    /// When the wait began, ns since the trace start.
+    pub since_ns: u64,
+    /// How long it had waited when the trace (or its process) ended, ns.
+    pub waited_ns: u64,
+    /// Where it waits (user frame).
+    pub site: String,
+    /// Its call path, if recorded.
+    pub path: Vec<String>,
+    /// Threads (tids) holding the lock waited for.
+    pub held_by: Vec<u32>,
+}
+
+/// A lock still held at the end of the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenHoldOut {
+    /// OS tid of the holder.
+    pub tid: u32,
+    /// OS pid.
+    pub pid: u32,
+    /// The lock (symbol or address).
+    pub lock: String,
+    /// Acquired at, ns since the trace start.
+    pub since_ns: u64,
+    /// Held until the end, ns.
+    pub held_ns: u64,
+    /// Where it was acquired.
+    pub site: String,
+    /// Acquisition call path, if recorded.
+    pub path: Vec<String>,
+}
+
+/// A deadlock: each thread waits for the next (the last for the first).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeadlockOut {
+    /// OS pid.
+    pub pid: u32,
+    /// The threads of the cycle.
+    pub threads: Vec<DeadlockStepOut>,
+}
+
+/// One thread of a deadlock.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeadlockStepOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Thread name.
+    pub thread: String,
+    /// What it waits for: a lock (symbol or address) or `join of thread N`.
+    pub waits_for: String,
+    /// Where it waits.
+    pub wait_site: String,
+    /// Its call path, if recorded.
+    pub wait_path: Vec<String>,
+    /// Since when, ns since the trace start.
+    pub since_ns: u64,
+    /// The thread it waits for (holder of the lock, or the joined one).
+    pub held_by: u32,
+    /// Where the holder acquired the lock (null for a join).
+    pub holder_site: Option<String>,
+    /// The holder's acquisition call path, if recorded.
+    pub holder_path: Vec<String>,
+}
+
+/// Two locks taken in both orders: a potential deadlock.
+#[derive(Clone, Debug, Serialize)]
+pub struct InversionOut {
+    /// OS pid.
+    pub pid: u32,
+    /// First lock (symbol or address).
+    pub lock_a: String,
+    /// Second lock.
+    pub lock_b: String,
+    /// `lock_b` acquired while holding `lock_a`.
+    pub a_then_b: OrderOut,
+    /// `lock_a` acquired while holding `lock_b`.
+    pub b_then_a: OrderOut,
+}
+
+/// One acquisition made while holding another lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Where the held lock was taken.
+    pub held_at: String,
+    /// Where the second lock was taken.
+    pub acquired_at: String,
+    /// Call path of the second acquisition, if recorded.
+    pub path: Vec<String>,
 }
 
 /// Where the threads' time went, in one line: the share of thread time
@@ -549,8 +662,21 @@ pub fn analyze(
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Report, AnalysisError> {
     let meta = index(path, &mut |d, t| progress(d, t, 0))?;
-    let mut model = build_model(path, &meta, cfg, progress)?;
-    Ok(build_report(&meta, &mut model, cfg))
+    // Hangs and deadlocks come from their own pass over the events, on
+    // a third thread beside the model's two.
+    let (model, hangs) = std::thread::scope(|s| {
+        let h = s.spawn(|| crate::hangs::scan(path, &meta));
+        let model = build_model(path, &meta, cfg, progress);
+        let hangs = h.join().unwrap_or_else(|_| {
+            Err(AnalysisError::Config(
+                "the hang analysis failed (a bug): no hang report".into(),
+            ))
+        });
+        (model, hangs)
+    });
+    let mut model = model?;
+    let hangs = hangs?;
+    Ok(build_report_with(&meta, &mut model, cfg, &hangs))
 }
 
 /// Runs the timing model over a trace (exposed for other analyses).
@@ -801,6 +927,20 @@ impl Names<'_> {
             .into_iter()
             .find_map(|pc| self.code(p, pc).user_view())
     }
+    /// A code address (call site) as shown: its user view, else the first
+    /// user frame of `stack`, else the raw location.
+    fn pc_str(&mut self, process: u32, pc: u64, stack: u32) -> String {
+        let raw = self.code(process, pc);
+        if let Some(v) = self.view(&raw) {
+            return v.short();
+        }
+        if stack != 0 {
+            if let Some(v) = self.path_user_frame(process, stack) {
+                return v.short();
+            }
+        }
+        raw.short()
+    }
     /// (the innermost frame of a call path, if any).
     fn path_first_pc(&self, stack: u32) -> Option<u64> {
         self.meta.stacks.get(&stack)?.frames.first().copied()
@@ -899,6 +1039,17 @@ fn is_lock(k: Kind) -> bool {
 ///    output format (text shows 20 locks by default, JSON all);
 /// 3. [`filtered_view`]: the filters, sort and `--top` of `cfg`.
 pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
+    build_report_with(meta, model, cfg, &(Default::default(), 0))
+}
+
+/// [`build_report`] with the findings of [`crate::hangs::scan`] (and the
+/// time of the trace's last event).
+pub fn build_report_with(
+    meta: &Meta,
+    model: &mut Model,
+    cfg: &ReportConfig,
+    hangs: &(crate::hangs::Findings, u64),
+) -> Report {
     let model: &Model = model;
     let mut names = Names {
         sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), cfg.symbolize),
@@ -922,6 +1073,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         &full,
         &crate::advice::MachineFacts::from_header(&meta.header),
     );
+    hang_rows(meta, &mut names, hangs, &mut full);
     full.verdict = verdict(&full);
     filtered_view(full, model, cfg)
 }
@@ -975,6 +1127,135 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
         notes,
         recommendations: Vec::new(),
         verdict: Verdict::default(),
+        deadlocks: Vec::new(),
+        hangs: Vec::new(),
+        open_holds: Vec::new(),
+        potential_deadlocks: Vec::new(),
+    }
+}
+
+/// Hangs, open holds, deadlocks and inversions as report rows.
+fn hang_rows(
+    meta: &Meta,
+    names: &mut Names,
+    (f, last): &(crate::hangs::Findings, u64),
+    r: &mut Report,
+) {
+    use crate::hangs::WaitKind;
+    let trace_end = meta
+        .footer
+        .as_ref()
+        .map_or(*last, |x| x.duration_ns.max(*last));
+    let thread = |id: u32| meta.threads.get(&id);
+    let process_of = |id: u32| thread(id).map_or(0, |t| t.process);
+    let tid_of = |id: u32| thread(id).map_or(0, |t| t.tid);
+    let name_of = |id: u32| {
+        meta.thread_names
+            .get(&id)
+            .cloned()
+            .or_else(|| thread(id).map(|t| t.name.clone()))
+            .unwrap_or_default()
+    };
+    // A blocked thread lives until its process ended (exit, kill) or,
+    // when that was not seen, the trace did.
+    let end_of = |process: u32| {
+        meta.process_ends
+            .get(&process)
+            .map_or(trace_end, |p| p.end_ns)
+    };
+    let lock = |names: &mut Names, process: u32, addr: u64| -> String {
+        names
+            .sym
+            .data(process, addr)
+            .unwrap_or_else(|| format!("{addr:#x}"))
+    };
+    for w in &f.open_waits {
+        let p = process_of(w.thread);
+        let held_by: Vec<u32> = if w.kind == WaitKind::Lock {
+            f.open_holds
+                .iter()
+                .filter(|(t, h)| h.addr == w.addr && process_of(*t) == p && *t != w.thread)
+                .map(|(t, _)| tid_of(*t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        r.hangs.push(HangOut {
+            tid: tid_of(w.thread),
+            pid: pid_of(meta, p),
+            thread: name_of(w.thread),
+            waiting_in: w.kind.name(),
+            object: if w.kind == WaitKind::Join {
+                format!("thread {}", w.addr)
+            } else {
+                lock(names, p, w.addr)
+            },
+            since_ns: w.since,
+            waited_ns: end_of(p).saturating_sub(w.since),
+            site: names.pc_str(p, w.site, w.stack),
+            path: names.path(p, w.stack),
+            held_by,
+        });
+    }
+    r.hangs
+        .sort_by_key(|h| (std::cmp::Reverse(h.waited_ns), h.pid, h.tid));
+    for (t, h) in &f.open_holds {
+        let p = process_of(*t);
+        r.open_holds.push(OpenHoldOut {
+            tid: tid_of(*t),
+            pid: pid_of(meta, p),
+            lock: lock(names, p, h.addr),
+            since_ns: h.since,
+            held_ns: end_of(p).saturating_sub(h.since),
+            site: names.pc_str(p, h.site, h.stack),
+            path: names.path(p, h.stack),
+        });
+    }
+    r.open_holds
+        .sort_by_key(|h| (std::cmp::Reverse(h.held_ns), h.pid, h.tid));
+    for cycle in &f.deadlocks {
+        let p = cycle.first().map_or(0, |s| process_of(s.wait.thread));
+        let threads = cycle
+            .iter()
+            .map(|s| DeadlockStepOut {
+                tid: tid_of(s.wait.thread),
+                thread: name_of(s.wait.thread),
+                waits_for: if s.wait.kind == WaitKind::Join {
+                    format!("join of thread {}", s.wait.addr)
+                } else {
+                    lock(names, p, s.wait.addr)
+                },
+                wait_site: names.pc_str(p, s.wait.site, s.wait.stack),
+                wait_path: names.path(p, s.wait.stack),
+                since_ns: s.wait.since,
+                held_by: tid_of(s.holder),
+                holder_site: s.held.as_ref().map(|h| names.pc_str(p, h.site, h.stack)),
+                holder_path: s
+                    .held
+                    .as_ref()
+                    .map_or(Vec::new(), |h| names.path(p, h.stack)),
+            })
+            .collect();
+        r.deadlocks.push(DeadlockOut {
+            pid: pid_of(meta, p),
+            threads,
+        });
+    }
+    for i in &f.inversions {
+        let p = i.process;
+        let order = |names: &mut Names, w: &crate::hangs::OrderWitness| OrderOut {
+            tid: tid_of(w.thread),
+            held_at: names.pc_str(p, w.held_site, 0),
+            acquired_at: names.pc_str(p, w.acquire_site, w.stack),
+            path: names.path(p, w.stack),
+        };
+        r.potential_deadlocks.push(InversionOut {
+            pid: pid_of(meta, p),
+            lock_a: lock(names, p, i.a),
+            lock_b: lock(names, p, i.b),
+            a_then_b: order(names, &i.a_then_b),
+            b_then_a: order(names, &i.b_then_a),
+        });
     }
 }
 
@@ -1060,6 +1341,34 @@ fn verdict(r: &Report) -> Verdict {
     .collect();
     if !blocked.is_empty() {
         text.push_str(&format!("; blocked otherwise: {}", blocked.join(", ")));
+    }
+    // A hang outranks everything: the figures above count only waits
+    // that ended, and a deadlocked thread's never does.
+    if let Some(d) = r.deadlocks.first() {
+        let tids: Vec<String> = d.threads.iter().map(|s| s.tid.to_string()).collect();
+        let on: Vec<&str> = d.threads.iter().map(|s| s.waits_for.as_str()).collect();
+        let longest = r.hangs.iter().map(|h| h.waited_ns).max().unwrap_or(0);
+        text = format!(
+            "DEADLOCK: threads {} wait for each other ({}){}, blocked up to {} when the trace \
+             ended",
+            tids.join(", "),
+            on.join(", "),
+            if r.deadlocks.len() > 1 {
+                format!(" and {} more cycles", r.deadlocks.len() - 1)
+            } else {
+                String::new()
+            },
+            crate::render::ns(longest)
+        );
+    } else if let Some(h) = r.hangs.first() {
+        text.push_str(&format!(
+            "; {} thread{} still blocked when the trace ended (longest: {} in {} at {})",
+            r.hangs.len(),
+            if r.hangs.len() == 1 { "" } else { "s" },
+            crate::render::ns(h.waited_ns),
+            h.waiting_in,
+            h.site
+        ));
     }
     v.text = text;
     v

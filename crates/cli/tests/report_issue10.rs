@@ -703,3 +703,115 @@ fn issue10_stripped_binary_named_through_its_debug_file() {
         );
     }
 }
+
+/// Item 5: a real two-lock deadlock, ended by SIGALRM after 1 s: the
+/// report says DEADLOCK first, names both threads with the lock each
+/// waits for at the line where it blocks (25, 35) and where the other
+/// took it (33, 23), and lists main's join as still blocked. Run with
+/// `inversion`, the same code does not deadlock (the threads run one
+/// after the other) but the lock-order inversion is reported.
+#[test]
+fn issue10_deadlock_and_inversion() {
+    let dir = temp("issue10-deadlock");
+    let src = record_util::workspace().join("tests/programs/report/deadlock.c");
+    let bin = dir.join("deadlock");
+    let st = Command::new("gcc")
+        .args(["-O0", "-g", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 128 + 14, "killed by SIGALRM: {}", run.stderr);
+    let a = ["report", run.trace_path.to_str().unwrap(), "--json"];
+    let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
+    let d = r["deadlocks"].as_array().unwrap();
+    assert_eq!(d.len(), 1, "{d:?}");
+    let steps = d[0]["threads"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    let mut seen: Vec<(String, String, String)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["waits_for"].as_str().unwrap().to_string(),
+                s["wait_site"].as_str().unwrap().to_string(),
+                s["holder_site"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "lock_a".to_string(),
+                "b_then_a (deadlock.c:35)".to_string(),
+                "a_then_b (deadlock.c:23)".to_string()
+            ),
+            (
+                "lock_b".to_string(),
+                "a_then_b (deadlock.c:25)".to_string(),
+                "b_then_a (deadlock.c:33)".to_string()
+            ),
+        ]
+    );
+    // Each waits for the other: held_by of one is the tid of the other.
+    let t0 = steps[0]["tid"].as_u64().unwrap();
+    let t1 = steps[1]["tid"].as_u64().unwrap();
+    assert_eq!(steps[0]["held_by"].as_u64(), Some(t1));
+    assert_eq!(steps[1]["held_by"].as_u64(), Some(t0));
+    let hangs = r["hangs"].as_array().unwrap();
+    assert_eq!(hangs.len(), 3, "two lock waits and main's join: {hangs:?}");
+    assert!(hangs.iter().any(|h| h["waiting_in"] == "join"));
+    for h in hangs {
+        // Blocked from before the alarm to the kill, 1 s later.
+        assert!(h["waited_ns"].as_u64().unwrap() > 500_000_000, "{h}");
+    }
+    assert!(r["verdict"]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("DEADLOCK: threads"));
+    let text = ok(&lockscope(
+        &["report", run.trace_path.to_str().unwrap()],
+        None,
+    ));
+    assert!(
+        text.contains("\nDEADLOCK: 2 threads wait for each other"),
+        "{text}"
+    );
+    assert!(
+        text.contains("STILL BLOCKED WHEN THE TRACE ENDED"),
+        "{text}"
+    );
+    assert!(r["potential_deadlocks"].as_array().unwrap().is_empty());
+
+    let run = record(&dir, &[], &bin, &["inversion"], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let a = ["report", run.trace_path.to_str().unwrap(), "--json"];
+    let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
+    assert!(r["deadlocks"].as_array().unwrap().is_empty());
+    assert!(r["hangs"].as_array().unwrap().is_empty());
+    let inv = r["potential_deadlocks"].as_array().unwrap();
+    assert_eq!(inv.len(), 1, "{inv:?}");
+    let i = &inv[0];
+    let pair = [i["lock_a"].as_str().unwrap(), i["lock_b"].as_str().unwrap()];
+    assert!(
+        pair == ["lock_a", "lock_b"] || pair == ["lock_b", "lock_a"],
+        "{pair:?}"
+    );
+    let mut sites = [
+        i["a_then_b"]["acquired_at"].as_str().unwrap(),
+        i["b_then_a"]["acquired_at"].as_str().unwrap(),
+    ];
+    sites.sort();
+    assert_eq!(
+        sites,
+        ["a_then_b (deadlock.c:25)", "b_then_a (deadlock.c:35)"]
+    );
+    let text = ok(&lockscope(
+        &["report", run.trace_path.to_str().unwrap()],
+        None,
+    ));
+    assert!(text.contains("POTENTIAL DEADLOCKS"), "{text}");
+}
