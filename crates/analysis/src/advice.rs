@@ -316,7 +316,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             // the algorithm rules above cover.
             let long = match site_hold {
                 Some(h) => h >= LONG_HOLD_NS,
-                None => l.kind == "futex" || f.hold_mean >= LONG_HOLD_NS,
+                None => l.kind.starts_with("futex") || f.hold_mean >= LONG_HOLD_NS,
             };
             if share >= DOMINANT_SITE_SHARE && long {
                 let mut ev = Evidence::default();
@@ -324,7 +324,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
                 ev.put("site_wait_ns", b.wait_caused_ns as f64);
                 ev.put("site_share", share);
                 ev.put("site_waits", b.waits as f64);
-                let futex = l.kind == "futex";
+                let futex = l.kind.starts_with("futex");
                 let mut text = format!(
                     "{} of the {} wait on this lock ({} {}) is charged to {} at {}",
                     pct(share),

@@ -297,6 +297,22 @@ impl Default for TextOptions {
     }
 }
 
+/// Why a futex word's row has dashes: the recorder sees a lock that
+/// bypasses pthreads (Rust std, Go, hand-made) only when a thread enters
+/// the kernel for it.
+pub const FUTEX_NOTE: &str = "futex: a raw futex word is seen only when a thread sleeps on it \
+    (FUTEX_WAIT) or wakes one: contended = waits that slept, try-fail = waits that returned at \
+    once, wait = time asleep; acquisitions, holds and hand-offs happen in user space, unseen (-)";
+
+/// `-` for what a futex word's row cannot know (see [`FUTEX_NOTE`]).
+fn dash(futex: bool, v: String) -> String {
+    if futex {
+        "-".to_string()
+    } else {
+        v
+    }
+}
+
 /// Whether the report covers more than one process (after a fork the
 /// parent's and the child's copies of a lock share its name and address,
 /// so every lock must then be named with its pid).
@@ -424,28 +440,35 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         if several {
             row.push(l.pid.to_string());
         }
+        // A futex word shows only its waits (see FUTEX_NOTE): what it
+        // cannot know is "-", not a confident 0 or 100 %.
+        let futex = l.kind.starts_with("futex");
+        let unknown = |v: String| dash(futex, v);
         row.extend([
             l.kind.to_string(),
-            count(l.acquisitions),
+            unknown(count(l.acquisitions)),
             count(l.contended),
-            pct(l.contended_ratio),
-            count(l.owner_changes),
+            unknown(pct(l.contended_ratio)),
+            unknown(count(l.owner_changes)),
             count(l.trylock_failures),
-            pct(l.first_attempt_ratio),
+            unknown(pct(l.first_attempt_ratio)),
             ns(l.wait_ns.total),
             nsf(l.wait_ns.mean),
             ns(l.wait_ns.max),
             ns(l.wait_ns.p99),
-            ns(l.hold_ns.total),
-            nsf(l.hold_ns.mean),
-            ns(l.hold_ns.max),
-            ns(l.hold_ns.p99),
-            format!("{:.2}", l.avg_waiters),
+            unknown(ns(l.hold_ns.total)),
+            unknown(nsf(l.hold_ns.mean)),
+            unknown(ns(l.hold_ns.max)),
+            unknown(ns(l.hold_ns.p99)),
+            unknown(format!("{:.2}", l.avg_waiters)),
         ]);
         t.row(row);
     }
     if !r.locks.is_empty() {
         t.render(&mut out, "  ", o.width);
+    }
+    if r.locks.iter().any(|l| l.kind.starts_with("futex")) {
+        let _ = writeln!(out, "  {FUTEX_NOTE}");
     }
     for (i, l) in r.locks.iter().enumerate() {
         if o.sites_per_lock == 0 {
@@ -453,7 +476,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         }
         let _ = writeln!(
             out,
-            "\n  #{} {} {} at {}{}, first used at {}; sites:",
+            "\n  #{} {} {} at {}{}, first used at {}{}; sites:",
             i + 1,
             l.kind,
             l.name.as_deref().unwrap_or("(no symbol)"),
@@ -463,8 +486,19 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             } else {
                 String::new()
             },
-            l.first_use
+            l.first_use,
+            if l.kind.starts_with("futex") {
+                format!(
+                    "; {} waits slept, {} returned at once, {} wakes",
+                    count(l.contended),
+                    count(l.trylock_failures),
+                    count(l.wakes)
+                )
+            } else {
+                String::new()
+            }
         );
+        let futex = l.kind.starts_with("futex");
         let mut st = Table::new(&[
             ("site", false),
             ("acq", true),
@@ -481,12 +515,12 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             }
             st.row(vec![
                 name,
-                count(s.acquisitions),
+                dash(futex, count(s.acquisitions)),
                 count(s.contended),
                 count(s.trylock_failures),
                 ns(s.wait_ns),
                 ns(s.max_wait_ns),
-                ns(s.hold_ns),
+                dash(futex, ns(s.hold_ns)),
             ]);
         }
         st.render(&mut out, "    ", o.width);
@@ -527,11 +561,11 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 tt.row(vec![
                     th.tid.to_string(),
                     th.name.clone(),
-                    count(th.acquisitions),
+                    dash(futex, count(th.acquisitions)),
                     count(th.contended),
                     count(th.trylock_failures),
                     ns(th.wait_ns),
-                    ns(th.hold_ns),
+                    dash(futex, ns(th.hold_ns)),
                 ]);
             }
             tt.render(&mut out, "    ", o.width);

@@ -377,6 +377,9 @@ pub struct LockOut {
     /// lock without comparing display strings).
     #[serde(skip)]
     pub(crate) obj: u32,
+    /// A futex word waited on from Rust std's futex RwLock.
+    #[serde(skip)]
+    pub(crate) rust_rwlock: bool,
 }
 
 /// One acquisition site of one lock.
@@ -1080,8 +1083,9 @@ pub fn build_report_with(
 
 /// Stage 1: the whole model as report rows, nothing filtered.
 fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig) -> Report {
-    let locks = lock_rows(meta, model, names);
-    let blame = blame_rows(meta, model, names);
+    let mut locks = lock_rows(meta, model, names);
+    let mut blame = blame_rows(meta, model, names);
+    merge_rust_rwlocks(&mut locks, &mut blame);
     let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
     let threads = thread_rows(meta, model);
     let (conds, barriers, semaphores) = object_rows(model, names);
@@ -1411,6 +1415,17 @@ fn lock_out(
 ) -> LockOut {
     let o = &model.objs[i as usize];
     let (name, first_use) = names.obj_name(i);
+    // Rust std's RwLock is two futex words (readers wait on the state,
+    // writers on `writer_notify` 4 bytes after it): found by the wait's
+    // own return address, in std's RwLock code.
+    let rust_rwlock = o.kind == Kind::Futex
+        && site_stats.iter().any(|&(s, _)| {
+            names.site(s).frames.iter().any(|f| {
+                f.function
+                    .as_deref()
+                    .is_some_and(|n| n.contains("sync::rwlock::futex::RwLock"))
+            })
+        });
     // Sites by their user frame (see `Location::user_view`). Several
     // return addresses can be the same source line (and a site without
     // line info is its module+offset): merged by that.
@@ -1539,6 +1554,93 @@ fn lock_out(
         call_paths,
         threads,
         obj: i,
+        rust_rwlock,
+    }
+}
+
+/// Merges the two futex words of each Rust std RwLock (state at `a`,
+/// writer_notify at `a + 4`, both waited on from std's RwLock code) into
+/// one row of kind `futex-rwlock` at `a`, and points the second word's
+/// blame rows at it. The merged wait p99 is the larger of the two (an
+/// upper bound: the histograms are not kept).
+fn merge_rust_rwlocks(locks: &mut Vec<LockOut>, blame: &mut [BlameOut]) {
+    let addr = |l: &LockOut| u64::from_str_radix(l.address.trim_start_matches("0x"), 16).ok();
+    let mut at: HashMap<(u32, u32, u64), usize> = HashMap::new();
+    for (i, l) in locks.iter().enumerate() {
+        if let (true, Some(a)) = (l.rust_rwlock, addr(l)) {
+            at.insert((l.pid, l.exec_generation, a), i);
+        }
+    }
+    let mut gone: Vec<usize> = Vec::new();
+    let mut pairs: Vec<(usize, usize)> = at
+        .iter()
+        .filter_map(|(&(p, g, a), &i)| at.get(&(p, g, a + 4)).map(|&j| (i, j)))
+        .collect();
+    pairs.sort_unstable();
+    for (i, j) in pairs {
+        if gone.contains(&i) || gone.contains(&j) {
+            continue;
+        }
+        let b = locks[j].clone();
+        let a = &mut locks[i];
+        a.kind = "futex-rwlock";
+        a.contended += b.contended;
+        a.trylock_failures += b.trylock_failures;
+        a.timeouts += b.timeouts;
+        a.wakes += b.wakes;
+        let (wa, wb) = (a.wait_ns, b.wait_ns);
+        a.wait_ns.total = wa.total + wb.total;
+        a.wait_ns.count = wa.count + wb.count;
+        a.wait_ns.mean = if a.wait_ns.count == 0 {
+            0.0
+        } else {
+            a.wait_ns.total as f64 / a.wait_ns.count as f64
+        };
+        a.wait_ns.max = wa.max.max(wb.max);
+        a.wait_ns.p99 = wa.p99.max(wb.p99);
+        for s in b.sites {
+            match a.sites.iter_mut().find(|x| x.name == s.name) {
+                Some(x) => {
+                    x.contended += s.contended;
+                    x.trylock_failures += s.trylock_failures;
+                    x.wait_ns += s.wait_ns;
+                    x.max_wait_ns = x.max_wait_ns.max(s.max_wait_ns);
+                }
+                None => a.sites.push(s),
+            }
+        }
+        a.sites
+            .sort_by(|x, y| (y.wait_ns, &x.name).cmp(&(x.wait_ns, &y.name)));
+        a.call_paths.extend(b.call_paths);
+        a.call_paths
+            .sort_by(|x, y| (y.wait_ns, &x.frames).cmp(&(x.wait_ns, &y.frames)));
+        for t in b.threads {
+            match a.threads.iter_mut().find(|x| x.thread == t.thread) {
+                Some(x) => {
+                    x.contended += t.contended;
+                    x.trylock_failures += t.trylock_failures;
+                    x.wait_ns += t.wait_ns;
+                    x.max_wait_ns = x.max_wait_ns.max(t.max_wait_ns);
+                }
+                None => a.threads.push(t),
+            }
+        }
+        a.threads
+            .sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+        let label = a.name.clone().unwrap_or_else(|| a.address.clone());
+        for r in blame
+            .iter_mut()
+            .filter(|r| r.obj == b.obj || r.obj == a.obj)
+        {
+            r.obj = a.obj;
+            r.lock.clone_from(&a.address);
+            r.lock_name.clone_from(&label);
+        }
+        gone.push(j);
+    }
+    gone.sort_unstable();
+    for j in gone.into_iter().rev() {
+        locks.remove(j);
     }
 }
 

@@ -815,3 +815,83 @@ fn issue10_deadlock_and_inversion() {
     ));
     assert!(text.contains("POTENTIAL DEADLOCKS"), "{text}");
 }
+
+/// Item 6: futex words are shown honestly, and the two futex words of a
+/// Rust std RwLock are one lock. The golden rust_std_mutex trace: futex
+/// rows show `-` for what only user space knows, with a one-line note and
+/// the waits and wakes in the heading. rust_rwlock.rs: one
+/// `futex-rwlock` row covers every wait inside the RwLock's bytes, with
+/// the readers' and writers' lines as sites.
+#[test]
+fn issue10_futex_rows_and_rust_rwlock() {
+    let text = report(&golden("rust_std_mutex.lstrace"), &[]);
+    let row = text
+        .lines()
+        .find(|l| l.contains("0x55890e63ca20  futex"))
+        .expect("the futex row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[3..5], &["-", "3"], "{row}");
+    assert!(
+        text.contains("futex: a raw futex word is seen only when"),
+        "{text}"
+    );
+    assert!(
+        text.contains("; 3 waits slept, 0 returned at once, 4 wakes; sites:"),
+        "{text}"
+    );
+
+    let dir = temp("issue10-rwlock");
+    let src = record_util::workspace().join("tests/programs/report/rust_rwlock.rs");
+    let bin = dir.join("rust_rwlock");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let st = Command::new(rustc)
+        .args(["-O", "-g", "--edition", "2021", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("rustc");
+    assert!(st.success());
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let truth = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("truth-rwlock "))
+        .unwrap();
+    let kv: std::collections::HashMap<&str, &str> =
+        truth.split(' ').filter_map(|w| w.split_once('=')).collect();
+    let base = u64::from_str_radix(&kv["addr"][2..], 16).unwrap();
+    let size: u64 = kv["size"].parse().unwrap();
+    let a = ["report", run.trace_path.to_str().unwrap(), "--json"];
+    let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
+    let inside: Vec<&Value> = r["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            let a = u64::from_str_radix(&l["address"].as_str().unwrap()[2..], 16).unwrap();
+            (base..base + size).contains(&a)
+        })
+        .collect();
+    assert_eq!(inside.len(), 1, "one lock for the RwLock: {inside:?}");
+    let l = inside[0];
+    assert_eq!(l["kind"], "futex-rwlock");
+    assert!(l["contended"].as_u64().unwrap() >= 4, "{l}");
+    let lines: std::collections::BTreeSet<u64> = l["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["line"].as_u64())
+        .collect();
+    assert!(
+        lines.contains(&20) && lines.contains(&25),
+        "read at 20, write at 25: {lines:?}"
+    );
+    // Blame rows of both words name the one lock.
+    for b in r["blame"].as_array().unwrap() {
+        let a = u64::from_str_radix(&b["lock"].as_str().unwrap()[2..], 16).unwrap();
+        if (base..base + size).contains(&a) {
+            assert_eq!(b["lock"], l["address"]);
+        }
+    }
+}
