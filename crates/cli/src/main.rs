@@ -70,7 +70,7 @@ fn main() {
             }) {
                 std::process::exit(141);
             }
-            eprintln!("lockscope: error: {e:#}");
+            eprintln!("lockscope: error: {}", cmd::util::error_line(&e));
             std::process::exit(2);
         }
     }
