@@ -21,6 +21,7 @@ pub mod model;
 pub mod occ;
 pub mod render;
 pub mod report;
+pub mod spin;
 pub mod symbols;
 pub mod ulcp;
 
