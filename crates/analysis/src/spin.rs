@@ -608,6 +608,15 @@ pub fn analyze(t: &Trace, symbolize: bool) -> SpinReport {
 /// Runs the analysis with a [`Detailed`] view already built from `t` (for
 /// names of data and code).
 pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
+    // Threads are named after they start (pthread_setname_np): the last
+    // name is the one a reader knows them by.
+    for r in &t.records {
+        if let lockscope_format::Record::ThreadName(n) = r {
+            if let Some(s) = d.threads.get_mut(&n.thread) {
+                s.name.clone_from(&n.name);
+            }
+        }
+    }
     let values = t.header.get(ACCESS_VALUES_KEY) == Some("1");
     // Candidates: locations of atomic read-modify-writes.
     let mut cands: BTreeSet<u64> = BTreeSet::new();

@@ -8,5 +8,6 @@ pub mod occ;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod spin;
 pub mod ulcp;
 pub mod util;
