@@ -44,6 +44,8 @@ enum Command {
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
     Spin(cmd::spin::Args),
+    Import(cmd::import::Args),
+    Export(cmd::export::Args),
 }
 
 fn main() {
@@ -60,6 +62,8 @@ fn main() {
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
         Command::Spin(a) => cmd::spin::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

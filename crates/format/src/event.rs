@@ -174,7 +174,7 @@ ops! {
     /// entry of an imported hardware trace).
     CpuIn = 80,
     /// The thread stops running on core `arg` (another thread was
-    /// scheduled there, or the trace ended).
+    /// scheduled there, the core went idle, or the thread moved).
     CpuOut = 81,
     /// An atomic read-modify-write whose value before is not known (an
     /// `A<width>` row of an imported hardware trace): flags = log2(width),

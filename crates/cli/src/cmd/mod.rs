@@ -2,6 +2,8 @@
 
 pub mod cc;
 pub mod dump;
+pub mod export;
+pub mod import;
 pub mod locks;
 pub mod lockset;
 pub mod occ;
