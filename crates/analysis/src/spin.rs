@@ -551,8 +551,11 @@ fn recognise(addr: u64, ops: &[MemOp], all: &BTreeMap<u64, Vec<MemOp>>) -> Optio
         if other == addr || !counts_up(oops) {
             continue;
         }
-        let loads = |v: &[MemOp]| v.iter().filter(|o| o.kind == Kind::Load).count();
-        let (next, serving) = if loads(oops) >= loads(ops) {
+        // The next-ticket word is the one taken with read-modify-writes;
+        // where both are, the one the waiters read is now-serving.
+        let count = |v: &[MemOp], k: Kind| v.iter().filter(|o| o.kind == k).count();
+        let key = |v: &[MemOp]| (count(v, Kind::Rmw), std::cmp::Reverse(count(v, Kind::Load)));
+        let (next, serving) = if key(ops) >= key(oops) {
             (addr, other)
         } else {
             (other, addr)
@@ -769,7 +772,17 @@ fn build(
     for (pc, (mut s, f)) in sites {
         s.first_try_ratio = ratio(f, s.acquisitions);
         s.pc = hex(pc);
-        s.site = d.site(site_proc.get(&pc).copied().unwrap_or(d.main_process), pc);
+        s.site = if pc == 0 {
+            "(no site)".into()
+        } else {
+            let name = d.site(site_proc.get(&pc).copied().unwrap_or(d.main_process), pc);
+            // No symbol table (an imported hardware trace): the address.
+            if name.starts_with('?') {
+                hex(pc)
+            } else {
+                name
+            }
+        };
         lock.sites.push(s);
     }
     lock.sites
