@@ -122,8 +122,10 @@ pub fn export(
             .cloned()
             .unwrap_or_else(|| format!("CPU{c}"))
     };
+    // Rounded up: the importer rounds cycles down to ns, so for clocks up
+    // to 1 GHz this gives back the very cycle an imported row had.
     let cycles = |ns: u64| {
-        let c = u128::from(ns) * u128::from(opts.clock_hz) / 1_000_000_000;
+        let c = (u128::from(ns) * u128::from(opts.clock_hz)).div_ceil(1_000_000_000);
         u64::try_from(c).unwrap_or(u64::MAX)
     };
     // (time, class, thread, index) -> row text; class orders what the

@@ -71,3 +71,54 @@ pub const CORES_KEY: &str = "hwtrace_cores";
 /// Clock assumed when neither an option nor a directive gives one: one
 /// cycle per nanosecond.
 pub const DEFAULT_CLOCK_HZ: u64 = 1_000_000_000;
+
+/// The whole import path on arbitrary bytes, for the fuzz target
+/// (`fuzz/fuzz_targets/hwtrace_parser.rs`) and the test that replays its
+/// corpus: parsing and importing may fail but must not panic, and what
+/// imports must export, parse and import again to the same events.
+#[doc(hidden)]
+pub fn exercise(data: &[u8]) {
+    let Ok(p) = parse("input", data) else { return };
+    let Ok(t) = import(&[p], &ImportOptions::default()) else {
+        return;
+    };
+    let mut text = Vec::new();
+    let opts = ExportOptions {
+        clock_hz: t
+            .header
+            .get("clock_hz")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_CLOCK_HZ),
+    };
+    export(&t, &opts, &mut text).expect("export to memory");
+    let p2 = parse("export", &text).expect("exported text parses");
+    let t2 = import(&[p2], &ImportOptions::default()).expect("exported text imports");
+    // Scheduling may differ (an unscheduled import exports one THREAD row
+    // per core); every access must come back as it was, at the same time
+    // when the clock is at most 1 GHz (one cycle per ns or coarser).
+    let exact_time = opts.clock_hz <= DEFAULT_CLOCK_HZ;
+    let strip = |t: &lockscope_format::Trace| -> Vec<(u64, u8, u8, u64, u64, u64, u64)> {
+        let mut v: Vec<_> = t
+            .events
+            .values()
+            .flatten()
+            .filter(|e| {
+                !matches!(
+                    e.op(),
+                    Some(lockscope_format::Op::CpuIn | lockscope_format::Op::CpuOut)
+                )
+            })
+            .map(|e| {
+                let time = if exact_time { e.time } else { 0 };
+                (time, e.op, e.flags, e.addr, e.site, e.arg, e.arg2)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        strip(&t),
+        strip(&t2),
+        "export and import changed the accesses"
+    );
+}

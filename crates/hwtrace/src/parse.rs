@@ -175,8 +175,9 @@ fn operation(s: &str) -> Option<Operation> {
     if u == "THREAD" {
         return Some(Operation::Thread);
     }
-    let (k, bits) = u.split_at(1);
-    let w = match bits {
+    let mut chars = u.chars();
+    let k = chars.next()?;
+    let w = match chars.as_str() {
         "8" => 1,
         "16" => 2,
         "32" => 4,
@@ -184,9 +185,9 @@ fn operation(s: &str) -> Option<Operation> {
         _ => return None,
     };
     match k {
-        "R" => Some(Operation::Read(w)),
-        "W" => Some(Operation::Write(w)),
-        "A" => Some(Operation::Atomic(w)),
+        'R' => Some(Operation::Read(w)),
+        'W' => Some(Operation::Write(w)),
+        'A' => Some(Operation::Atomic(w)),
         _ => None,
     }
 }
