@@ -2,7 +2,7 @@
 //! line must be an error naming file, line and column, never a panic, and
 //! whatever imports must export and import again.
 //!
-//! Seeds: `fuzz/corpus/hwtrace_parser/` (replayed on stable by
+//! Seeds: `fuzz/seeds/hwtrace_parser/` (replayed on stable by
 //! `crates/hwtrace/tests/fuzz_corpus.rs`).
 #![no_main]
 

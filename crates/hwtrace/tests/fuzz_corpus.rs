@@ -1,4 +1,4 @@
-//! Replays the fuzz corpus (`fuzz/corpus/hwtrace_parser/`) on stable, and
+//! Replays the fuzz corpus (`fuzz/seeds/hwtrace_parser/`) on stable, and
 //! runs the same check on generated input: parsing and importing may fail
 //! but never panic, and what imports exports and imports again.
 
@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 #[test]
 fn fuzz_corpus_replays_without_panics() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/hwtrace_parser");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/hwtrace_parser");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -21,7 +21,7 @@ fn fuzz_corpus_replays_without_panics() {
 
 #[test]
 fn the_seeds_that_must_import_do() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/hwtrace_parser");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/hwtrace_parser");
     for name in ["table2.tsv", "schedule.csv", "crlf_unknown_values.csv"] {
         let data = std::fs::read(dir.join(name)).unwrap();
         let p = lockscope_hwtrace::parse(name, &data).unwrap();
