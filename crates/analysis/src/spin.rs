@@ -373,6 +373,9 @@ fn detect(ops: &[MemOp]) -> Verdict {
         found.push(b);
         if let Some(a) = o.after {
             cur = a;
+        } else if let (Kind::Load, Some(v)) = (o.kind, o.before) {
+            // A read value is the truth about the word at that time.
+            cur = v;
         }
     }
     // Value changes, queued per thread in program order.
@@ -602,8 +605,31 @@ struct Loc {
     time: u64,
 }
 
+/// True if any event is an atomic read-modify-write (a candidate).
+pub fn has_candidates(t: &Trace) -> bool {
+    t.events
+        .values()
+        .flatten()
+        .any(|e| e.op().is_some_and(is_rmw))
+}
+
 /// Runs the analysis on a trace in memory.
 pub fn analyze(t: &Trace, symbolize: bool) -> SpinReport {
+    if !has_candidates(t) {
+        // Most traces (pthread-only recordings) have no atomics at all:
+        // skip building the detailed view.
+        return SpinReport {
+            schema: SCHEMA,
+            spinlocks: Vec::new(),
+            rejected: Vec::new(),
+            unprotected: Vec::new(),
+            notes: vec![
+                "no atomic read-modify-write was recorded: spinlocks are found in traces of \
+                 programs built with `lockscope cc`/`c++`, or imported hardware traces"
+                    .into(),
+            ],
+        };
+    }
     let mut d = Detailed::from_trace(t, symbolize);
     analyze_with(t, &mut d)
 }
@@ -938,16 +964,31 @@ fn cpu_outs(t: &Trace) -> HashMap<u32, Vec<(u64, u64)>> {
 
 fn warn(t: &Trace, d: &Detailed, locks: &mut [Spinlock]) {
     let outs = cpu_outs(t);
-    // Nesting: which spinlocks each acquisition happened inside.
-    let mut intervals: Vec<(u32, u64, u64, String)> = Vec::new();
-    for l in locks.iter() {
+    // Nesting: which other spinlocks each acquisition happened inside,
+    // by a sweep over each thread's holds in acquisition order (the set
+    // of holds still open is as deep as the nesting).
+    let mut by_thread: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
+    for (li, l) in locks.iter().enumerate() {
         for h in &l.holds {
-            intervals.push((
-                h.thread,
+            by_thread.entry(h.thread).or_default().push((
                 h.acquired,
                 h.released.unwrap_or(u64::MAX),
-                l.symbol.clone(),
+                li,
             ));
+        }
+    }
+    let mut nested: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); locks.len()];
+    for v in by_thread.values_mut() {
+        v.sort_unstable();
+        let mut open: Vec<(u64, usize)> = Vec::new();
+        for &(a, r, li) in v.iter() {
+            open.retain(|&(end, _)| end > a);
+            for &(_, outer) in &open {
+                if outer != li {
+                    *nested[li].entry(locks[outer].symbol.clone()).or_default() += 1;
+                }
+            }
+            open.push((r, li));
         }
     }
     let cpus = t.header.cpus;
@@ -957,7 +998,7 @@ fn warn(t: &Trace, d: &Detailed, locks: &mut [Spinlock]) {
             |s| format!("{} (tid {})", s.name, s.tid),
         )
     };
-    for l in locks.iter_mut() {
+    for (li, l) in locks.iter_mut().enumerate() {
         let mut w = Vec::new();
         let failed_rmw: u64 = l.threads.iter().map(|t| t.failed_rmw).sum();
         if l.kind == "tas" && failed_rmw > 0 {
@@ -1035,14 +1076,7 @@ fn warn(t: &Trace, d: &Detailed, locks: &mut [Spinlock]) {
                 });
             }
         }
-        let mut nested: BTreeMap<String, u64> = BTreeMap::new();
-        for h in &l.holds {
-            for (th, a, r, s) in &intervals {
-                if *th == h.thread && *a < h.acquired && h.acquired < *r && *s != l.symbol {
-                    *nested.entry(s.clone()).or_default() += 1;
-                }
-            }
-        }
+        let nested = std::mem::take(&mut nested[li]);
         if !nested.is_empty() {
             w.push(Warning {
                 kind: "nesting",

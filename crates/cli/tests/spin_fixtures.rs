@@ -101,6 +101,24 @@ fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
             .iter()
             .any(|w| w["kind"] == "tas-spinning");
         assert_eq!(warned, tas_failed > 0, "{}: {j:#}", c.label);
+        // `report` lists them beside the pthread locks.
+        let report = analysis_text("report", &trace);
+        let section = report
+            .split_once("Hand-written spinlocks")
+            .unwrap_or_else(|| panic!("{}: no spinlock section:\n{report}", c.label))
+            .1;
+        for (name, kind) in [("tas_lock", "tas"), ("ttas_lock", "ttas")] {
+            let row = section
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{}: no {name} row:\n{section}", c.label));
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[1], kind, "{row}");
+            assert_eq!(
+                cols[2],
+                num(&truth, &format!("{name} acquisitions")).to_string()
+            );
+        }
         assert!(!lock(&j, "ttas_lock")["warnings"]
             .as_array()
             .unwrap()

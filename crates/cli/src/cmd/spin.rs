@@ -34,3 +34,68 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let r = spin::analyze(&t, !args.no_symbols);
     util::print_result(&r, args.json, spin::render_text)
 }
+
+/// Largest trace `report` also searches for spinlocks: the search reads
+/// the whole trace into memory (detailed-mode and imported traces are
+/// small; a long pthread-only recording is skipped).
+const REPORT_MAX_BYTES: u64 = 256 << 20;
+
+fn ns(v: u64) -> String {
+    match v {
+        0..=999 => format!("{v}ns"),
+        1_000..=999_999 => format!("{:.1}us", v as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.2}s", v as f64 / 1e9),
+    }
+}
+
+/// The spinlocks section `lockscope report` prints after the pthread
+/// locks: empty when the trace has none (or is too large to search).
+pub fn report_section(trace: &std::path::Path, symbolize: bool) -> String {
+    use std::fmt::Write;
+    let small = std::fs::metadata(trace).is_ok_and(|m| m.len() <= REPORT_MAX_BYTES);
+    let Some(t) = small
+        .then(|| lockscope_format::Trace::open(trace).ok())
+        .flatten()
+    else {
+        return String::new();
+    };
+    if !spin::has_candidates(&t) {
+        return String::new();
+    }
+    let r = spin::analyze(&t, symbolize);
+    if r.spinlocks.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nHand-written spinlocks (found from atomics; details: lockscope spin {})",
+        trace.display()
+    );
+    let _ = writeln!(
+        s,
+        "  {:<24} {:<5} {:>9} {:>8} {:>7} {:>9} {:>9}  warnings",
+        "lock", "kind", "acquired", "failed", "1st-try", "wait", "hold"
+    );
+    for l in &r.spinlocks {
+        let w: Vec<&str> = l.warnings.iter().map(|w| w.kind).collect();
+        let _ = writeln!(
+            s,
+            "  {:<24} {:<5} {:>9} {:>8} {:>7.2} {:>9} {:>9}  {}",
+            l.symbol,
+            l.kind,
+            l.acquisitions,
+            l.failed_attempts,
+            l.first_try_ratio,
+            ns(l.wait_ns),
+            ns(l.hold_ns),
+            if w.is_empty() {
+                "-".to_string()
+            } else {
+                w.join(", ")
+            }
+        );
+    }
+    s
+}
