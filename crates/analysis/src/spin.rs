@@ -817,6 +817,20 @@ fn build(
     lock
 }
 
+/// One plain access for the lockset, with the spinlocks held (an index
+/// into the interned sets).
+struct Acc {
+    time: u64,
+    thread: u32,
+    idx: usize,
+    addr: u64,
+    write: bool,
+    set: u32,
+    unlocked: bool,
+    site: u64,
+    process: u32,
+}
+
 /// Eraser over plain accesses with spinlocks and pthread locks as locks;
 /// fills `protects` and returns the unprotected shared data.
 fn lockset(
@@ -841,6 +855,9 @@ fn lockset(
     }
     let mut locs: BTreeMap<u64, Loc> = BTreeMap::new();
     let mut any_plain = false;
+    let mut accesses: Vec<Acc> = Vec::new();
+    let mut sets: Vec<Vec<u64>> = Vec::new();
+    let mut set_ids: HashMap<Vec<u64>, u32> = HashMap::new();
     for (&tid, evs) in &t.events {
         let process = d.threads.get(&tid).map_or(d.main_process, |s| s.process);
         let m = marks.get(&tid);
@@ -875,32 +892,55 @@ fn lockset(
                 }
                 Op::Read | Op::Write if !lock_addrs.contains(&e.addr) => {
                     any_plain = true;
-                    let l = locs.entry(e.addr).or_insert_with(|| Loc {
-                        first_thread: tid,
-                        process,
-                        time: e.time,
-                        ..Loc::default()
-                    });
-                    l.threads.insert(tid);
-                    l.written |= op == Op::Write;
-                    if tid != l.first_thread {
-                        l.shared = true;
-                    }
-                    if !l.shared {
-                        continue;
-                    }
                     let mut held = spin.clone();
                     held.sort_unstable();
-                    match &mut l.cand {
-                        None => l.cand = Some(held),
-                        Some(c) => c.retain(|x| held.binary_search(x).is_ok()),
-                    }
-                    if spin.is_empty() && pthread.is_empty() && l.unlocked_sites.len() < 8 {
-                        l.unlocked_sites.insert(e.site);
-                    }
+                    let next = sets.len() as u32;
+                    let set = *set_ids.entry(held.clone()).or_insert_with(|| {
+                        sets.push(held);
+                        next
+                    });
+                    accesses.push(Acc {
+                        time: e.time,
+                        thread: tid,
+                        idx: i,
+                        addr: e.addr,
+                        write: op == Op::Write,
+                        set,
+                        unlocked: spin.is_empty() && pthread.is_empty(),
+                        site: e.site,
+                        process,
+                    });
                 }
                 _ => {}
             }
+        }
+    }
+    // Eraser in time order: a location's first thread may initialise it
+    // without locks; from the second thread on, the locks held at every
+    // access are intersected.
+    accesses.sort_unstable_by_key(|a| (a.time, a.thread, a.idx));
+    for a in &accesses {
+        let l = locs.entry(a.addr).or_insert_with(|| Loc {
+            first_thread: a.thread,
+            process: a.process,
+            time: a.time,
+            ..Loc::default()
+        });
+        l.threads.insert(a.thread);
+        l.written |= a.write;
+        if a.thread != l.first_thread {
+            l.shared = true;
+        }
+        if !l.shared {
+            continue;
+        }
+        let held = &sets[a.set as usize];
+        match &mut l.cand {
+            None => l.cand = Some(held.clone()),
+            Some(c) => c.retain(|x| held.binary_search(x).is_ok()),
+        }
+        if a.unlocked && l.unlocked_sites.len() < 8 {
+            l.unlocked_sites.insert(a.site);
         }
     }
     let mut protects: HashMap<u64, BTreeSet<String>> = HashMap::new();
@@ -1436,6 +1476,24 @@ mod tests {
         assert_eq!(l.protects, vec!["0x500".to_string()]);
         assert_eq!(r.unprotected.len(), 1);
         assert_eq!(r.unprotected[0].data, "0x600");
+    }
+
+    #[test]
+    fn issue12_lockset_follows_time_not_thread_order() {
+        // Thread 2 initialises the data before anyone else touches it
+        // (Eraser's exclusive phase), then both use it under the lock.
+        let wr = |t, a| at(t, Op::Write, 4, a, 0, 0);
+        let r = run(vec![
+            vec![xchg(10, L, 0, 1), wr(11, 0x500), store(12, L, 1, 0)],
+            vec![
+                wr(1, 0x500),
+                xchg(20, L, 0, 1),
+                wr(21, 0x500),
+                store(22, L, 1, 0),
+            ],
+        ]);
+        assert_eq!(one(&r).protects, vec!["0x500".to_string()]);
+        assert!(r.unprotected.is_empty(), "{r:#?}");
     }
 
     #[test]

@@ -26,6 +26,19 @@ impl Default for ExportOptions {
     }
 }
 
+/// Row order: (cycle, class, trace thread, event index, part).
+type RowKey = (u64, u8, u32, usize, u32);
+
+/// What a row does to the core-to-thread schedule.
+enum Tag {
+    /// A `THREAD` row: the core runs this thread from now on (0: idle).
+    Sched(String, u32),
+    /// An access by this thread on this core.
+    Access(String, u32),
+    /// An `IP` row.
+    Plain,
+}
+
 /// What an export wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExportSummary {
@@ -128,10 +141,11 @@ pub fn export(
         let c = (u128::from(ns) * u128::from(opts.clock_hz)).div_ceil(1_000_000_000);
         u64::try_from(c).unwrap_or(u64::MAX)
     };
-    // (time, class, thread, index) -> row text; class orders what the
+    // (time, class, thread, index, part) -> row; class orders what the
     // importer must see first at equal times: cores going idle, then
     // threads placed, then accesses.
-    let mut rows: BTreeMap<(u64, u8, u32, usize, u32), String> = BTreeMap::new();
+    let mut rows: BTreeMap<RowKey, (Tag, String)> = BTreeMap::new();
+    let mut thread_names: HashMap<u32, String> = HashMap::new();
     let mut sum = ExportSummary::default();
     let mut own_core: HashMap<u32, String> = HashMap::new();
     for (k, (&id, evs)) in t.events.iter().enumerate() {
@@ -141,16 +155,9 @@ pub fn export(
         } else {
             field(&name)
         };
+        thread_names.insert(ident(id), nm.clone());
         if !scheduled {
-            let core = format!("CPU{k}");
-            if let Some(first) = evs.first() {
-                let c = cycles(first.time);
-                rows.insert(
-                    (c, 1, id, 0, 0),
-                    format!("{c},{core},{core},{},THREAD,{nm}", ident(id)),
-                );
-            }
-            own_core.insert(id, core);
+            own_core.insert(id, format!("CPU{k}"));
         }
         let mut core = own_core.get(&id).cloned().unwrap_or_else(|| "CPU0".into());
         let mut last_ip = 0u64;
@@ -169,13 +176,22 @@ pub fn export(
                     core = core_name(e.arg);
                     rows.insert(
                         (c, 1, id, i, 0),
-                        format!("{c},{core},{core},{},THREAD,{nm}", ident(id)),
+                        (
+                            Tag::Sched(core.clone(), ident(id)),
+                            format!("{c},{core},{core},{},THREAD,{nm}", ident(id)),
+                        ),
                     );
                     continue;
                 }
                 Op::CpuOut => {
                     let cn = core_name(e.arg);
-                    rows.insert((c, 0, id, i, 0), format!("{c},{cn},{cn},0,THREAD,-"));
+                    rows.insert(
+                        (c, 0, id, i, 0),
+                        (
+                            Tag::Sched(cn.clone(), 0),
+                            format!("{c},{cn},{cn},0,THREAD,-"),
+                        ),
+                    );
                     continue;
                 }
                 Op::AtomicLoad => access(
@@ -217,7 +233,7 @@ pub fn export(
                     if e.site != last_ip || scheduled {
                         rows.insert(
                             (c, 2, id, i, 0),
-                            format!("{c},{core},{core},{:#x},IP,-", e.site),
+                            (Tag::Plain, format!("{c},{core},{core},{:#x},IP,-", e.site)),
                         );
                         last_ip = e.site;
                     }
@@ -227,7 +243,13 @@ pub fn export(
                         } else {
                             "-".into()
                         };
-                        rows.insert((c, 2, id, i, 1), access(kind, size, e.addr, v));
+                        rows.insert(
+                            (c, 2, id, i, 1),
+                            (
+                                Tag::Access(core.clone(), ident(id)),
+                                access(kind, size, e.addr, v),
+                            ),
+                        );
                         sum.rows += 1;
                     } else {
                         // No value is known for these (detailed mode
@@ -245,7 +267,10 @@ pub fn export(
                                 .unwrap_or(1);
                             rows.insert(
                                 (c, 2, id, i, part),
-                                access(kind, w, e.addr.wrapping_add(off), "-".into()),
+                                (
+                                    Tag::Access(core.clone(), ident(id)),
+                                    access(kind, w, e.addr.wrapping_add(off), "-".into()),
+                                ),
                             );
                             sum.rows += 1;
                             off += w;
@@ -265,11 +290,14 @@ pub fn export(
             if e.site != last_ip || scheduled {
                 rows.insert(
                     (c, 2, id, i, 0),
-                    format!("{c},{core},{core},{:#x},IP,-", e.site),
+                    (Tag::Plain, format!("{c},{core},{core},{:#x},IP,-", e.site)),
                 );
                 last_ip = e.site;
             }
-            rows.insert((c, 2, id, i, 1), text);
+            rows.insert(
+                (c, 2, id, i, 1),
+                (Tag::Access(core.clone(), ident(id)), text),
+            );
             sum.rows += 1;
         }
     }
@@ -283,8 +311,31 @@ pub fn export(
         writeln!(out, "#! cpus={}", t.header.cpus).map_err(io)?;
     }
     writeln!(out, "time,opoint,origin,address,operation,value").map_err(io)?;
-    for r in rows.values() {
-        writeln!(out, "{r}").map_err(io)?;
+    // The importer gives an access to the thread its core runs. Events of
+    // different threads at one time have no order in a lockscope trace,
+    // so schedule rows of equal times may come out in another order than
+    // they went in: a THREAD row goes before any access whose core would
+    // otherwise run another thread (and, for a trace without a schedule,
+    // before each thread's first access on its own core).
+    let mut running: HashMap<&str, u32> = HashMap::new();
+    for ((c, ..), (tag, text)) in &rows {
+        match tag {
+            Tag::Sched(core, 0) => {
+                running.remove(core.as_str());
+            }
+            Tag::Sched(core, who) => {
+                running.retain(|_, w| w != who);
+                running.insert(core, *who);
+            }
+            Tag::Access(core, who) if running.get(core.as_str()) != Some(who) => {
+                let nm = thread_names.get(who).map_or("-", String::as_str);
+                writeln!(out, "{c},{core},{core},{who},THREAD,{nm}").map_err(io)?;
+                running.retain(|_, w| w != who);
+                running.insert(core, *who);
+            }
+            _ => {}
+        }
+        writeln!(out, "{text}").map_err(io)?;
     }
     out.flush().map_err(io)?;
     Ok(sum)

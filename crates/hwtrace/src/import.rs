@@ -106,9 +106,9 @@ pub fn import(files: &[Parsed], opts: &ImportOptions) -> Result<Trace, HwtraceEr
             rows.push((fi, ri, r));
         }
     }
-    if !rows.iter().any(|r| r.2.operation != Operation::Thread) {
+    if rows.is_empty() {
         return Err(HwtraceError::Invalid(
-            "the hardware trace has no IP, read, write or atomic row".into(),
+            "the hardware trace has no row after its header line".into(),
         ));
     }
     rows.sort_by_key(|&(fi, ri, r)| (r.time, r.operation != Operation::Thread, fi, ri));
