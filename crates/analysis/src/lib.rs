@@ -22,6 +22,7 @@ pub mod model;
 pub mod occ;
 pub mod render;
 pub mod report;
+pub mod spin;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;

@@ -43,6 +43,9 @@ enum Command {
     Ulcp(cmd::ulcp::Args),
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
+    Spin(cmd::spin::Args),
+    Import(cmd::import::Args),
+    Export(cmd::export::Args),
 }
 
 fn main() {
@@ -58,6 +61,9 @@ fn main() {
         Command::Ulcp(a) => cmd::ulcp::run(a),
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
+        Command::Spin(a) => cmd::spin::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -169,6 +169,17 @@ ops! {
     /// Value of a written location when the enclosing critical section was
     /// released: addr = location, flags = size, arg = value.
     ReleaseValue = 62,
+    // ---- scheduling seen by a hardware trace (`lockscope import`) ----
+    /// The thread starts running on core `arg` (a core-to-thread schedule
+    /// entry of an imported hardware trace).
+    CpuIn = 80,
+    /// The thread stops running on core `arg` (another thread was
+    /// scheduled there, the core went idle, or the thread moved).
+    CpuOut = 81,
+    /// An atomic read-modify-write whose value before is not known (an
+    /// `A<width>` row of an imported hardware trace): flags = log2(width),
+    /// arg2 = value after.
+    AtomicRmw = 82,
     /// Recorder annotation: arg = count of events dropped before this point
     /// on this thread (buffer full).
     Lost = 100,
