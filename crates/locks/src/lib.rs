@@ -26,6 +26,10 @@
 //! - [`topology`] reads or parses the hierarchy of HMCS trees;
 //! - [`bench`] runs the thesis's microbenchmarks and returns plain results.
 //!
+//! Dependencies stay minimal (`lock_api`, `libc`; no serde) because this
+//! crate is linked into `liblockscope_swap.so`, which runs inside other
+//! people's programs: the CLI turns benchmark results into JSON itself.
+//!
 //! ```
 //! use lockscope_locks::lock_api::RawMutex;
 //! use lockscope_locks::{Hierarchy, Hmcs, Mcs, Mutex, SpinThenPark};
@@ -78,8 +82,7 @@ pub use lock_api;
 use std::fmt;
 
 /// A lock algorithm of this crate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Test-and-set.
     Tas,
@@ -176,8 +179,7 @@ impl std::str::FromStr for Algorithm {
 }
 
 /// How a thread that cannot enter waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WaitPolicy {
     /// Busy-wait (yielding the CPU every few hundred polls).
     Spin,

@@ -195,7 +195,7 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<i32> {
             "cohort_hierarchy": lockscope_locks::default_cohort_hierarchy().describe(),
             "duration_ms": b.duration_ms,
             "shared_lines_in_nonempty_cs": bench::SHARED_LINES,
-            "results": results,
+            "results": results.iter().map(result_json).collect::<Vec<_>>(),
         });
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &doc)?;
@@ -226,4 +226,25 @@ fn row(r: &RunResult) -> String {
         r.min_share_ratio,
         r.max_share_ratio
     )
+}
+
+/// One run as JSON (the `results` entries of `lockscope-locks-bench/1`;
+/// built here so that the locks library, which is injected into programs,
+/// needs no serde).
+fn result_json(r: &RunResult) -> serde_json::Value {
+    serde_json::json!({
+        "algorithm": r.algorithm,
+        "wait": r.wait,
+        "critical_section": r.critical_section.name(),
+        "threads": r.threads,
+        "seconds": r.seconds,
+        "acquisitions": r.acquisitions,
+        "mops": r.mops,
+        "per_thread": r.per_thread,
+        "shares": r.shares,
+        "min_share_ratio": r.min_share_ratio,
+        "max_share_ratio": r.max_share_ratio,
+        "jain": r.jain,
+        "consistent": r.consistent,
+    })
 }
