@@ -149,6 +149,7 @@ impl BenchLock for DynLock {
 struct PthreadLock(std::cell::UnsafeCell<libc::pthread_mutex_t>);
 // SAFETY: pthread mutexes are made to be shared between threads.
 unsafe impl Sync for PthreadLock {}
+// SAFETY: a normal pthread mutex is not tied to the thread that created it.
 unsafe impl Send for PthreadLock {}
 impl BenchLock for PthreadLock {
     #[inline]

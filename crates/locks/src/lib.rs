@@ -54,6 +54,8 @@
 //! model-checked with loom (`RUSTFLAGS="--cfg loom"`).
 
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod flat;
 mod hmcs;
@@ -334,7 +336,9 @@ macro_rules! impl_lock_api {
             }
             #[inline]
             unsafe fn unlock(&self) {
-                RawLock::unlock(self)
+                // SAFETY: the lock is held (lock_api's contract, which is
+                // RawLock's).
+                unsafe { RawLock::unlock(self) }
             }
         }
         // SAFETY: as above.
@@ -369,7 +373,8 @@ unsafe impl<K: Kind, W: Wait> lock_api::RawMutex for TreeLock<K, W> {
     }
     #[inline]
     unsafe fn unlock(&self) {
-        RawLock::unlock(self)
+        // SAFETY: the lock is held (lock_api's contract, which is RawLock's).
+        unsafe { RawLock::unlock(self) }
     }
 }
 
