@@ -113,13 +113,3 @@ pub unsafe extern "C" fn __wrap_pthread_cond_clockwait(
         __real_pthread_cond_clockwait(c, m, clock, t)
     }
 }
-
-/// The functions `lockscope cc` passes to `-Wl,--wrap=`.
-pub const WRAPPED: &[&str] = &[
-    "pthread_mutex_unlock",
-    "pthread_rwlock_unlock",
-    "pthread_spin_unlock",
-    "pthread_cond_wait",
-    "pthread_cond_timedwait",
-    "pthread_cond_clockwait",
-];
