@@ -10,9 +10,12 @@ use std::path::{Path, PathBuf};
 #[path = "../../../fuzz/targets/trace_reader.rs"]
 mod trace_reader;
 
+/// The body of a fuzz target: runs one input.
+type Body = fn(&[u8]);
+
 /// Every fuzz target: its name (the file under `fuzz/fuzz_targets/`) and
 /// its body.
-const TARGETS: &[(&str, fn(&[u8]))] = &[("trace_reader", trace_reader::run)];
+const TARGETS: &[(&str, Body)] = &[("trace_reader", trace_reader::run)];
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")

@@ -1,10 +1,10 @@
-//! Hierarchical locks: cohort MCS, HMCS<N> and adaptive HMCS (thesis ch. 4).
+//! Hierarchical locks: cohort MCS, `HMCS<N>` and adaptive HMCS (thesis ch. 4).
 //!
 //! All three share one tree of MCS locks ([`Tree`]), one per domain at each
 //! level of a [`Hierarchy`]; they differ in where an acquisition starts:
 //! - `Hmcs`: at the leaf of the caller's CPU (thesis Listing 4.1);
 //! - `Cmcs`: the same protocol over a two-level tree (NUMA node, root), which
-//!   is the C-MCS-MCS cohort lock of Dice et al. as HMCS<2>;
+//!   is the C-MCS-MCS cohort lock of Dice et al. as `HMCS<2>`;
 //! - `Ahmcs`: at a level chosen per thread and lock by eager hysteresis, with
 //!   the fast path that goes straight to the root when both the target level
 //!   and the root are free (FP-EH-AHMCS, thesis §4.9.1-4.9.3 and App. A.1).
@@ -244,7 +244,7 @@ pub trait Kind: Send + Sync + 'static {
     fn default_hierarchy() -> &'static Hierarchy;
 }
 
-/// Marker: HMCS<N>.
+/// Marker: `HMCS<N>`.
 pub struct HmcsKind;
 /// Marker: two-level cohort MCS.
 pub struct CmcsKind;
@@ -307,7 +307,7 @@ pub struct TreeLock<K: Kind, W = Spin> {
     _p: PhantomData<fn() -> (K, W)>,
 }
 
-/// HMCS<N> over the machine's hierarchy (or one given by hand).
+/// `HMCS<N>` over the machine's hierarchy (or one given by hand).
 pub type Hmcs<W = Spin> = TreeLock<HmcsKind, W>;
 /// Two-level cohort MCS lock (NUMA node, machine).
 pub type Cmcs<W = Spin> = TreeLock<CmcsKind, W>;

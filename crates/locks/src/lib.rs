@@ -12,7 +12,7 @@
 //! | `mcs` | [`Mcs`] | FIFO queue, each waiter spins on its own node |
 //! | `clh` | [`Clh`] | FIFO queue, each waiter spins on its predecessor's node |
 //! | `cmcs` | [`Cmcs`] | two-level cohort MCS (NUMA node, machine) |
-//! | `hmcs` | [`Hmcs`] | HMCS<N> over the machine's hierarchy (thesis ch. 4) |
+//! | `hmcs` | [`Hmcs`] | `HMCS<N>` over the machine's hierarchy (thesis ch. 4) |
 //! | `ahmcs` | [`Ahmcs`] | adaptive HMCS: fast path and eager hysteresis (§4.9) |
 //!
 //! Entry points:
@@ -24,7 +24,7 @@
 //! - [`dynlock`] picks an algorithm and policy at run time (used by the
 //!   preload library of `lockscope run` and by the benchmarks);
 //! - [`topology`] reads or parses the hierarchy of HMCS trees;
-//! - [`bench`] runs the thesis's microbenchmarks and returns plain results.
+//! - [`bench`](mod@bench) runs the thesis's microbenchmarks and returns plain results.
 //!
 //! Dependencies stay minimal (`lock_api`, `libc`; no serde) because this
 //! crate is linked into `liblockscope_swap.so`, which runs inside other
@@ -38,7 +38,7 @@
 //!     Mutex::const_new(<Mcs<SpinThenPark> as RawMutex>::INIT, 0);
 //! *COUNTER.lock() += 1;
 //!
-//! // HMCS<3> over a hand-given tree: 2 domains of 4 leaves.
+//! // `HMCS<3>` over a hand-given tree: 2 domains of 4 leaves.
 //! let h = Hierarchy::parse("2x4:16,4").unwrap();
 //! let m = Mutex::from_raw(Hmcs::<SpinThenPark>::with_hierarchy(&h), vec![1]);
 //! m.lock().push(2);

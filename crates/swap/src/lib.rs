@@ -35,7 +35,7 @@
 //!   per-thread pool; an HMCS tree is allocated once per mutex, on first use.
 //! - Every hook runs inside `catch_unwind`: a bug must not unwind into C,
 //!   and a caught panic still performs the operation the program asked for
-//!   (see [`guard`]): never an error the program would not have got.
+//!   (see `guard`): never an error the program would not have got.
 //! - Condition variables: see [`cond`] for the approach and why.
 
 #![deny(missing_docs)]
