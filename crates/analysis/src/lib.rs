@@ -10,6 +10,8 @@
 //! machine, per-lock state, blame), [`symbols`] and [`render`];
 //! [`advice`] turns it into recommendations (which lock to try).
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
 pub mod detailed;

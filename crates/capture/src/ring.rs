@@ -200,7 +200,7 @@ impl Producer {
     }
 
     /// Makes a full ring wait for the consumer instead of dropping events
-    /// (see [`Producer::wait_for_room`]). Off by default: the default
+    /// (see `Producer::wait_for_room`). Off by default: the default
     /// promise is that the recorder never blocks the program.
     pub fn set_wait_when_full(&mut self, on: bool) {
         self.wait_full = on;
