@@ -274,6 +274,10 @@ struct Ring {
     thread: u32,
     lost_seen: u64,
     end_seen: Option<Instant>,
+    /// (pid, gen, tid) from the file name, to name successor rings.
+    key: (u32, u32, u32),
+    /// Events lost in the thread's earlier (outgrown) rings.
+    lost_before: u64,
 }
 
 /// Totals the drain reports at the end.
@@ -286,7 +290,14 @@ pub(crate) struct DrainTotals {
     pub queue_peak_bytes: u64,
     /// Ring copies put off because the queue was at its limit.
     pub queue_full_skips: u64,
+    /// Times a thread of the program waited for room in its ring.
+    pub full_waits: u64,
+    /// Time those waits took, ns.
+    pub full_wait_ns: u64,
 }
+
+/// Slots of the standard drain buffer (2 MiB: one huge page).
+const SMALL_BUF_SLOTS: usize = 65_536;
 
 /// How long a ring whose thread has exited is kept before it is closed:
 /// a thread's last events (TLS destructors) may be published just after
@@ -305,6 +316,9 @@ pub(crate) struct Drainer {
     queue_budget: usize,
     queue_peak: usize,
     queue_full_skips: u64,
+    /// Back-pressure seen in closed rings: (waits, ticks).
+    full_waits: u64,
+    full_wait_ticks: u64,
     procs: Vec<Proc>,
     proc_index: HashMap<(u32, u32), usize>,
     rings: Vec<Ring>,
@@ -335,6 +349,8 @@ impl Drainer {
             queue_budget,
             queue_peak: 0,
             queue_full_skips: 0,
+            full_waits: 0,
+            full_wait_ticks: 0,
             procs: Vec::new(),
             proc_index: HashMap::new(),
             rings: Vec::new(),
@@ -606,6 +622,8 @@ impl Drainer {
             thread: id,
             lost_seen: 0,
             end_seen: None,
+            key: (pid, gen, tid),
+            lost_before: 0,
         });
     }
 
@@ -616,7 +634,29 @@ impl Drainer {
         let mut fullest = 0.0f64;
         let mut i = 0;
         while i < self.rings.len() {
-            let n = self.drain_ring(i);
+            // A thread may have moved on to larger rings (several times
+            // since the last pass): follow the chain to its current ring.
+            let mut n = 0;
+            loop {
+                // Read before the copy: once `next_seq` is set the producer
+                // has stopped writing this ring, so the copy below takes its
+                // last events and the successor can take over.
+                let next = self.rings[i]
+                    .c
+                    .header()
+                    .next_seq
+                    .load(std::sync::atomic::Ordering::Acquire);
+                loop {
+                    let k = self.drain_ring(i);
+                    n += k;
+                    if k < SMALL_BUF_SLOTS as u64 / 2 {
+                        break;
+                    }
+                }
+                if next == 0 || self.rings[i].c.pending() != 0 || !self.switch_ring(i, next) {
+                    break;
+                }
+            }
             let cap = self.rings[i].c.capacity().max(1);
             fullest = fullest.max(n as f64 / cap as f64);
             total += n;
@@ -645,18 +685,19 @@ impl Drainer {
         // Read before the copy: events counted lost by now were dropped
         // while the ring was full, i.e. after everything copied now.
         let lost_now = r.c.lost();
-        // Buffers hold a whole ring, so that every recycled one fits any
-        // batch (dropping one would munmap it: TLB-shootdown IPIs, which
-        // cost milliseconds on a VM).
-        let cap = r.c.capacity() as usize;
+        // Every buffer is 2 MiB (65,536 slots, one huge page) and a large
+        // ring is emptied in several: same-size buffers are always
+        // recycled. (Sizing buffers by ring let mixed sizes miss the
+        // recycling, and zeroing fresh memory then took half of the drain's
+        // time: `perf`, fluid_like fixture.)
         let Some(mut slots) = self
             .spare
             .take()
             .or_else(|| self.pool.try_recv().ok())
-            .filter(|b| b.capacity() >= cap)
-            .or_else(|| SlotBuf::new(cap))
+            .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
         else {
-            // Out of memory: the ring fills and the program counts drops.
+            // Out of memory: the ring fills and the program waits or
+            // counts drops.
             return 0;
         };
         let (n, corrupt) = r.c.copy_out_to(slots.whole_mut());
@@ -683,6 +724,32 @@ impl Drainer {
             clock,
         });
         n
+    }
+
+    /// The thread moved to a larger ring (`seq`): continue with it under
+    /// the same trace thread, and remove the outgrown one. False if the
+    /// successor cannot be opened (yet): retried at the next pass.
+    fn switch_ring(&mut self, ri: usize, seq: u64) -> bool {
+        let r = &self.rings[ri];
+        let (pid, gen, tid) = r.key;
+        let Ok(seq) = u32::try_from(seq) else {
+            return false;
+        };
+        let name = lockscope_capture::session::ring_seq_file_name(pid, gen, tid, seq);
+        let path = self.dir.join(&name);
+        let Ok(c) = Consumer::open(&path) else {
+            return false;
+        };
+        let r = &mut self.rings[ri];
+        let h = r.c.header();
+        self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
+        self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        r.lost_before += r.c.lost();
+        r.lost_seen = 0;
+        let old = std::mem::replace(&mut r.path, path);
+        r.c = c;
+        let _ = std::fs::remove_file(old);
+        true
     }
 
     fn pool_keep(&mut self, v: SlotBuf) {
@@ -715,7 +782,9 @@ impl Drainer {
         let r = self.rings.swap_remove(ri);
         let h = r.c.header();
         let end_tsc = h.end_tsc.load(std::sync::atomic::Ordering::Acquire);
-        let lost = r.c.lost();
+        let lost = r.lost_before + r.c.lost();
+        self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
+        self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();
         self.send(Msg::ThreadEnd {
             thread: r.thread,
@@ -745,6 +814,8 @@ impl Drainer {
             threads: self.next_thread - 1,
             queue_peak_bytes: self.queue_peak as u64,
             queue_full_skips: self.queue_full_skips,
+            full_waits: self.full_waits,
+            full_wait_ns: (self.full_wait_ticks as f64 * 1e9 / self.clock.hz()) as u64,
             ..DrainTotals::default()
         };
         let procs = std::mem::take(&mut self.procs);

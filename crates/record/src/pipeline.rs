@@ -208,6 +208,8 @@ impl Pipeline {
             disabled_processes: totals.disabled,
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
+            full_waits: totals.full_waits,
+            full_wait_ns: totals.full_wait_ns,
         })
     }
 }
@@ -250,6 +252,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut extra = vec![
         ("stacks".to_string(), cfg.stacks.as_str().to_string()),
         ("ring_kb".to_string(), cfg.ring_kb.to_string()),
+        ("ring_max_kb".to_string(), cfg.ring_max_kb.to_string()),
         (
             "on_full".to_string(),
             if cfg.wait_when_full { "wait" } else { "drop" }.to_string(),
