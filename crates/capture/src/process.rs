@@ -395,20 +395,44 @@ pub(crate) unsafe fn create_ring(
         cap
     };
     let mut cap = cap;
+    let mut counted = false;
+    let mut waited = 0u32;
     loop {
         match create_ring_once(tid, parent_tid, seq, cap) {
             Ok(p) => return Some(p),
             Err(libc::ENOSPC) => {
-                count_space_exhausted();
-                if cap / 2 < min {
+                if !counted {
+                    count_space_exhausted();
+                    counted = true;
+                }
+                if cap / 2 >= min {
+                    cap /= 2;
+                    continue;
+                }
+                // Even the smallest ring does not fit. A growth keeps its
+                // current ring (the thread waits for the recorder instead);
+                // a new thread waits for space: the recorder frees the
+                // rings of threads that have exited (tens of ms after
+                // their exit), which is where the space went when many
+                // short threads come and go. Up to ~2 s, then the thread
+                // is given up on (counted, reported).
+                if seq > 0 || waited >= SPACE_WAITS || !config().wait_when_full {
                     return None;
                 }
-                cap /= 2;
+                waited += 1;
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                libc::nanosleep(&ts, core::ptr::null_mut());
             }
             Err(_) => return None,
         }
     }
 }
+
+/// 1 ms sleeps a new thread waits for space for its first ring.
+const SPACE_WAITS: u32 = 2000;
 
 unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Result<Producer, i32> {
     let len = ring::file_bytes(cap);

@@ -28,18 +28,13 @@ pub(crate) enum Msg {
     /// A record, written as is (Process and Thread records also set up the
     /// converter's state for them).
     Rec(Record),
-    /// Raw slots copied out of one thread's ring, whole events only.
+    /// Raw slots copied out of the rings of one drain pass: `segs` say
+    /// which thread each run of slots belongs to (whole events only).
     Raw {
-        /// Trace thread id.
-        thread: u32,
         /// The slots.
         slots: SlotBuf,
-        /// Slots the ring reported corrupt.
-        corrupt: u64,
-        /// Events the producer dropped since the previous batch.
-        lost: u64,
-        /// Conversion to ns at the time of the copy.
-        clock: ClockConv,
+        /// The runs, in copy order.
+        segs: Vec<Seg>,
     },
     /// The thread's ring is closed: write its losses and its end.
     ThreadEnd {
@@ -69,6 +64,34 @@ pub(crate) enum Msg {
         exit_status: i32,
     },
 }
+
+/// One thread's run of slots in a [`Msg::Raw`] batch.
+pub(crate) struct Seg {
+    /// Trace thread id.
+    pub thread: u32,
+    /// First slot of the run in the batch.
+    pub start: usize,
+    /// Slots in the run.
+    pub len: usize,
+    /// Slots the ring reported corrupt.
+    pub corrupt: u64,
+    /// Events the producer dropped since the previous copy.
+    pub lost: u64,
+    /// Conversion to ns at the time of the copy.
+    pub clock: ClockConv,
+}
+
+/// The drain's batch being filled.
+struct Batch {
+    buf: SlotBuf,
+    segs: Vec<Seg>,
+    used: usize,
+}
+
+/// A batch with less room than this is sent before the next ring is
+/// copied (a nearly full buffer would split a busy ring's events into
+/// tiny runs).
+const BATCH_MIN_ROOM: usize = 4096;
 
 /// A snapshot of the tick conversion, sent along with raw slots.
 ///
@@ -294,6 +317,12 @@ pub(crate) struct DrainTotals {
     pub full_waits: u64,
     /// Time those waits took, ns.
     pub full_wait_ns: u64,
+    /// Ring files that could not be created or grown for lack of space.
+    pub space_exhausted: u64,
+    /// Threads that got no ring at all.
+    pub threads_without_ring: u64,
+    /// Rings grown because their thread ran hot.
+    pub rings_grown: u64,
 }
 
 /// Slots of the standard drain buffer (2 MiB: one huge page).
@@ -329,6 +358,8 @@ pub(crate) struct Drainer {
     next_thread: u32,
     send_failed: bool,
     spare: Option<SlotBuf>,
+    /// Slots copied in this pass, not yet handed to the writer.
+    batch: Option<Batch>,
 }
 
 impl Drainer {
@@ -361,10 +392,14 @@ impl Drainer {
             next_thread: 1,
             send_failed: false,
             spare: None,
+            batch: None,
         }
     }
 
     fn send(&mut self, m: Msg) {
+        // Events copied so far go first: every other message (a thread's
+        // end, a new thread...) must follow the events before it.
+        self.flush_batch();
         // The writer only stops early when writing failed; its error is
         // reported when it is joined. Keep draining so the program is
         // never blocked, dropping what cannot be written.
@@ -646,10 +681,13 @@ impl Drainer {
                     .header()
                     .next_seq
                     .load(std::sync::atomic::Ordering::Acquire);
-                loop {
+                // A large ring takes several buffers; bounded, so that a
+                // producer faster than the copy cannot hold the drain here.
+                let rounds = self.rings[i].c.capacity() as usize / SMALL_BUF_SLOTS + 2;
+                for _ in 0..rounds {
                     let k = self.drain_ring(i);
                     n += k;
-                    if k < SMALL_BUF_SLOTS as u64 / 2 {
+                    if k == 0 || self.rings[i].c.pending() == 0 {
                         break;
                     }
                 }
@@ -666,6 +704,7 @@ impl Drainer {
                 i += 1;
             }
         }
+        self.flush_batch();
         (total, fullest)
     }
 
@@ -685,45 +724,85 @@ impl Drainer {
         // Read before the copy: events counted lost by now were dropped
         // while the ring was full, i.e. after everything copied now.
         let lost_now = r.c.lost();
-        // Every buffer is 2 MiB (65,536 slots, one huge page) and a large
-        // ring is emptied in several: same-size buffers are always
-        // recycled. (Sizing buffers by ring let mixed sizes miss the
-        // recycling, and zeroing fresh memory then took half of the drain's
-        // time: `perf`, fluid_like fixture.)
-        let Some(mut slots) = self
-            .spare
-            .take()
-            .or_else(|| self.pool.try_recv().ok())
-            .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
-        else {
-            // Out of memory: the ring fills and the program waits or
-            // counts drops.
-            return 0;
-        };
-        let (n, corrupt) = r.c.copy_out_to(slots.whole_mut());
-        slots.set_len(n as usize);
+        // Every buffer is 2 MiB (65,536 slots, one huge page) and is shared
+        // by the rings of one pass (a batch: one message, one huge page,
+        // for hundreds of quiet threads, where a buffer per ring cost 2 MB
+        // of memory each); a large ring is emptied into several. Same-size
+        // buffers are always recycled. (Sizing buffers by ring let mixed
+        // sizes miss the recycling, and zeroing fresh memory then took half
+        // of the drain's time: `perf`, fluid_like fixture.)
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| SMALL_BUF_SLOTS - b.used < BATCH_MIN_ROOM)
+        {
+            self.flush_batch();
+        }
+        if self.batch.is_none() {
+            let Some(buf) = self
+                .spare
+                .take()
+                .or_else(|| self.pool.try_recv().ok())
+                .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
+            else {
+                // Out of memory: the ring fills and the program waits or
+                // counts drops.
+                return 0;
+            };
+            self.batch = Some(Batch {
+                buf,
+                segs: Vec::new(),
+                used: 0,
+            });
+        }
+        let clock = self.clock.conv();
+        let r = &mut self.rings[ri];
+        let b = self.batch.as_mut().expect("set above");
+        let used = b.used;
+        let (n, corrupt) = r.c.copy_out_to(&mut b.buf.whole_mut()[used..]);
         let lost = lost_now.saturating_sub(r.lost_seen);
         r.lost_seen = r.lost_seen.max(lost_now);
         if n == 0 && corrupt == 0 && lost == 0 {
-            // Keep the buffer for the next ring.
-            self.pool_keep(slots);
             return 0;
         }
-        let thread = r.thread;
-        let clock = self.clock.conv();
-        // Counted by length: what was written (a recycled buffer's unused
-        // capacity is not counted, a fresh one's is not yet resident).
-        let bytes = slots.len() * std::mem::size_of::<Slot>();
-        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
-        self.queue_peak = self.queue_peak.max(now);
-        self.send(Msg::Raw {
-            thread,
-            slots,
+        b.segs.push(Seg {
+            thread: r.thread,
+            start: used,
+            len: n as usize,
             corrupt,
             lost,
             clock,
         });
+        b.used += n as usize;
         n
+    }
+
+    /// Hands the current batch (if any) to the writer.
+    fn flush_batch(&mut self) {
+        let Some(mut b) = self.batch.take() else {
+            return;
+        };
+        if b.segs.is_empty() {
+            self.pool_keep(b.buf);
+            return;
+        }
+        b.buf.set_len(b.used);
+        // Counted by length: what was written (a recycled buffer's unused
+        // capacity is not counted, a fresh one's is not yet resident).
+        let bytes = b.used * std::mem::size_of::<Slot>();
+        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
+        self.queue_peak = self.queue_peak.max(now);
+        if !self.send_failed
+            && self
+                .tx
+                .send(Msg::Raw {
+                    slots: b.buf,
+                    segs: b.segs,
+                })
+                .is_err()
+        {
+            self.send_failed = true;
+        }
     }
 
     /// The thread moved to a larger ring (`seq`): continue with it under
@@ -854,6 +933,10 @@ impl Drainer {
                     event_ns: rel,
                 })));
             }
+            let ord = std::sync::atomic::Ordering::Acquire;
+            totals.space_exhausted += u64::from(h.space_exhausted.load(ord));
+            totals.threads_without_ring += u64::from(h.threads_without_ring.load(ord));
+            totals.rings_grown += u64::from(h.rings_grown.load(ord));
             let no_ring = p.hdr.load(&h.lost_no_ring);
             self.loss(p.id, no_ring, LossReason::ThreadLimit);
             if h.disabled.load(std::sync::atomic::Ordering::Acquire) != 0 {

@@ -193,6 +193,18 @@ pub struct RecordOutcome {
     pub full_waits: u64,
     /// Total time threads spent in those waits, ns.
     pub full_wait_ns: u64,
+    /// Times a thread's buffer could not be created or grown because the
+    /// file system of the session directory was full (ENOSPC). The thread
+    /// then got a smaller buffer, kept its current one (and waited), or,
+    /// at worst, recorded nothing ([`RecordOutcome::threads_without_buffer`]).
+    pub space_exhausted: u64,
+    /// Threads that got no buffer at all (their events are lost, counted).
+    pub threads_without_buffer: u64,
+    /// Buffers grown because their thread ran hot.
+    pub buffers_grown: u64,
+    /// The directory the session was created in (`/dev/shm` unless told
+    /// otherwise), for messages about its space.
+    pub session_parent: PathBuf,
 }
 
 /// Why a recording failed.

@@ -62,6 +62,11 @@ pub struct Args {
     /// and counted, the program is never slowed by the recorder.
     #[arg(long, value_enum, default_value = "wait")]
     on_full: OnFull,
+    /// Directory in which to create the session (the per-thread buffers):
+    /// a tmpfs with room for them. Default: /dev/shm, else $TMPDIR, else
+    /// /tmp.
+    #[arg(long, value_name = "DIR")]
+    session_dir: Option<PathBuf>,
     /// Print nothing unless events were lost.
     #[arg(short, long)]
     quiet: bool,
@@ -120,6 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Stacks::All => StackMode::All,
         Stacks::None => StackMode::None,
     };
+    cfg.session_parent = args.session_dir;
     cfg.ring_kb = args.buffer_kb;
     cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
@@ -193,13 +199,41 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
             .filter(|(_, n)| *n > 0)
             .map(|(r, n)| format!("{}: {}", r.describe(), thousands(*n)))
             .collect();
+        let full = o
+            .losses
+            .iter()
+            .any(|(r, n)| *r == lockscope_format::LossReason::BufferFull && *n > 0);
         format!(
-            "lockscope: WARNING: {} events were LOST ({}); the trace is incomplete. \
-             A larger --buffer-kb helps when the buffers overflowed.",
+            "lockscope: WARNING: {} events were LOST ({}); the trace is incomplete.{}",
             thousands(o.lost),
-            parts.join(", ")
+            parts.join(", "),
+            if full {
+                " `--on-full wait` (the default) or a larger --max-buffer-kb avoids \
+                 overflowing buffers."
+            } else {
+                ""
+            }
         )
     };
+    if o.space_exhausted > 0 {
+        // Name the file system and the remedy: a *larger* buffer makes
+        // this worse.
+        eprintln!(
+            "lockscope: WARNING: {} is full: {} thread buffer{} could not be created or grown \
+             ({} thread{} recorded nothing). Give it more room (e.g. `docker run --shm-size=1g`, \
+             `mount -o remount,size=1G /dev/shm`), or record with --session-dir on another \
+             tmpfs, or use smaller buffers (--buffer-kb, --max-buffer-kb).",
+            o.session_parent.display(),
+            thousands(o.space_exhausted),
+            if o.space_exhausted == 1 { "" } else { "s" },
+            thousands(o.threads_without_buffer),
+            if o.threads_without_buffer == 1 {
+                ""
+            } else {
+                "s"
+            },
+        );
+    }
     if o.processes == 0 {
         // Nothing came back from the program: the preload library never
         // ran in it (statically linked, setuid, or it cleared LD_PRELOAD).
