@@ -139,6 +139,12 @@ pub(crate) fn count_ring_grown() {
     }
 }
 
+pub(crate) fn count_nested_skipped() {
+    if let Some(h) = header() {
+        h.nested_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn count_space_exhausted() {
     if let Some(h) = header() {
         h.space_exhausted.fetch_add(1, Ordering::Relaxed);

@@ -384,14 +384,11 @@ impl Producer {
             // SAFETY: FUTEX_WAIT on a u32 in a live shared mapping, with a
             // valid relative timeout; EINTR/EAGAIN/ETIMEDOUT just loop.
             unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
+                futex(
                     h.waiting.as_ptr(),
                     libc::FUTEX_WAIT,
-                    1u32,
-                    &ts as *const libc::timespec,
-                    0usize,
-                    0u32,
+                    1,
+                    &ts as *const libc::timespec as usize,
                 );
             }
         }
@@ -443,6 +440,45 @@ impl Producer {
     }
 }
 
+/// The futex system call, made directly: the preload library interposes
+/// `syscall(3)` (futex-level capture), and the recorder's own waits must
+/// not go through its hooks (they would be counted as skipped nested
+/// events).
+///
+/// # Safety
+/// `uaddr` must point to a live u32; `timeout` is 0 or the address of a
+/// valid `timespec` (FUTEX_WAIT).
+unsafe fn futex(uaddr: *mut u32, op: i32, val: u32, timeout: usize) -> i64 {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let ret: i64;
+        // SAFETY: the x86-64 Linux system-call convention (rax = number,
+        // rdi, rsi, rdx, r10 = arguments; rcx and r11 are clobbered); the
+        // caller guarantees the pointers.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") libc::SYS_futex => ret,
+                in("rdi") uaddr,
+                in("rsi") op as i64,
+                in("rdx") val as u64,
+                in("r10") timeout,
+                in("r8") 0usize,
+                in("r9") 0usize,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_futex, uaddr, op, val, timeout, 0usize, 0u32) as i64 }
+    }
+}
+
 /// Wakes the ring's producer if it sleeps waiting for room (call after
 /// storing a new `read`). The common case is one load of a line nobody
 /// writes.
@@ -452,15 +488,7 @@ fn wake_producer(h: &RingHeader) {
         h.waiting.store(0, Ordering::SeqCst);
         // SAFETY: FUTEX_WAKE on a u32 inside the live mapping.
         unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                h.waiting.as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-                0usize,
-                0usize,
-                0u32,
-            );
+            futex(h.waiting.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
         }
     }
 }

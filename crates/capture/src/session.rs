@@ -147,6 +147,10 @@ pub struct ProcessHeader {
     pub space_exhausted: AtomicU32,
     /// Rings that were grown because their thread ran hot.
     pub rings_grown: AtomicU32,
+    /// Hooked calls made while the same thread was already inside the
+    /// recorder (a signal handler interrupting the recording code): not
+    /// recorded, counted here as lost.
+    pub nested_skipped: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);

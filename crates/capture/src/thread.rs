@@ -161,6 +161,12 @@ pub fn recorder() -> Option<Guard> {
     // handlers running on it, which see `busy`) touches it.
     unsafe {
         if (*st).busy != 0 {
+            // A hook reached while this thread is inside the recorder: a
+            // signal handler that interrupted the recording code (the
+            // guard is released around the real blocking calls, see
+            // Guard::unguarded). Not recorded, but counted: never a
+            // silent loss.
+            process::count_nested_skipped();
             return None;
         }
         (*st).busy = 1;
@@ -314,6 +320,25 @@ impl Guard {
             None,
             &[],
         )
+    }
+
+    /// Runs `f`, a call to the real function, with the guard released:
+    /// a signal handler that runs on this thread during the call (the
+    /// real call may block for long) records its own events instead of
+    /// having them skipped. Safe because nothing of the ring is in the
+    /// middle of an update while `f` runs.
+    #[inline(always)]
+    pub fn unguarded<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state.
+        unsafe { (*self.st).busy = 0 };
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state; a nested hook has left it again.
+        unsafe { (*self.st).busy = 1 };
+        compiler_fence(Ordering::SeqCst);
+        r
     }
 
     /// OS thread id of the calling thread (0 if its ring could not be

@@ -937,6 +937,8 @@ impl Drainer {
             totals.space_exhausted += u64::from(h.space_exhausted.load(ord));
             totals.threads_without_ring += u64::from(h.threads_without_ring.load(ord));
             totals.rings_grown += u64::from(h.rings_grown.load(ord));
+            let nested = p.hdr.load(&h.nested_skipped);
+            self.loss(p.id, nested, LossReason::Nested);
             let no_ring = p.hdr.load(&h.lost_no_ring);
             self.loss(p.id, no_ring, LossReason::ThreadLimit);
             if h.disabled.load(std::sync::atomic::Ordering::Acquire) != 0 {
