@@ -92,6 +92,10 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
             lockscope_capture::session::ENV_RING_KB,
             cfg.ring_kb.to_string(),
         )
+        .env(
+            lockscope_capture::session::ENV_RING_MAX_KB,
+            cfg.ring_max_kb.to_string(),
+        )
         .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str())
         .env(
             lockscope_capture::session::ENV_ON_FULL,

@@ -187,14 +187,11 @@ pub(crate) fn writer_loop<W: Write>(
     while let Ok(m) = rx.recv() {
         match m {
             Msg::Rec(r) => c.record(r)?,
-            Msg::Raw {
-                thread,
-                mut slots,
-                corrupt,
-                lost,
-                clock,
-            } => {
-                c.convert(thread, &slots, corrupt, lost, clock)?;
+            Msg::Raw { mut slots, segs } => {
+                for g in &segs {
+                    let run = slots.get(g.start..g.start + g.len).unwrap_or(&[]);
+                    c.convert(g.thread, run, g.corrupt, g.lost, g.clock)?;
+                }
                 queued.fetch_sub(slots.len() * std::mem::size_of::<Slot>(), Ordering::Relaxed);
                 slots.set_len(0);
                 let _ = pool.send(slots);
