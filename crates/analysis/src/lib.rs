@@ -14,6 +14,7 @@
 pub mod advice;
 pub mod detailed;
 mod error;
+pub mod gpu;
 pub mod hist;
 pub mod input;
 pub mod lockset;

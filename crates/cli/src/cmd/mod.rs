@@ -2,6 +2,7 @@
 
 pub mod cc;
 pub mod dump;
+pub mod gpu;
 pub mod locks;
 pub mod lockset;
 pub mod occ;
