@@ -17,6 +17,7 @@ pub mod advice;
 pub mod detailed;
 mod error;
 pub mod hangs;
+pub mod gpu;
 pub mod hist;
 pub mod input;
 pub mod lockset;

@@ -48,6 +48,7 @@ enum Command {
     Spin(cmd::spin::Args),
     Import(cmd::import::Args),
     Export(cmd::export::Args),
+    Gpu(cmd::gpu::Args),
 }
 
 fn main() {
@@ -66,6 +67,7 @@ fn main() {
         Command::Spin(a) => cmd::spin::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Gpu(a) => cmd::gpu::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

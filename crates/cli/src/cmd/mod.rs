@@ -4,6 +4,7 @@ pub mod cc;
 pub mod dump;
 pub mod export;
 pub mod import;
+pub mod gpu;
 pub mod locks;
 pub mod lockset;
 pub mod occ;
