@@ -20,6 +20,7 @@ pub mod lockset;
 pub mod model;
 pub mod occ;
 pub mod render;
+pub mod replay;
 pub mod report;
 pub mod symbols;
 pub mod sync;

@@ -43,6 +43,7 @@ enum Command {
     Ulcp(cmd::ulcp::Args),
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
+    Replay(cmd::replay::Args),
 }
 
 fn main() {
@@ -58,6 +59,7 @@ fn main() {
         Command::Ulcp(a) => cmd::ulcp::run(a),
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

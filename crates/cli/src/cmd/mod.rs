@@ -6,6 +6,7 @@ pub mod locks;
 pub mod lockset;
 pub mod occ;
 pub mod record;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod ulcp;
