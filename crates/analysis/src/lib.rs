@@ -25,6 +25,7 @@ pub mod report;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;
+pub mod whatif;
 
 pub use error::AnalysisError;
 pub use report::{analyze, Report, ReportConfig, SortKey, SCHEMA};

@@ -57,6 +57,14 @@ pub enum Action {
         /// replaying the run as recorded, [`Scenario::keep_overhead`]).
         oh: u32,
     },
+    /// Run for `ns` on a CPU inside an unlock that entered the kernel to
+    /// wake a waiter of `lock` (gone when the lock is removed).
+    UnlockWork {
+        /// Lock index.
+        lock: u32,
+        /// CPU work, ns.
+        ns: u64,
+    },
     /// Wait `ns` without a CPU (a wait with no recorded cause).
     Sleep(u64),
     /// Take a lock: the `seq`-th recorded acquisition of it.
@@ -319,14 +327,25 @@ impl Builder {
             let at = self.p.threads[ti as usize].actions.len() as u32;
             self.ivs
                 .push((s.time.saturating_sub(seg.raw_ns), s.time, ti, at));
-            self.push(
-                ti,
-                Action::Compute {
-                    ns: seg.corrected_ns,
-                    cs,
-                    oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
-                },
-            );
+            if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) = (seg.kind, s.kind) {
+                let l = self.lock(lock);
+                self.push(
+                    ti,
+                    Action::UnlockWork {
+                        lock: l,
+                        ns: seg.corrected_ns,
+                    },
+                );
+            } else {
+                self.push(
+                    ti,
+                    Action::Compute {
+                        ns: seg.corrected_ns,
+                        cs,
+                        oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
+                    },
+                );
+            }
         }
         match s.kind {
             StepKind::Acquired { section, .. } => {
@@ -562,11 +581,15 @@ impl Builder {
                 continue;
             }
             let share = ((at(b) - at(a)) / (b - a) as f64).clamp(0.0, 1.0);
-            if let Some(Action::Compute { ns, oh, .. }) =
-                self.p.threads[ti as usize].actions.get_mut(ai as usize)
-            {
-                *ns = (*ns as f64 * share).round() as u64;
-                *oh = (f64::from(*oh) * share).round() as u32;
+            match self.p.threads[ti as usize].actions.get_mut(ai as usize) {
+                Some(Action::Compute { ns, oh, .. }) => {
+                    *ns = (*ns as f64 * share).round() as u64;
+                    *oh = (f64::from(*oh) * share).round() as u32;
+                }
+                Some(Action::UnlockWork { ns, .. }) => {
+                    *ns = (*ns as f64 * share).round() as u64;
+                }
+                _ => {}
             }
         }
     }
@@ -603,6 +626,8 @@ pub struct SimResult {
     pub ends: Vec<u64>,
     /// Per thread: time spent waiting for locks in the replay, ns.
     pub lock_wait: Vec<u64>,
+    /// Per lock ([`Program::locks`]): time threads waited for it, ns.
+    pub lock_wait_by_lock: Vec<u64>,
     /// Acquisitions granted out of order, or signals assumed, to break
     /// a deadlock.
     pub forced: u64,
@@ -640,6 +665,7 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
     let mut res = SimResult {
         ends: vec![0; n],
         lock_wait: vec![0; n],
+        lock_wait_by_lock: vec![0; p.locks.len()],
         ..SimResult::default()
     };
     let mut finished = vec![false; n];
@@ -701,8 +727,12 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
                 break;
             };
             match a {
-                Action::Compute { .. } => {
-                    let ns = compute_ns(&a, &scale, sc.keep_overhead);
+                Action::Compute { .. } | Action::UnlockWork { .. } => {
+                    let ns = match a {
+                        Action::UnlockWork { lock, ns } if !removed[lock as usize] => ns,
+                        Action::UnlockWork { .. } => 0,
+                        _ => compute_ns(&a, &scale, sc.keep_overhead),
+                    };
                     if ns == 0 {
                         pc[ti_us] += 1;
                         continue;
@@ -734,6 +764,7 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
                         wake_next(l, &mut sim);
                         if let Some(since) = lock_blocked[ti_us].take() {
                             res.lock_wait[ti_us] += now - since + handoff;
+                            res.lock_wait_by_lock[lock as usize] += now - since + handoff;
                             if handoff > 0 {
                                 sim.at(now + handoff, ti);
                                 break;

@@ -44,6 +44,7 @@ enum Command {
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
     Replay(cmd::replay::Args),
+    Whatif(cmd::whatif::Args),
 }
 
 fn main() {
@@ -60,6 +61,7 @@ fn main() {
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
         Command::Replay(a) => cmd::replay::run(a),
+        Command::Whatif(a) => cmd::whatif::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

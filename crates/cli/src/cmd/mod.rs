@@ -11,3 +11,4 @@ pub mod report;
 pub mod run;
 pub mod ulcp;
 pub mod util;
+pub mod whatif;
