@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod advice;
+pub mod critical;
 pub mod detailed;
 mod error;
 pub mod hist;

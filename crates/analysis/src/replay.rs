@@ -648,6 +648,32 @@ struct LockState {
 /// compute started when the clock read `v` with `w` ns of work ends when
 /// it reads `v + w`, whatever happens meanwhile.
 pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
+    simulate_logged(p, cpus, sc, false).0
+}
+
+/// Who let whom run, for the critical path ([`simulate_logged`]).
+#[derive(Clone, Debug, Default)]
+pub struct PathLog {
+    /// Per thread: (time woken, waker thread), in time order. A thread is
+    /// woken when the lock it waits for is granted to it, or the signal
+    /// (condition, semaphore, futex, barrier arrival, thread end) it
+    /// waits for happens.
+    pub wakes: Vec<Vec<(u64, u32)>>,
+    /// Per thread: (start time, creator) if started by a creator.
+    pub spawns: Vec<Option<(u64, u32)>>,
+    /// Per thread: first time it ran.
+    pub starts: Vec<u64>,
+    /// Per thread: critical sections (start, end, section key), by end.
+    pub holds: Vec<Vec<(u64, u64, u32)>>,
+}
+
+/// [`simulate`], also logging the wake-ups and sections when `log`.
+pub fn simulate_logged(
+    p: &Program,
+    cpus: u32,
+    sc: &Scenario,
+    log: bool,
+) -> (SimResult, Option<PathLog>) {
     let n = p.threads.len();
     let mut sim = Sim {
         cpus: f64::from(cpus.max(1)),
@@ -657,7 +683,15 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
         vlast: 0,
         seq: 0,
         now: 0,
+        cur: 0,
+        log: log.then(|| PathLog {
+            wakes: vec![Vec::new(); n],
+            spawns: vec![None; n],
+            starts: vec![u64::MAX; n],
+            holds: vec![Vec::new(); n],
+        }),
     };
+    let mut open: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); if log { n } else { 0 }];
     let mut pc = vec![0usize; n];
     let mut done: Vec<Option<u64>> = vec![None; p.signals as usize];
     let mut sig_waiters: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
@@ -711,6 +745,10 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
         };
         let now = sim.now;
         let ti_us = ti as usize;
+        sim.cur = ti;
+        if let Some(lg) = &mut sim.log {
+            lg.starts[ti_us] = lg.starts[ti_us].min(now);
+        }
         if computed {
             pc[ti_us] += 1;
         }
@@ -760,6 +798,11 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
                     if l.next == k && !l.exclusive && (shared || l.readers == 0) {
                         grant(l, shared);
                         pc[ti_us] += 1;
+                        if log {
+                            if let Action::Acquire { cs, .. } = a {
+                                open[ti_us].push((lock, cs, now));
+                            }
+                        }
                         // The next in order may be a reader that can share.
                         wake_next(l, &mut sim);
                         if let Some(since) = lock_blocked[ti_us].take() {
@@ -782,6 +825,14 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
                     pc[ti_us] += 1;
                     if removed[lock as usize] {
                         continue;
+                    }
+                    if log {
+                        if let Some(i) = open[ti_us].iter().rposition(|o| o.0 == lock) {
+                            let (_, cs, start) = open[ti_us].remove(i);
+                            if let Some(lg) = &mut sim.log {
+                                lg.holds[ti_us].push((start, now, cs));
+                            }
+                        }
                     }
                     let l = &mut locks[lock as usize];
                     if l.exclusive {
@@ -806,12 +857,15 @@ pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
                 Action::Spawn { child, offset } => {
                     pc[ti_us] += 1;
                     sim.at(now + offset, child);
+                    if let Some(lg) = &mut sim.log {
+                        lg.spawns[child as usize] = Some((now + offset, ti));
+                    }
                 }
             }
         }
     }
     res.wall_ns = res.ends.iter().copied().max().unwrap_or(0);
-    res
+    (res, sim.log)
 }
 
 /// The event queue and the shared CPUs.
@@ -827,9 +881,18 @@ struct Sim {
     vlast: u64,
     seq: u64,
     now: u64,
+    /// The thread running now (the waker of whoever it wakes).
+    cur: u32,
+    log: Option<PathLog>,
 }
 
 impl Sim {
+    fn woke(&mut self, t: u32) {
+        let (now, cur) = (self.now, self.cur);
+        if let Some(lg) = &mut self.log {
+            lg.wakes[t as usize].push((now, cur));
+        }
+    }
     fn rate(&self) -> f64 {
         let k = self.running.len() as f64;
         if k <= self.cpus {
@@ -916,6 +979,7 @@ fn wake_next(l: &mut LockState, sim: &mut Sim) {
         }
         l.waiting.remove(&l.next);
         sim.at(sim.now, t);
+        sim.woke(t);
     }
 }
 
@@ -933,6 +997,7 @@ fn signal(
     if let Some(ws) = waiters.remove(&id) {
         for (w, latency) in ws {
             sim.at(sim.now + latency, w);
+            sim.woke(w);
         }
     }
 }

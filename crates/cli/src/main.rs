@@ -45,6 +45,7 @@ enum Command {
     Occ(cmd::occ::Args),
     Replay(cmd::replay::Args),
     Whatif(cmd::whatif::Args),
+    CriticalPath(cmd::critical_path::Args),
 }
 
 fn main() {
@@ -62,6 +63,7 @@ fn main() {
         Command::Occ(a) => cmd::occ::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Whatif(a) => cmd::whatif::run(a),
+        Command::CriticalPath(a) => cmd::critical_path::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

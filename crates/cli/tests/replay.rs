@@ -29,13 +29,19 @@ fn replay_json(trace: &Path, extra: &[&str]) -> (Value, String) {
 }
 
 /// Fidelity is a ratio of two figures of the same recording, so the
-/// machine's noise cancels out; the tolerance is looser than the 5 %
-/// target (the figures are printed for the record) because a loaded
-/// machine adds wake-up delays the replay reproduces only on average.
+/// machine's noise cancels out. Target: 5 %. The barrier fixture replays
+/// about 2 % long on a quiet machine but up to 13 % long was seen under
+/// heavy load (a thousand barrier rounds of wake-up storms on 2 CPUs), so
+/// it gets a looser bound; the figures are printed for the record.
 #[test]
 fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
     let mut figures = Vec::new();
-    for name in ["mutex", "rwlock", "condvar", "barrier_sem_spin"] {
+    for (name, tolerance) in [
+        ("mutex", 0.05),
+        ("rwlock", 0.05),
+        ("condvar", 0.05),
+        ("barrier_sem_spin", 0.20),
+    ] {
         let dir = temp(&format!("replay-{name}"));
         let prog = build_c(name, &dir);
         let run = record(&dir, &[], &prog, &[], b"");
@@ -56,7 +62,7 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
             err * 100.0
         ));
         assert!(
-            err.abs() < 0.15,
+            err.abs() < tolerance,
             "{name}: replay off by {:.1} %: {j:#}",
             err * 100.0
         );

@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod cc;
+pub mod critical_path;
 pub mod dump;
 pub mod locks;
 pub mod lockset;
