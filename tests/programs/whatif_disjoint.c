@@ -12,6 +12,7 @@
 
 static pthread_mutex_t big = PTHREAD_MUTEX_INITIALIZER;
 static long rounds = 400;
+static pthread_barrier_t go; /* the workers start together */
 
 struct worker {
     pthread_t th;
@@ -25,6 +26,7 @@ static void spin(volatile unsigned long *acc, long n) {
 
 static void *run(void *arg) {
     struct worker *w = arg;
+    pthread_barrier_wait(&go);
     for (long r = 0; r < rounds; r++) {
 #ifndef NOLOCK
         pthread_mutex_lock(&big);
@@ -42,6 +44,7 @@ int main(int argc, char **argv) {
     if (argc > 1)
         rounds = atol(argv[1]);
     static struct worker w[2];
+    pthread_barrier_init(&go, NULL, 2);
     for (int i = 0; i < 2; i++)
         pthread_create(&w[i].th, NULL, run, &w[i]);
     for (int i = 0; i < 2; i++)

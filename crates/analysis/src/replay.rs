@@ -58,7 +58,8 @@ pub enum Action {
         oh: u32,
     },
     /// Run for `ns` on a CPU inside an unlock that entered the kernel to
-    /// wake a waiter of `lock` (gone when the lock is removed).
+    /// wake a waiter of `lock` (only when the replayed release did wake
+    /// somebody: gone when the lock is removed or nobody waits).
     UnlockWork {
         /// Lock index.
         lock: u32,
@@ -611,6 +612,9 @@ pub struct Scenario {
     pub remove_locks: Vec<u32>,
     /// Section keys whose work is scaled: (section key, percent kept).
     pub shrink: Vec<(u32, u32)>,
+    /// Section keys that only read: they take their lock shared (as if it
+    /// were a reader-writer lock and they its readers).
+    pub readers: Vec<u32>,
     /// Add the recorder's overhead back to the work (replay the run as
     /// it was recorded, to compare with the recorded wall time).
     pub keep_overhead: bool,
@@ -634,10 +638,37 @@ pub struct SimResult {
 }
 
 struct LockState {
+    /// Lowest turn not granted yet.
     next: u64,
     exclusive: bool,
     readers: u32,
     waiting: BTreeMap<u64, (u32, bool)>,
+    /// Turns above `next` already granted (readers that went ahead).
+    granted: std::collections::BTreeSet<u64>,
+    /// Per turn: the lowest exclusive turn at or after it (`u64::MAX`
+    /// if none).
+    next_writer: Vec<u64>,
+}
+
+impl LockState {
+    /// Readers need no order among themselves: a reader may go as soon
+    /// as every writer before it in the recorded order has; a writer
+    /// waits for its turn and an empty lock.
+    fn can_grant(&self, k: u64, shared: bool) -> bool {
+        if self.exclusive || k < self.next {
+            return false;
+        }
+        if shared {
+            let w = self
+                .next_writer
+                .get(self.next as usize)
+                .copied()
+                .unwrap_or(u64::MAX);
+            k < w || k == self.next
+        } else {
+            k == self.next && self.readers == 0
+        }
+    }
 }
 
 /// Runs the program on a machine of `cpus` CPUs under `sc`.
@@ -696,6 +727,7 @@ pub fn simulate_logged(
     let mut done: Vec<Option<u64>> = vec![None; p.signals as usize];
     let mut sig_waiters: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
     let mut lock_blocked: Vec<Option<u64>> = vec![None; n];
+    let mut unlock_woke = vec![false; n];
     let mut res = SimResult {
         ends: vec![0; n],
         lock_wait: vec![0; n],
@@ -712,12 +744,52 @@ pub fn simulate_logged(
             *s = pct;
         }
     }
-    let mut locks: Vec<LockState> = (0..p.locks.len())
-        .map(|_| LockState {
-            next: 0,
-            exclusive: false,
-            readers: 0,
-            waiting: BTreeMap::new(),
+    let mut reader = vec![false; p.sections.len()];
+    for &cs in &sc.readers {
+        if let Some(r) = reader.get_mut(cs as usize) {
+            *r = true;
+        }
+    }
+    let mut modes: Vec<Vec<bool>> = vec![Vec::new(); p.locks.len()];
+    for t in &p.threads {
+        for a in &t.actions {
+            if let Action::Acquire {
+                lock,
+                seq,
+                shared,
+                cs,
+                ..
+            } = *a
+            {
+                let m = &mut modes[lock as usize];
+                if m.len() <= seq as usize {
+                    m.resize(seq as usize + 1, false);
+                }
+                m[seq as usize] = shared || reader.get(cs as usize).copied().unwrap_or(false);
+            }
+        }
+    }
+    let mut rw_changed = vec![false; p.locks.len()];
+    for &cs in &sc.readers {
+        if let Some(k) = p.sections.get(cs as usize) {
+            rw_changed[k.lock as usize] = true;
+        }
+    }
+    let mut locks: Vec<LockState> = modes
+        .iter()
+        .map(|m| {
+            let mut next_writer = vec![u64::MAX; m.len() + 1];
+            for i in (0..m.len()).rev() {
+                next_writer[i] = if m[i] { next_writer[i + 1] } else { i as u64 };
+            }
+            LockState {
+                next: 0,
+                exclusive: false,
+                readers: 0,
+                waiting: BTreeMap::new(),
+                granted: Default::default(),
+                next_writer,
+            }
         })
         .collect();
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
@@ -767,7 +839,15 @@ pub fn simulate_logged(
             match a {
                 Action::Compute { .. } | Action::UnlockWork { .. } => {
                     let ns = match a {
-                        Action::UnlockWork { lock, ns } if !removed[lock as usize] => ns,
+                        // Kept as recorded unless the scenario changes the
+                        // lock: removed, or made a reader-writer lock (then
+                        // only when the replayed release woke somebody).
+                        Action::UnlockWork { lock, ns }
+                            if !removed[lock as usize]
+                                && (!rw_changed[lock as usize] || unlock_woke[ti_us]) =>
+                        {
+                            ns
+                        }
                         Action::UnlockWork { .. } => 0,
                         _ => compute_ns(&a, &scale, sc.keep_overhead),
                     };
@@ -788,15 +868,16 @@ pub fn simulate_logged(
                     seq: k,
                     shared,
                     handoff,
-                    ..
+                    cs,
                 } => {
+                    let shared = shared || reader.get(cs as usize).copied().unwrap_or(false);
                     if removed[lock as usize] {
                         pc[ti_us] += 1;
                         continue;
                     }
                     let l = &mut locks[lock as usize];
-                    if l.next == k && !l.exclusive && (shared || l.readers == 0) {
-                        grant(l, shared);
+                    if l.can_grant(k, shared) {
+                        grant(l, k, shared);
                         pc[ti_us] += 1;
                         if log {
                             if let Action::Acquire { cs, .. } = a {
@@ -804,7 +885,7 @@ pub fn simulate_logged(
                             }
                         }
                         // The next in order may be a reader that can share.
-                        wake_next(l, &mut sim);
+                        let _ = wake_next(l, &mut sim);
                         if let Some(since) = lock_blocked[ti_us].take() {
                             res.lock_wait[ti_us] += now - since + handoff;
                             res.lock_wait_by_lock[lock as usize] += now - since + handoff;
@@ -840,7 +921,8 @@ pub fn simulate_logged(
                     } else {
                         l.readers = l.readers.saturating_sub(1);
                     }
-                    wake_next(l, &mut sim);
+                    // An unlock enters the kernel only to wake a waiter.
+                    unlock_woke[ti_us] = wake_next(l, &mut sim);
                 }
                 Action::Signal(id) => {
                     pc[ti_us] += 1;
@@ -960,8 +1042,15 @@ fn compute_ns(a: &Action, scale: &[u32], keep_overhead: bool) -> u64 {
     }
 }
 
-fn grant(l: &mut LockState, shared: bool) {
-    l.next += 1;
+fn grant(l: &mut LockState, k: u64, shared: bool) {
+    if k == l.next {
+        l.next += 1;
+        while l.granted.remove(&l.next) {
+            l.next += 1;
+        }
+    } else {
+        l.granted.insert(k);
+    }
     if shared {
         l.readers += 1;
     } else {
@@ -972,15 +1061,25 @@ fn grant(l: &mut LockState, shared: bool) {
 /// If the acquisition whose turn it is waits and can be granted, wake
 /// its thread (which re-executes its Acquire and gets the lock; nobody
 /// else can take that turn meanwhile).
-fn wake_next(l: &mut LockState, sim: &mut Sim) {
-    if let Some(&(t, shared)) = l.waiting.get(&l.next) {
-        if l.exclusive || (!shared && l.readers > 0) {
-            return;
+/// Returns whether it woke anybody.
+fn wake_next(l: &mut LockState, sim: &mut Sim) -> bool {
+    let mut wake = Vec::new();
+    for (&k, &(t, shared)) in l.waiting.range(l.next..) {
+        if !l.can_grant(k, shared) {
+            break;
         }
-        l.waiting.remove(&l.next);
+        wake.push((k, t));
+        if !shared {
+            break;
+        }
+    }
+    let woke = !wake.is_empty();
+    for (k, t) in wake {
+        l.waiting.remove(&k);
         sim.at(sim.now, t);
         sim.woke(t);
     }
+    woke
 }
 
 fn signal(
@@ -1022,6 +1121,7 @@ fn force_progress(locks: &mut [LockState], sim: &mut Sim, res: &mut SimResult) -
     let (&k, &(t, _)) = l.waiting.iter().next().expect("non-empty");
     l.waiting.remove(&k);
     l.next = k;
+    l.granted.retain(|&g| g > k);
     l.exclusive = false;
     l.readers = 0;
     res.forced += 1;

@@ -30,6 +30,10 @@ pub struct WhatifConfig {
     /// site is a hex pc, a function name or a `function (file:line)`
     /// location (prefix).
     pub shrink: Vec<(String, u32)>,
+    /// Sites whose sections only read: their lock becomes a
+    /// reader-writer lock and these sections its readers (one scenario
+    /// for all of them).
+    pub readers: Vec<String>,
     /// Curves for this many locks (most replayed lock wait first).
     pub curve_top: usize,
     /// Read binaries for names.
@@ -258,6 +262,36 @@ pub fn analyze(
             },
         );
         let what = format!("critical sections entered at {want} take {pct}% of their time");
+        scenarios.push(outcome(p, &mut names, what, &base, &r));
+    }
+    if !cfg.readers.is_empty() {
+        let mut keys = Vec::new();
+        for want in &cfg.readers {
+            let before = keys.len();
+            for (k, s) in p.sections.iter().enumerate() {
+                let process = p.locks[s.lock as usize].process;
+                if names.site_matches(process, s.site, want) {
+                    keys.push(k as u32);
+                }
+            }
+            if keys.len() == before {
+                return Err(AnalysisError::Config(format!(
+                    "--readers {want}: no critical section was entered at a site matching {want:?}"
+                )));
+            }
+        }
+        let r = simulate(
+            p,
+            cpus,
+            &Scenario {
+                readers: keys,
+                ..Scenario::default()
+            },
+        );
+        let what = format!(
+            "reader-writer lock: sections entered at {} read (share the lock)",
+            cfg.readers.join(", ")
+        );
         scenarios.push(outcome(p, &mut names, what, &base, &r));
     }
     let mut order: Vec<u32> = (0..p.locks.len() as u32)

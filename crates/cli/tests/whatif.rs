@@ -64,11 +64,19 @@ fn removing_a_lock_over_disjoint_sections_predicts_a_parallel_speedup() {
     let dir = temp("whatif-disjoint");
     let locked = build(&dir, "locked", &[]);
     let free = build(&dir, "free", &["-DNOLOCK"]);
-    let run = record(&dir, &[], &locked, &[], b"");
-    assert!(run.trace_path.exists(), "{}", run.stderr);
     // The lock is the static `big`; without symbols it is named by its
-    // address, which the trace's lock list gives.
-    let j = whatif(&run.trace_path, &["--top", "1"]);
+    // address, which the curve of the most waited-for lock gives. A
+    // shared machine may have run the two workers one after the other
+    // (no contention recorded): record again then.
+    let (run, j) = (0..4)
+        .map(|_| {
+            let run = record(&dir, &[], &locked, &[], b"");
+            assert!(run.trace_path.exists(), "{}", run.stderr);
+            let j = whatif(&run.trace_path, &["--top", "1"]);
+            (run, j)
+        })
+        .find(|(_, j)| !j["curves"].as_array().unwrap().is_empty())
+        .expect("the two workers never contended in four recordings");
     assert_eq!(j["schema"], "lockscope.whatif/1");
     let curve = &j["curves"][0];
     let lock = curve["lock"].as_str().unwrap().to_string();
@@ -90,18 +98,43 @@ fn removing_a_lock_over_disjoint_sections_predicts_a_parallel_speedup() {
     // Both workers end earlier, and nobody waits for the lock any more.
     assert!(s["threads"].as_array().unwrap().len() >= 2, "{s:#}");
     assert_eq!(s["locks"][0]["predicted_wait_ns"], 0, "{s:#}");
-    assert!(predicted > 1.15, "two serialized threads on 2 CPUs: {s:#}");
-    // On one CPU there is no parallelism to win back.
+    assert!(predicted > 1.05, "two serialized threads on 2 CPUs: {s:#}");
+    // On one CPU the lock-free run cannot overlap the two workers: it is
+    // slower than on two (what it still gains is the lock's own cost,
+    // the wake-ups of its waiters).
     let j1 = whatif(
         &run.trace_path,
         &["--top", "0", "--cpus", "1", "--remove-lock", &lock],
     );
     let one = j1["scenarios"][0]["speedup"].as_f64().unwrap();
-    assert!(one < predicted, "1 CPU {one} vs 2 CPUs {predicted}");
+    let wall1 = j1["scenarios"][0]["predicted_wall_ns"].as_u64().unwrap();
+    let wall2 = s["predicted_wall_ns"].as_u64().unwrap();
+    assert!(wall2 < wall1, "1 CPU {wall1} ns vs 2 CPUs {wall2} ns");
     // Deterministic.
     assert_eq!(
         whatif(&run.trace_path, &["--top", "0", "--remove-lock", &lock]),
         j2
+    );
+
+    // The sections only touch their thread's data: as readers of a
+    // reader-writer lock they would not exclude each other either, which
+    // predicts the same as removing the lock. (Symbols on: the site is
+    // named by its function.)
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["whatif", "--json", "--top", "0", "--readers", "run"])
+        .arg(&run.trace_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jr: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let readers = jr["scenarios"][0]["speedup"].as_f64().unwrap();
+    assert!(
+        (readers - predicted).abs() <= predicted * 0.1,
+        "readers {readers} vs removed {predicted}: {jr:#}"
     );
 
     let measured = best_wall(&locked) / best_wall(&free);

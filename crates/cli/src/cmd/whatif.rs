@@ -29,6 +29,11 @@ pub struct Args {
     /// repeatable.
     #[arg(long, value_name = "SITE=PCT")]
     pub shrink: Vec<String>,
+    /// The critical sections entered at SITE only read: their lock
+    /// becomes a reader-writer lock and they its readers (all
+    /// `--readers` together form one scenario); repeatable.
+    #[arg(long, value_name = "SITE")]
+    pub readers: Vec<String>,
     /// Curves for this many locks (most waited for first).
     #[arg(long, default_value_t = 3)]
     pub top: usize,
@@ -65,6 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cpus: args.cpus,
         remove_locks: args.remove_lock.clone(),
         shrink,
+        readers: args.readers.clone(),
         curve_top: args.top,
         symbolize: !args.no_symbols,
     };
