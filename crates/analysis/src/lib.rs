@@ -14,6 +14,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
+pub mod critical;
 pub mod detailed;
 mod error;
 pub mod gpu;
@@ -24,11 +25,13 @@ pub mod lockset;
 pub mod model;
 pub mod occ;
 pub mod render;
+pub mod replay;
 pub mod report;
 pub mod spin;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;
+pub mod whatif;
 
 pub use error::AnalysisError;
 pub use report::{analyze, Report, ReportConfig, SortKey, SCHEMA};

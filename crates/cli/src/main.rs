@@ -49,6 +49,9 @@ enum Command {
     Import(cmd::import::Args),
     Export(cmd::export::Args),
     Gpu(cmd::gpu::Args),
+    Replay(cmd::replay::Args),
+    Whatif(cmd::whatif::Args),
+    CriticalPath(cmd::critical_path::Args),
 }
 
 fn main() {
@@ -68,6 +71,9 @@ fn main() {
         Command::Import(a) => cmd::import::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Gpu(a) => cmd::gpu::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Whatif(a) => cmd::whatif::run(a),
+        Command::CriticalPath(a) => cmd::critical_path::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

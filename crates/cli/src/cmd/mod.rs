@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod cc;
+pub mod critical_path;
 pub mod dump;
 pub mod export;
 pub mod gpu;
@@ -9,8 +10,10 @@ pub mod locks;
 pub mod lockset;
 pub mod occ;
 pub mod record;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod spin;
 pub mod ulcp;
 pub mod util;
+pub mod whatif;
