@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::hist::Summary;
-use crate::input::{index, Merge, Meta};
+use crate::input::{index, Meta};
 use crate::model::{Anomalies, Culprit, Kind, Model, ModelConfig};
 use crate::symbols::{Location, Symbolizer};
 use crate::AnalysisError;
@@ -741,106 +741,14 @@ pub fn build_model(
     cfg: &ReportConfig,
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Model, AnalysisError> {
-    let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
-    overhead.sort_by_key(|o| o.process);
-    let mut model = Model::new(
+    Model::build(
+        path,
+        meta,
         ModelConfig {
             correct_overhead: cfg.correct_overhead,
         },
-        overhead,
-    );
-    let mut threads: Vec<_> = meta.threads.values().collect();
-    threads.sort_by_key(|t| t.id);
-    for t in &threads {
-        let name = meta
-            .thread_names
-            .get(&t.id)
-            .cloned()
-            .unwrap_or_else(|| t.name.clone());
-        model.add_thread(t.id, t.process, t.tid, name, t.start_ns);
-    }
-    for l in &meta.locks {
-        model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
-    }
-    // Two stages on two threads: reading, decoding and merging the
-    // chunks on one, the model on the other (each is about half of the
-    // work). Batches of events go through a bounded channel and come back
-    // empty for reuse, so memory stays bounded.
-    // Up to 8 batches of 16 Ki events (7 MiB) in flight: enough to ride
-    // out a few ms of one stage not being scheduled on a busy machine.
-    // Events are copied into the batches: sharing the decoded chunks
-    // (Arc) instead cost more, as the reference counts bounced between
-    // the two cores on every short run.
-    type Batch = Vec<(u32, lockscope_format::Event)>;
-    const BATCH: usize = 16384;
-    let mut last = 0u64;
-    std::thread::scope(|s| -> Result<(), AnalysisError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Batch, AnalysisError>>(8);
-        let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
-        s.spawn(move || {
-            let run = || -> Result<(), AnalysisError> {
-                let mut merge = Merge::new(path, meta)?;
-                let mut batch: Batch = Vec::with_capacity(BATCH + 64);
-                let mut gone = false;
-                merge.run_runs(
-                    |thread, buf, a, b| {
-                        batch.extend(buf[a..b].iter().map(|e| (thread, *e)));
-                        if batch.len() >= BATCH && !gone {
-                            let next = back_rx
-                                .try_recv()
-                                .unwrap_or_else(|_| Vec::with_capacity(BATCH + 64));
-                            gone = tx.send(Ok(std::mem::replace(&mut batch, next))).is_err();
-                        } else if gone {
-                            batch.clear();
-                        }
-                    },
-                    &mut |_, _| {},
-                )?;
-                let _ = tx.send(Ok(batch));
-                Ok(())
-            };
-            if let Err(e) = run() {
-                let _ = tx.send(Err(e));
-            }
-        });
-        let total = meta.events;
-        let mut done = 0u64;
-        let mut next_progress = 0u64;
-        for batch in rx {
-            let mut b = batch?;
-            for (thread, e) in &b {
-                last = last.max(e.time);
-                model.event(*thread, e);
-            }
-            done += b.len() as u64;
-            if done >= next_progress {
-                progress(done, total, 1);
-                next_progress = done + (1 << 22);
-            }
-            b.clear();
-            let _ = back_tx.send(b);
-        }
-        progress(total, total, 1);
-        Ok(())
-    })?;
-    let trace_end = meta
-        .footer
-        .as_ref()
-        .map_or(last, |f| f.duration_ns.max(last));
-    for t in &threads {
-        let end = meta
-            .thread_ends
-            .get(&t.id)
-            .copied()
-            .or_else(|| meta.process_ends.get(&t.process).map(|p| p.end_ns))
-            .unwrap_or(trace_end);
-        model.set_thread_end(t.id, end);
-    }
-    for l in &meta.losses {
-        model.add_lost(l.thread, l.events);
-    }
-    model.finish(trace_end);
-    Ok(model)
+        &mut |d, t| progress(d, t, 1),
+    )
 }
 
 /// Symbolization with caches, for one report.

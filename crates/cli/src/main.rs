@@ -4,6 +4,8 @@
 //! `cmd/`, owns its clap argument struct, turns it into the plain config
 //! struct of the library that does the work, and returns the process exit
 //! code. Nothing here knows how a trace is written or analysed.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cmd;
 
@@ -43,6 +45,10 @@ enum Command {
     Ulcp(cmd::ulcp::Args),
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
+    Spin(cmd::spin::Args),
+    Import(cmd::import::Args),
+    Export(cmd::export::Args),
+    Gpu(cmd::gpu::Args),
 }
 
 fn main() {
@@ -58,6 +64,10 @@ fn main() {
         Command::Ulcp(a) => cmd::ulcp::run(a),
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
+        Command::Spin(a) => cmd::spin::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Export(a) => cmd::export::run(a),
+        Command::Gpu(a) => cmd::gpu::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

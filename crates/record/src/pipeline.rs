@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
@@ -216,6 +216,12 @@ impl Pipeline {
             disabled_processes: totals.disabled,
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
+            full_waits: totals.full_waits,
+            full_wait_ns: totals.full_wait_ns,
+            space_exhausted: totals.space_exhausted,
+            threads_without_buffer: totals.threads_without_ring,
+            buffers_grown: totals.rings_grown,
+            session_parent: PathBuf::new(),
         })
     }
 }
@@ -258,6 +264,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut extra = vec![
         ("stacks".to_string(), cfg.stacks.as_str().to_string()),
         ("ring_kb".to_string(), cfg.ring_kb.to_string()),
+        ("ring_max_kb".to_string(), cfg.ring_max_kb.to_string()),
         (
             "on_full".to_string(),
             if cfg.wait_when_full { "wait" } else { "drop" }.to_string(),
@@ -315,6 +322,11 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut out = pipe.finish(&cfg.output, &reaped, status)?;
     out.signal = signal;
     out.forwarded_signals = forwarded;
+    out.session_parent = session
+        .path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     drop(session);
     Ok(out)
 }

@@ -2,11 +2,15 @@
 
 pub mod cc;
 pub mod dump;
+pub mod export;
+pub mod import;
+pub mod gpu;
 pub mod locks;
 pub mod lockset;
 pub mod occ;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod spin;
 pub mod ulcp;
 pub mod util;

@@ -234,6 +234,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             },
         )
     };
+    // Hand-written spinlocks beside the pthread locks (text only; issue 12).
+    let out = if text {
+        out + &super::spin::report_section(&a.trace, !a.no_symbols)
+    } else {
+        out
+    };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
