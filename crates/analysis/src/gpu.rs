@@ -129,7 +129,7 @@ pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, cra
         .collect();
     let mut g = GpuAnalyzer::new(threads);
     let mut end = meta.thread_ends.values().copied().max().unwrap_or(0);
-    crate::input::Merge::new(path, &meta)?.run(
+    crate::input::Merge::new(path, &meta.index)?.run(
         |t, e| {
             end = end.max(e.time);
             g.event(t, e);

@@ -436,7 +436,7 @@ pub fn scan(
     let mut last = 0u64;
     // The one place this module reads the trace: issue 9's index layer
     // changes how a Merge is opened.
-    let mut merge = crate::input::Merge::new(path, meta)?;
+    let mut merge = crate::input::Merge::new(path, &meta.index)?;
     merge.run_runs(
         |thread, buf, a, b| {
             for e in &buf[a..b] {

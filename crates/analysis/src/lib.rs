@@ -16,8 +16,8 @@
 pub mod advice;
 pub mod detailed;
 mod error;
-pub mod hangs;
 pub mod gpu;
+pub mod hangs;
 pub mod hist;
 pub mod input;
 pub mod lockset;

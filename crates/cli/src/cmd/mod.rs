@@ -3,8 +3,8 @@
 pub mod cc;
 pub mod dump;
 pub mod export;
-pub mod import;
 pub mod gpu;
+pub mod import;
 pub mod locks;
 pub mod lockset;
 pub mod occ;

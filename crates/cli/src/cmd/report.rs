@@ -236,7 +236,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     // Hand-written spinlocks beside the pthread locks (text only; issue 12).
     let out = if text {
-        out + &super::spin::report_section(&a.trace, !a.no_symbols)
+        out + &super::spin::report_section(&trace, !a.no_symbols)
     } else {
         out
     };
