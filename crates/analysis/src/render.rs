@@ -216,6 +216,12 @@ impl Table {
     }
 }
 
+/// Word-wraps every line longer than `width` (for text rendered
+/// elsewhere and appended to the report).
+pub fn fit_lines(text: &str, width: usize) -> String {
+    wrap_long_lines(text, width)
+}
+
 /// Word-wraps every line longer than `width` (prose: headers, notes,
 /// advice), continuing with the line's indentation plus 4; a word longer
 /// than a line is cut.
