@@ -730,8 +730,18 @@ pub fn analyze(
         (model, hangs)
     });
     let mut model = model?;
-    let hangs = hangs?;
-    Ok(build_report_with(&meta, &mut model, cfg, &hangs))
+    // The model read the same events: an error only here is a bug of
+    // this pass, and must not cost the user the rest of the report.
+    let (hangs, problem) = match hangs {
+        Ok(h) => (h, None),
+        Err(e) => ((crate::hangs::Findings::default(), 0), Some(e)),
+    };
+    let mut r = build_report_with(&meta, &mut model, cfg, &hangs);
+    if let Some(e) = problem {
+        r.notes
+            .push(format!("hangs and deadlocks not analysed: {e}"));
+    }
+    Ok(r)
 }
 
 /// Runs the timing model over a trace (exposed for other analyses).
