@@ -153,3 +153,49 @@ fn issue12_import_names_file_line_and_column_of_a_bad_row() {
         "{err}"
     );
 }
+
+#[test]
+fn issue12_import_takes_the_schedule_from_a_second_file() {
+    let dir = Scratch::new("spin-sched");
+    let trace = dir.path("trace.csv");
+    let sched = dir.path("sched.csv");
+    std::fs::write(
+        &trace,
+        "time,opoint,origin,address,operation,value\n\
+         10,CPU0,CPU0,0x40,A32,1\n15,CPU1,CPU1,0x40,A32,1\n20,CPU0,CPU0,0x40,W32,0\n\
+         21,CPU1,CPU1,0x40,A32,1\n30,CPU1,CPU1,0x40,W32,0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &sched,
+        "time,opoint,origin,address,operation,value\n0,CPU0,CPU0,7,THREAD,seven\n\
+         0,CPU1,CPU1,9,THREAD,nine\n",
+    )
+    .unwrap();
+    let out = dir.path("t.lstrace");
+    ok(Command::new(lockscope())
+        .args(["import", "--format", "hwtrace", "--cpus", "1", "--schedule"])
+        .arg(&sched)
+        .arg(&trace)
+        .arg("-o")
+        .arg(&out));
+    let j = analysis_json("spin", &out);
+    let l = &j["spinlocks"][0];
+    assert_eq!(l["acquisitions"], 2);
+    assert_eq!(l["failed_attempts"], 1);
+    let threads: Vec<(u64, &str)> = l["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["tid"].as_u64().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(threads, [(7, "seven"), (9, "nine")]);
+    assert!(
+        l["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "oversubscribed"),
+        "{l:#}"
+    );
+}
