@@ -603,6 +603,8 @@ struct Loc {
     unlocked_sites: BTreeSet<u64>,
     process: u32,
     time: u64,
+    /// Time of the latest access (for hand-over at thread creation).
+    last_time: u64,
 }
 
 /// True if any event is an atomic read-modify-write (a candidate).
@@ -915,6 +917,14 @@ fn lockset(
             }
         }
     }
+    let starts: HashMap<u32, u64> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            lockscope_format::Record::Thread(th) => Some((th.id, th.start_ns)),
+            _ => None,
+        })
+        .collect();
     // Eraser in time order: a location's first thread may initialise it
     // without locks; from the second thread on, the locks held at every
     // access are intersected.
@@ -928,9 +938,19 @@ fn lockset(
         });
         l.threads.insert(a.thread);
         l.written |= a.write;
-        if a.thread != l.first_thread {
-            l.shared = true;
+        if a.thread != l.first_thread && !l.shared {
+            // Ownership handed over by thread creation: the owner's last
+            // access came before this thread started (data filled before
+            // a thread is created, a `std::thread` state block). Eraser
+            // has no happens-before; thread start times give this much.
+            let handed = starts.get(&a.thread).is_some_and(|&st| l.last_time < st);
+            if handed {
+                l.first_thread = a.thread;
+            } else {
+                l.shared = true;
+            }
         }
+        l.last_time = a.time;
         if !l.shared {
             continue;
         }

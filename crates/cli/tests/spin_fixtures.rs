@@ -218,3 +218,44 @@ fn issue12_spin_warns_about_a_holder_that_sleeps() {
         );
     }
 }
+
+#[test]
+fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-cxx");
+        let bin = dir.path("cxx_flag");
+        build_instrumented(c, &spin_fixture("cxx_flag.cpp"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            1,
+            "{}: {j:#}",
+            c.label
+        );
+        assert_eq!(
+            j["rejected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let l = lock(&j, "g_flag");
+        assert_eq!(l["kind"], "tas", "{}", c.label);
+        assert_eq!(l["acquisitions"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(l["releases"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["counter"]),
+            "{}: {l:#}",
+            c.label
+        );
+        assert_eq!(
+            j["unprotected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+    }
+}
