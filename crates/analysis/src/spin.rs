@@ -302,6 +302,12 @@ fn values_of(ops: &[MemOp]) -> BTreeSet<u64> {
 /// True if every write adds one to the value before it (an atomic
 /// counter, or one word of a ticket lock).
 fn counts_up(ops: &[MemOp]) -> bool {
+    // Three values at least: 0 -> 1 alone is a lock's busy value.
+    let mut seen: BTreeSet<u64> = ops.iter().filter_map(|o| o.after).collect();
+    seen.extend(ops.iter().filter_map(|o| o.before));
+    if seen.len() < 3 {
+        return false;
+    }
     let mut cur: Option<u64> = None;
     let mut writes = 0;
     for o in ops {
@@ -373,37 +379,44 @@ fn detect(ops: &[MemOp]) -> Verdict {
         found.push(b);
         if let Some(a) = o.after {
             cur = a;
+        } else if o.kind == Kind::Store {
+            // A plain store of an unknown value to a lock word frees it.
+            cur = free;
         } else if let (Kind::Load, Some(v)) = (o.kind, o.before) {
             // A read value is the truth about the word at that time.
             cur = v;
         }
     }
-    // Value changes, queued per thread in program order.
+    // Value changes, queued per thread in program order. A plain store
+    // whose value is not recorded (detailed mode: `lock = 0;` seen with
+    // LOCKSCOPE_ALL_ACCESSES=1) can only be a release: it counts as one
+    // when the lock's owner makes it, and is ignored otherwise.
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Change {
         Acq,
         Rel,
+        PlainStore,
     }
     let mut queues: BTreeMap<u32, std::collections::VecDeque<(usize, Change)>> = BTreeMap::new();
-    let mut unknown_writes = 0u64;
     for (i, o) in ops.iter().enumerate() {
-        if o.kind == Kind::Store && o.after.is_none() {
-            unknown_writes += 1;
-            continue;
-        }
-        let Some(a) = o.after else { continue };
-        let c = if found[i] == free && a == busy {
-            Change::Acq
-        } else if found[i] == busy && a == free {
-            Change::Rel
-        } else {
-            continue;
+        let c = match o.after {
+            None if o.kind == Kind::Store => Change::PlainStore,
+            None => continue,
+            Some(a) if found[i] == free && a == busy => Change::Acq,
+            Some(a) if found[i] == busy && a == free => Change::Rel,
+            Some(_) => continue,
         };
         queues.entry(o.thread).or_default().push_back((i, c));
     }
     for q in queues.values_mut() {
         q.make_contiguous().sort_by_key(|&(i, _)| ops[i].idx);
     }
+    let unknown_writes = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Store && o.after.is_none())
+        .count();
+    let not_recorded = "its release was not recorded (a plain store `lock = 0`? record with \
+                        LOCKSCOPE_ALL_ACCESSES=1, or release with an atomic store)";
     // Changes in the only order a lock allows (see the module doc).
     let mut owner: Option<(u32, usize)> = None;
     let mut changes: Vec<(usize, usize)> = Vec::new(); // (acq op, rel op)
@@ -411,6 +424,12 @@ fn detect(ops: &[MemOp]) -> Verdict {
     loop {
         match owner {
             None => {
+                // Plain stores while the lock is free change nothing.
+                for q in queues.values_mut() {
+                    while q.front().is_some_and(|x| x.1 == Change::PlainStore) {
+                        q.pop_front();
+                    }
+                }
                 let next = queues
                     .iter()
                     .filter_map(|(&t, q)| q.front().map(|&(i, c)| (t, i, c)))
@@ -437,22 +456,42 @@ fn detect(ops: &[MemOp]) -> Verdict {
             Some((o, acq)) => {
                 let head = queues.get(&o).and_then(|q| q.front().copied());
                 match head {
-                    Some((i, Change::Rel)) => {
+                    Some((i, Change::Rel | Change::PlainStore)) => {
                         queues.get_mut(&o).and_then(|q| q.pop_front());
                         changes.push((acq, i));
                         open_acq = None;
                         owner = None;
                     }
                     _ => {
-                        if let Some((&t, q)) = queues.iter().find(|(_, q)| !q.is_empty()) {
-                            let i = q.front().map_or(0, |x| x.0);
-                            return Verdict::Rejected(format!(
-                                "changed at {} ns by thread {t} while thread {o} held it \
+                        // The earliest change nobody could make: a free
+                        // by another thread, or a second acquisition
+                        // whose release left no trace.
+                        let first = queues
+                            .iter()
+                            .filter_map(|(&t, q)| {
+                                q.iter()
+                                    .find(|x| x.1 != Change::PlainStore)
+                                    .map(|&x| (t, x))
+                            })
+                            .min_by_key(|&(t, (i, _))| (ops[i].time, t));
+                        let Some((t, (i, c))) = first else { break };
+                        return Verdict::Rejected(match c {
+                            Change::Rel => format!(
+                                "set free at {} ns by thread {t} while thread {o} held it \
                                  (set busy at {} ns): not only the owner sets it free",
                                 ops[i].time, ops[acq].time
-                            ));
-                        }
-                        break;
+                            ),
+                            _ if t == o => format!(
+                                "set busy again at {} ns by thread {o}, which held it since {} \
+                                 ns: {not_recorded}",
+                                ops[i].time, ops[acq].time
+                            ),
+                            _ => format!(
+                                "set busy at {} ns by thread {t} while thread {o} held it (set \
+                                 busy at {} ns): {not_recorded}",
+                                ops[i].time, ops[acq].time
+                            ),
+                        });
                     }
                 }
             }
@@ -461,9 +500,8 @@ fn detect(ops: &[MemOp]) -> Verdict {
     if changes.is_empty() {
         if unknown_writes > 0 && open_acq.is_some() {
             return Verdict::Rejected(format!(
-                "set busy, then written {unknown_writes} time(s) by plain stores whose values \
-                 were not recorded: record with LOCKSCOPE_ALL_ACCESSES=1, or release with an \
-                 atomic store"
+                "set busy, then written {unknown_writes} time(s) by other threads' plain stores \
+                 whose values were not recorded"
             ));
         }
         return Verdict::Rejected(if open_acq.is_some() {
@@ -1496,6 +1534,32 @@ mod tests {
         assert_eq!(l.protects, vec!["0x500".to_string()]);
         assert_eq!(r.unprotected.len(), 1);
         assert_eq!(r.unprotected[0].data, "0x600");
+    }
+
+    #[test]
+    fn plain_store_release_counts_when_the_owner_makes_it() {
+        // `lock = 0;` recorded (LOCKSCOPE_ALL_ACCESSES=1) without its value.
+        let plain = |t| at(t, Op::Write, 4, L, 0, 0);
+        let r = run(vec![
+            vec![xchg(1, L, 0, 1), plain(5), xchg(20, L, 0, 1), plain(22)],
+            vec![xchg(3, L, 1, 1), xchg(6, L, 0, 1), plain(9)],
+        ]);
+        let l = one(&r);
+        assert_eq!((l.acquisitions, l.releases, l.failed_attempts), (3, 3, 1));
+        assert_eq!(l.hold_ns, 4 + 2 + 3);
+    }
+
+    #[test]
+    fn issue12_unrecorded_release_is_named_as_the_reason() {
+        // The plain stores that released it were not recorded at all.
+        let r = run(vec![vec![xchg(1, L, 0, 1)], vec![xchg(6, L, 0, 1)]]);
+        assert!(r.spinlocks.is_empty());
+        assert!(
+            r.rejected[0].reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            "{r:#?}"
+        );
+        let r = run(vec![vec![xchg(1, L, 0, 1), xchg(9, L, 0, 1)]]);
+        assert!(r.rejected[0].reason.starts_with("set busy again"), "{r:#?}");
     }
 
     #[test]

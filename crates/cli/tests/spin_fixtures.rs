@@ -259,3 +259,52 @@ fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
         );
     }
 }
+
+#[test]
+fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-volatile");
+        let bin = dir.path("volatile_release");
+        build_instrumented(c, &spin_fixture("volatile_release.c"), &bin);
+        let trace = dir.path("all.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        let l = lock(&j, "vlock");
+        assert_eq!(
+            l["acquisitions"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["releases"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["vdata"]),
+            "{}: {l:#}",
+            c.label
+        );
+        // Without the plain accesses the release is invisible: rejected,
+        // and the reason says how to see it.
+        let trace = dir.path("cs.lstrace");
+        record(&bin, &[], &trace, &[]);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let reason = j["rejected"][0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            "{}: {reason}",
+            c.label
+        );
+    }
+}

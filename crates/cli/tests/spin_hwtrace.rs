@@ -60,6 +60,7 @@ fn issue12_import_of_export_gives_the_same_spin_result() {
             ("decoys.c", &[][..]),
             ("sleepy_holder.c", &[][..]),
             ("cxx_flag.cpp", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
+            ("volatile_release.c", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
         ] {
             let dir = Scratch::new("spin-rt");
             let bin = dir.path("prog");

@@ -4,6 +4,8 @@
 // (main reads the result under it), protecting `counter`, and nothing
 // else.
 // stdout: g_flag acquisitions N / counter N.
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -14,6 +16,8 @@ constexpr int ITERS = 1000;
 
 std::atomic_flag g_flag = ATOMIC_FLAG_INIT;
 long counter;
+// The threads run at once (see volatile_release.c for why).
+pthread_barrier_t start;
 
 struct SpinGuard {
     explicit SpinGuard(std::atomic_flag &f) : f_(f) {
@@ -26,8 +30,10 @@ struct SpinGuard {
 
 int main() {
     std::vector<std::thread> ts;
+    pthread_barrier_init(&start, nullptr, THREADS);
     for (int t = 0; t < THREADS; t++)
         ts.emplace_back([] {
+            pthread_barrier_wait(&start);
             for (int i = 0; i < ITERS; i++) {
                 SpinGuard g(g_flag);
                 counter++;
