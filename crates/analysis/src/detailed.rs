@@ -3,9 +3,10 @@
 //! every recorded access with the locks held at that moment, heap blocks,
 //! and names for data objects.
 //!
-//! Built in one pass over each thread's events (a thread's events are in
-//! time order). A critical section instance opens at an acquisition's
-//! completing event and closes at the matching release; accesses recorded
+//! Built in one pass over the trace's synchronization steps
+//! ([`crate::sync`], the one interpreter of the lock protocol). A critical
+//! section instance opens when a lock is acquired (or a condition wait
+//! re-acquires its mutex) and closes at the matching release; accesses recorded
 //! while several locks are held belong to every open instance (a nested
 //! section's accesses are also its outer section's). `ReleaseValue`
 //! events, which the runtime emits just before the release they belong to,
@@ -23,9 +24,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use lockscope_format::{phase, Event, Op, Record, Trace};
+use lockscope_format::{Event, Op, Record, Trace};
 
 use crate::symbols::Symbolizer;
+use crate::sync::{for_each_trace_step, Step, StepKind};
 use crate::AnalysisError;
 
 /// One recorded memory access.
@@ -163,15 +165,10 @@ struct Open {
 struct ThreadScan {
     open: Vec<Open>,
     pending: HashMap<u64, (u64, u64)>,
-    attempts: HashMap<u64, u64>,
     /// Held locks with their mode (true = write/exclusive).
     held: Vec<(u64, bool)>,
     lockset: u32,
     write_lockset: u32,
-}
-
-fn is_shared_acquire(op: Op) -> bool {
-    matches!(op, Op::RwRdlock | Op::RwTryRdlock | Op::RwTimedRdlock)
 }
 
 impl Detailed {
@@ -256,11 +253,19 @@ impl Detailed {
                     span.start = first.time;
                 }
             }
-            let mut sc = ThreadScan::default();
-            for e in evs {
-                d.scan(tid, process, e, &mut sc, &mut lockset_ids);
-            }
         }
+        let mut scans: HashMap<u32, ThreadScan> = HashMap::new();
+        for_each_trace_step(t, false, |st, _| {
+            if st.kind.is_synthetic() {
+                return;
+            }
+            let process = d
+                .threads
+                .get(&st.thread)
+                .map_or(main_process, |th| th.process);
+            let sc = scans.entry(st.thread).or_default();
+            d.step(st, process, sc, &mut lockset_ids);
+        });
         d.sections.sort_by(|a, b| {
             (a.acquired, a.thread, a.attempt).cmp(&(b.acquired, b.thread, b.attempt))
         });
@@ -350,17 +355,16 @@ impl Detailed {
         self.held_changed(sc, ids);
     }
 
-    fn scan(
+    fn step(
         &mut self,
-        thread: u32,
+        st: &Step<'_>,
         process: u32,
-        e: &Event,
         sc: &mut ThreadScan,
         ids: &mut HashMap<Vec<u64>, u32>,
     ) {
-        let Some(op) = e.op() else { return };
-        match op {
-            Op::Read | Op::Write => {
+        let (e, thread) = (st.event, st.thread);
+        match st.kind {
+            StepKind::Memory(op @ (Op::Read | Op::Write)) => {
                 let size = if e.flags == 0 {
                     e.arg2.max(1)
                 } else {
@@ -392,7 +396,7 @@ impl Detailed {
                     write_lockset: sc.write_lockset,
                 });
             }
-            Op::ReleaseValue => {
+            StepKind::Memory(Op::ReleaseValue) => {
                 let size = if e.flags == 0 {
                     e.arg2
                 } else {
@@ -400,7 +404,7 @@ impl Detailed {
                 };
                 sc.pending.insert(e.addr, (size, e.arg));
             }
-            Op::Alloc => self.blocks.push(Block {
+            StepKind::Memory(Op::Alloc) => self.blocks.push(Block {
                 addr: e.addr,
                 size: e.arg,
                 alloc: e.time,
@@ -409,7 +413,7 @@ impl Detailed {
                 site: e.site,
                 process,
             }),
-            Op::Free => {
+            StepKind::Memory(Op::Free) => {
                 if let Some(b) = self
                     .blocks
                     .iter_mut()
@@ -419,29 +423,36 @@ impl Detailed {
                     b.free = e.time;
                 }
             }
-            Op::CondWait | Op::CondTimedwait => match e.phase() {
-                phase::BEGIN => self.close_section(e.arg, e.time, sc, ids),
-                phase::DONE | phase::FAIL => {
-                    self.open_section(thread, process, e, e.arg, e.time, false, sc, ids)
-                }
-                _ => {}
-            },
-            op if op.is_acquire() => match e.phase() {
-                phase::BEGIN => {
-                    sc.attempts.insert(e.addr, e.time);
-                }
-                phase::DONE => {
-                    let attempt = sc.attempts.remove(&e.addr).unwrap_or(e.time);
-                    let shared = is_shared_acquire(op);
-                    self.open_section(thread, process, e, e.addr, attempt, shared, sc, ids);
-                }
-                _ => {
-                    sc.attempts.remove(&e.addr);
-                }
-            },
-            op if op.is_release() && e.phase() != phase::END => {
-                self.close_section(e.addr, e.time, sc, ids);
+            StepKind::Acquired { section, .. } => self.open_section(
+                thread,
+                process,
+                e,
+                section.lock.addr,
+                section.attempt_ns,
+                section.shared(),
+                sc,
+                ids,
+            ),
+            // Re-acquired after the wait (signalled or timed out): the
+            // section is on the wait's mutex, whatever `arg` now holds.
+            StepKind::CondWaitEnd { section, .. } => self.open_section(
+                thread,
+                process,
+                e,
+                section.lock.addr,
+                section.attempt_ns,
+                false,
+                sc,
+                ids,
+            ),
+            StepKind::CondWaitBegin { mutex, .. } => {
+                self.close_section(mutex.addr, e.time, sc, ids)
             }
+            StepKind::Released(section) => self.close_section(section.lock.addr, e.time, sc, ids),
+            // A release of a lock taken before recording began, or of a
+            // hold the protocol dropped as stale: close it here if this
+            // view still has it open.
+            StepKind::UnmatchedRelease { lock } => self.close_section(lock.addr, e.time, sc, ids),
             _ => {}
         }
     }
@@ -601,7 +612,7 @@ pub fn hex(a: u64) -> String {
 pub(crate) mod testutil {
     //! Builds small synthetic traces for the analyses' unit tests.
     use super::*;
-    use lockscope_format::{Header, Thread};
+    use lockscope_format::{phase, Header, Thread};
 
     /// A synthetic trace: events per thread, no maps (names stay hex).
     pub fn trace(threads: Vec<Vec<Event>>) -> Trace {
@@ -675,6 +686,7 @@ pub(crate) mod testutil {
 mod tests {
     use super::testutil::*;
     use super::*;
+    use lockscope_format::phase;
 
     #[test]
     fn sections_collect_sets_nested_and_release_values() {
@@ -728,5 +740,41 @@ mod tests {
             ),
             (5, 9, 12)
         );
+    }
+
+    #[test]
+    fn issue9_condvar_timeout_reopens_section_on_the_mutex() {
+        const M: u64 = 0xA0;
+        const C: u64 = 0xC0;
+        let cond = |time, flags, arg| Event {
+            time,
+            op: Op::CondTimedwait as u8,
+            flags,
+            addr: C,
+            site: 0x2000,
+            arg,
+            ..Event::default()
+        };
+        let t = trace(vec![vec![
+            lock(10, M),
+            cond(11, phase::BEGIN, M),
+            // Timed out: `arg` is ETIMEDOUT (110), the mutex is re-acquired.
+            cond(20, phase::FAIL, 110),
+            wr(21, 0x300),
+            unlock(22, M),
+        ]]);
+        let d = Detailed::from_trace(&t, false);
+        let got: Vec<(u64, u64, u64, bool)> = d
+            .sections
+            .iter()
+            .map(|s| (s.lock, s.acquired, s.released, s.closed))
+            .collect();
+        assert_eq!(got, vec![(M, 10, 11, true), (M, 20, 22, true)]);
+        assert_eq!(
+            d.sections[1].writes.keys().copied().collect::<Vec<_>>(),
+            vec![0x300]
+        );
+        assert_eq!(d.outside_accesses, 0);
+        assert_eq!(d.locksets[d.accesses[0].lockset as usize], vec![M]);
     }
 }

@@ -10,10 +10,14 @@
 //! machine, per-lock state, blame), [`symbols`] and [`render`];
 //! [`advice`] turns it into recommendations (which lock to try).
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
 pub mod detailed;
 mod error;
+pub mod gpu;
+pub mod hangs;
 pub mod hist;
 pub mod input;
 pub mod lockset;
@@ -23,6 +27,7 @@ pub mod render;
 pub mod report;
 pub mod spin;
 pub mod symbols;
+pub mod sync;
 pub mod ulcp;
 
 pub use error::AnalysisError;

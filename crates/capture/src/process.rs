@@ -21,7 +21,9 @@
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::ring::{self, Producer};
-use crate::session::{ProcessHeader, DEFAULT_RING_KB, HEADER_BYTES, PROC_MAGIC};
+use crate::session::{
+    ProcessHeader, DEFAULT_RING_KB, DEFAULT_RING_MAX_KB, HEADER_BYTES, PROC_MAGIC,
+};
 use crate::thread::{self, StacksMode, RECORDING, REC_DISABLED, REC_OFF, REC_ON};
 use crate::tsc;
 
@@ -36,10 +38,11 @@ const MAX_DIR: usize = 480;
 /// Bytes kept for each environment entry saved for exec.
 const MAX_ENV: usize = 4096;
 /// Environment entries that must survive into exec'd images.
-const ENV_KEYS: [&[u8]; 5] = [
+const ENV_KEYS: [&[u8]; 6] = [
     b"LD_PRELOAD",
     b"LOCKSCOPE_SESSION",
     b"LOCKSCOPE_RING_KB",
+    b"LOCKSCOPE_RING_MAX_KB",
     b"LOCKSCOPE_STACKS",
     b"LOCKSCOPE_ON_FULL",
 ];
@@ -53,6 +56,8 @@ struct Config {
     dir: [u8; MAX_DIR],
     dir_len: usize,
     ring_kb: u64,
+    /// Largest ring a hot thread grows to, KiB (>= ring_kb).
+    ring_max_kb: u64,
     /// LOCKSCOPE_ON_FULL=wait: a full ring makes the thread wait for the
     /// recorder instead of dropping the event.
     wait_when_full: bool,
@@ -69,7 +74,8 @@ static CONFIG: ConfigCell = ConfigCell(core::cell::UnsafeCell::new(Config {
     dir: [0; MAX_DIR],
     dir_len: 0,
     ring_kb: DEFAULT_RING_KB,
-    wait_when_full: false,
+    ring_max_kb: DEFAULT_RING_MAX_KB,
+    wait_when_full: true,
     env: [[0; MAX_ENV]; ENV_KEYS.len()],
     env_len: [0; ENV_KEYS.len()],
 }));
@@ -125,6 +131,37 @@ pub(crate) fn count_lost_no_ring() {
     if let Some(h) = header() {
         h.lost_no_ring.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+pub(crate) fn count_ring_grown() {
+    if let Some(h) = header() {
+        h.rings_grown.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_nested_skipped() {
+    if let Some(h) = header() {
+        h.nested_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn count_space_exhausted() {
+    if let Some(h) = header() {
+        h.space_exhausted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Capacity in slots of a thread's first ring.
+pub(crate) fn first_ring_capacity() -> u64 {
+    ring::capacity_for_kib(config().ring_kb)
+}
+
+/// Capacity of the ring that replaces a full one of `cur` slots: four
+/// times larger, at most the configured maximum; `None` at the maximum.
+pub(crate) fn next_ring_capacity(cur: u64) -> Option<u64> {
+    let max = ring::capacity_for_kib(config().ring_max_kb);
+    let next = cur.saturating_mul(4).min(max);
+    (next > cur).then_some(next)
 }
 
 pub(crate) fn count_thread_without_ring() {
@@ -346,10 +383,64 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
     Ok(())
 }
 
-/// Creates the ring file of thread `tid` and returns its producer (cold
-/// path: once per thread).
-pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
-    let cap = ring::capacity_for_kib(config().ring_kb);
+/// Creates ring `seq` of thread `tid` with `cap` slots and returns its
+/// producer (cold path: once per thread, plus once per growth). When the
+/// session file system is full (ENOSPC), the first ring falls back to
+/// smaller sizes down to 8 KiB before the thread is given up on, and
+/// every shortage is counted in the process header (the recorder names
+/// the file system and the remedy).
+pub(crate) unsafe fn create_ring(
+    tid: u32,
+    parent_tid: u32,
+    seq: u32,
+    cap: u64,
+) -> Option<Producer> {
+    let min = if seq == 0 {
+        ring::capacity_for_kib(8)
+    } else {
+        cap
+    };
+    let mut cap = cap;
+    let mut counted = false;
+    let mut waited = 0u32;
+    loop {
+        match create_ring_once(tid, parent_tid, seq, cap) {
+            Ok(p) => return Some(p),
+            Err(libc::ENOSPC) => {
+                if !counted {
+                    count_space_exhausted();
+                    counted = true;
+                }
+                if cap / 2 >= min {
+                    cap /= 2;
+                    continue;
+                }
+                // Even the smallest ring does not fit. A growth keeps its
+                // current ring (the thread waits for the recorder instead);
+                // a new thread waits for space: the recorder frees the
+                // rings of threads that have exited (tens of ms after
+                // their exit), which is where the space went when many
+                // short threads come and go. Up to ~2 s, then the thread
+                // is given up on (counted, reported).
+                if seq > 0 || waited >= SPACE_WAITS || !config().wait_when_full {
+                    return None;
+                }
+                waited += 1;
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                libc::nanosleep(&ts, core::ptr::null_mut());
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// 1 ms sleeps a new thread waits for space for its first ring.
+const SPACE_WAITS: u32 = 2000;
+
+unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Result<Producer, i32> {
     let len = ring::file_bytes(cap);
     let mut p = PathBuf::in_session();
     p.push(b"T")
@@ -357,21 +448,26 @@ pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> 
         .push(b"-")
         .num(generation())
         .push(b"-")
-        .num(tid)
-        .push(b".ring");
-    let fd = create_excl(&mut p).ok()?;
+        .num(tid);
+    if seq > 0 {
+        p.push(b"-").num(seq);
+    }
+    p.push(b".ring");
+    let fd = create_excl(&mut p)?;
     // fallocate first: on a full tmpfs it fails cleanly, where touching a
     // page of a sparse shared mapping would raise SIGBUS.
     let fa = libc::fallocate(fd, 0, 0, len as i64);
-    if fa != 0 && errno() != libc::EOPNOTSUPP {
+    let fa_err = if fa != 0 { errno() } else { 0 };
+    if fa != 0 && fa_err != libc::EOPNOTSUPP {
         libc::close(fd);
         libc::unlink(p.c());
-        return None;
+        return Err(fa_err);
     }
     if fa != 0 && libc::ftruncate(fd, len as i64) != 0 {
+        let e = errno();
         libc::close(fd);
         libc::unlink(p.c());
-        return None;
+        return Err(e);
     }
     let m = libc::mmap(
         core::ptr::null_mut(),
@@ -383,8 +479,9 @@ pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> 
     );
     libc::close(fd);
     if m == libc::MAP_FAILED {
+        let e = errno();
         libc::unlink(p.c());
-        return None;
+        return Err(e);
     }
     prefault(m as *mut u8, len);
     let mut name = [0u8; 16];
@@ -397,9 +494,13 @@ pub(crate) unsafe fn create_ring(tid: u32, parent_tid: u32) -> Option<Producer> 
         start_tsc: tsc::now(),
         name,
     };
-    let mut prod = Producer::init(m as *mut u8, len, &id)?;
+    let Some(mut prod) = Producer::init(m as *mut u8, len, &id) else {
+        libc::munmap(m, len);
+        libc::unlink(p.c());
+        return Err(libc::EINVAL);
+    };
     prod.set_wait_when_full(config().wait_when_full);
-    Some(prod)
+    Ok(prod)
 }
 
 /// Faults every page of a fresh mapping in now, so that the event path
@@ -544,8 +645,24 @@ unsafe fn init_inner() -> bool {
             c.ring_kb = v.clamp(4, 1 << 20);
         }
     }
+    c.ring_max_kb = DEFAULT_RING_MAX_KB;
+    let kb = libc::getenv(c"LOCKSCOPE_RING_MAX_KB".as_ptr());
+    if !kb.is_null() {
+        let s = core::ffi::CStr::from_ptr(kb).to_bytes();
+        if let Some(v) = core::str::from_utf8(s)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            c.ring_max_kb = v.min(1 << 22);
+        }
+    }
+    // The first ring is never larger than the maximum (0 or a smaller
+    // maximum: the rings never grow).
+    c.ring_max_kb = c.ring_max_kb.max(c.ring_kb);
     let of = libc::getenv(c"LOCKSCOPE_ON_FULL".as_ptr());
-    c.wait_when_full = !of.is_null() && core::ffi::CStr::from_ptr(of).to_bytes() == b"wait";
+    // Lossless by default (issue 8): only an explicit `drop` lets a full
+    // ring drop events instead of waiting for the recorder.
+    c.wait_when_full = of.is_null() || core::ffi::CStr::from_ptr(of).to_bytes() != b"drop";
     let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
     if !st.is_null() {
         let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());

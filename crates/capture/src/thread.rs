@@ -68,6 +68,11 @@ pub(crate) struct ThreadState {
     parent_tid: u32,
     /// Highest address of the thread's stack (0: unknown, no walks).
     stack_hi: u64,
+    /// Sequence number of the current ring (0: the first one).
+    seq: u32,
+    /// 1 once growing the ring failed or reached the maximum: no more
+    /// attempts (the thread waits for the recorder instead).
+    no_grow: u8,
 }
 
 impl ThreadState {
@@ -79,6 +84,8 @@ impl ThreadState {
         locks_held: 0,
         parent_tid: 0,
         stack_hi: 0,
+        seq: 0,
+        no_grow: 0,
     };
 }
 
@@ -154,6 +161,12 @@ pub fn recorder() -> Option<Guard> {
     // handlers running on it, which see `busy`) touches it.
     unsafe {
         if (*st).busy != 0 {
+            // A hook reached while this thread is inside the recorder: a
+            // signal handler that interrupted the recording code (the
+            // guard is released around the real blocking calls, see
+            // Guard::unguarded). Not recorded, but counted: never a
+            // silent loss.
+            process::count_nested_skipped();
             return None;
         }
         (*st).busy = 1;
@@ -162,6 +175,12 @@ pub fn recorder() -> Option<Guard> {
         compiler_fence(Ordering::SeqCst);
         if (*st).ring == RING_NONE {
             attach(st);
+        }
+        // Room for what follows, before the hooked call and only outside
+        // critical sections: grow the ring or wait (see
+        // Producer::headroom_slow).
+        if (*st).prod.low_on_room() {
+            headroom(&mut *st);
         }
     }
     Some(Guard { st })
@@ -277,13 +296,10 @@ impl Guard {
     #[inline(always)]
     pub fn emit(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
         let st = self.st();
-        if st.prod.push(head, args, frames) {
+        if st.prod.try_push(head, args, frames) {
             return true;
         }
-        if st.ring != RING_OK {
-            process::count_lost_no_ring();
-        }
-        false
+        emit_full(st, head, args, frames)
     }
 
     /// The compact form of [`Guard::emit`]: one 32-byte slot, `arg` in
@@ -304,6 +320,25 @@ impl Guard {
             None,
             &[],
         )
+    }
+
+    /// Runs `f`, a call to the real function, with the guard released:
+    /// a signal handler that runs on this thread during the call (the
+    /// real call may block for long) records its own events instead of
+    /// having them skipped. Safe because nothing of the ring is in the
+    /// middle of an update while `f` runs.
+    #[inline(always)]
+    pub fn unguarded<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state.
+        unsafe { (*self.st).busy = 0 };
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state; a nested hook has left it again.
+        unsafe { (*self.st).busy = 1 };
+        compiler_fence(Ordering::SeqCst);
+        r
     }
 
     /// OS thread id of the calling thread (0 if its ring could not be
@@ -409,6 +444,79 @@ impl Guard {
                 .store(tsc, Ordering::Release);
         }
     }
+}
+
+/// The ring is full (or missing): grow it if possible, else wait or drop
+/// as configured (drops counted).
+#[cold]
+#[inline(never)]
+fn emit_full(st: &mut ThreadState, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+    if st.ring == RING_OK && grow(st) && st.prod.try_push(head, args, frames) {
+        return true;
+    }
+    if st.prod.push(head, args, frames) {
+        return true;
+    }
+    if st.ring != RING_OK {
+        process::count_lost_no_ring();
+    }
+    false
+}
+
+/// Less than a reserve of room left in the ring at the start of a hooked
+/// call: grow it, or wait for the recorder (outside critical sections).
+#[cold]
+#[inline(never)]
+fn headroom(st: &mut ThreadState) {
+    let may_wait = st.locks_held == 0;
+    let can_grow = st.ring == RING_OK && st.no_grow == 0;
+    if st.prod.headroom_slow(may_wait, can_grow) && !grow(st) {
+        // Could not grow: wait (or skip) as for a ring at its maximum.
+        st.prod.headroom_slow(may_wait, false);
+    }
+}
+
+/// Moves the thread to a ring four times larger (up to the configured
+/// maximum): creates `T<pid>-<gen>-<tid>-<seq+1>.ring`, then tells the
+/// recorder through the old header's `next_seq`, then unmaps the old
+/// ring (the recorder drains it through its own mapping and removes the
+/// file). A thread that runs hot pays a few such growths once; a thread
+/// that never does keeps its small first ring. Returns false when the
+/// ring cannot grow (at the maximum, or no space: counted in the process
+/// header), and then never tries again.
+fn grow(st: &mut ThreadState) -> bool {
+    if st.no_grow != 0 {
+        return false;
+    }
+    let cur = st.prod.capacity();
+    let Some(cap) = process::next_ring_capacity(cur) else {
+        st.no_grow = 1;
+        return false;
+    };
+    // SAFETY: errno is saved around the file operations (the program must
+    // not see them); create_ring has no other precondition.
+    let new = unsafe {
+        let saved_errno = *libc::__errno_location();
+        let p = process::create_ring(st.tid, st.parent_tid, st.seq + 1, cap);
+        *libc::__errno_location() = saved_errno;
+        p
+    };
+    let Some(new) = new else {
+        st.no_grow = 1;
+        return false;
+    };
+    let old = core::mem::replace(&mut st.prod, new);
+    st.seq += 1;
+    // SAFETY: `old` is attached (RING_OK); nothing writes its slots after
+    // this point, so the Release store publishes every event in it.
+    let base = unsafe {
+        let h = old.header();
+        h.next_seq.store(u64::from(st.seq), Ordering::Release);
+        h as *const _ as usize
+    };
+    process::count_ring_grown();
+    unmap_ring(base);
+    true
 }
 
 /// Rings of threads whose start routine has returned, keyed by
@@ -522,7 +630,7 @@ unsafe fn attach_inner(st: *mut ThreadState) {
     // may run inside a hook called by a malloc implementation that holds
     // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
     // did not see start keeps stack_hi = 0: call sites only, no walks.
-    if let Some(p) = process::create_ring(tid, st.parent_tid) {
+    if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity()) {
         st.prod = p;
         st.ring = RING_OK;
     } else {

@@ -4,6 +4,8 @@
 //! `cmd/`, owns its clap argument struct, turns it into the plain config
 //! struct of the library that does the work, and returns the process exit
 //! code. Nothing here knows how a trace is written or analysed.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cmd;
 
@@ -46,6 +48,7 @@ enum Command {
     Spin(cmd::spin::Args),
     Import(cmd::import::Args),
     Export(cmd::export::Args),
+    Gpu(cmd::gpu::Args),
 }
 
 fn main() {
@@ -64,6 +67,7 @@ fn main() {
         Command::Spin(a) => cmd::spin::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Gpu(a) => cmd::gpu::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -76,7 +80,7 @@ fn main() {
             }) {
                 std::process::exit(141);
             }
-            eprintln!("lockscope: error: {e:#}");
+            eprintln!("lockscope: error: {}", cmd::util::error_line(&e));
             std::process::exit(2);
         }
     }

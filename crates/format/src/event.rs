@@ -183,6 +183,28 @@ ops! {
     /// `A<width>` row of an imported hardware trace): flags = log2(width),
     /// arg2 = value after.
     AtomicRmw = 82,
+    /// The CPU launched work on a GPU (kernel, copy or memset; CUDA
+    /// runtime or driver call), event DONE at the call: addr = stream
+    /// handle (0 = the default stream), arg = correlation id (matches the
+    /// [`Op::GpuActivity`] that executed it), arg2 = the kernel's host
+    /// function address when known (symbolizes to the kernel name), else 0.
+    GpuLaunch = 70,
+    /// A CPU call that waits for the GPU (device, stream or event
+    /// synchronize, a blocking copy, `cudaFree`...): BEGIN at entry, END
+    /// at return. addr = stream handle (0 = waits for the whole device),
+    /// arg = what kind of wait (see `gpu::sync_kind` in the analysis:
+    /// 0 device, 1 stream, 2 event, 3 blocking copy, 4 other), arg2 =
+    /// correlation id of the call.
+    GpuSync = 71,
+    /// Work that ran on a GPU, reported after the fact (CUPTI activity
+    /// buffer), emitted on the thread that delivered it; `time` is the
+    /// delivery time so each thread's events stay in time order. addr =
+    /// start on the GPU and arg = end, both in trace nanoseconds; arg2 =
+    /// correlation id (low 32 bits) | bytes moved, saturated at 2^32-1
+    /// (high 32 bits); site = stream id (low 32) | device (high 32);
+    /// flags = kind (0 kernel, 1 copy host-to-device, 2 device-to-host,
+    /// 3 device-to-device, 4 memset, 5 other copy).
+    GpuActivity = 72,
     /// Recorder annotation: arg = count of events dropped before this point
     /// on this thread (buffer full).
     Lost = 100,

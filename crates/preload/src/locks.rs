@@ -1,12 +1,13 @@
 //! Hooks for mutexes, reader-writer locks, spinlocks, condition variables,
 //! barriers and semaphores.
 //!
-//! Acquisitions call the real *try* variant first: when the lock is free
-//! that is the same single CAS the blocking call would do, so it costs
-//! nothing, and when it fails we know the call is about to wait and can
-//! emit BEGIN at the attempt time before calling the real blocking
-//! variant (DONE|CONTENDED at its return). The alternative, timing every
-//! blocking call and guessing contention from its duration, cannot tell a
+//! Acquisitions call the real function the program called, nothing else
+//! (issue 8: the earlier trylock-then-lock was visible to interposers
+//! loaded after us: a user's lock shim saw 2 of 128,000 lock calls).
+//! Contention is read from the lock word just before the call: held by
+//! another thread means the call is about to wait, so BEGIN is emitted at
+//! the attempt and DONE|CONTENDED at the return. The alternative, timing
+//! every call and guessing contention from its duration, cannot tell a
 //! short wait from a slow uncontended call.
 //!
 //! Calls that are cancellation points (`pthread_cond_*wait`, `sem_wait`,
@@ -61,9 +62,15 @@ fn got(rc: c_int) -> bool {
     rc == 0 || rc == libc::EOWNERDEAD
 }
 
-/// The trylock-first acquisition protocol shared by every blocking lock.
-/// `ret` receives the real result as soon as there is one, so that a panic
-/// in the recording code after it never changes what the program sees.
+/// The acquisition protocol shared by every blocking lock. It calls the
+/// real function the program called (never a trylock in its place: a
+/// user's own interposer under ours must see the calls the program made,
+/// issue 8), and tells contention from the lock word read just before
+/// the call (`held`: another thread holds it, see the `*_held` probes).
+/// `ret` receives the real result as soon as there is one, so that a
+/// panic in the recording code after it never changes what the program
+/// sees. The guard is released around the real call, which may block:
+/// a signal handler running meanwhile records its own events.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn acquire(
@@ -73,69 +80,124 @@ fn acquire(
     addr: u64,
     site: u64,
     fp: u64,
-    try_: impl FnOnce() -> c_int,
+    held: bool,
     block: impl FnOnce() -> c_int,
 ) {
-    // Stamp after the try, not before: an acquisition's time must follow
-    // the previous owner's release (stamped before its real unlock), so
-    // that ordering critical sections by time gives the real hand-off
-    // order. Stamping before the try let a new owner's stamp precede the
-    // release it waited for by a few ns (ULCP pairs came out swapped).
-    // One TSC read either way; a contended attempt's BEGIN is a few ns
-    // late, which no wait time notices. (rdtsc is not ordered after the
-    // locked instruction; lfence+rdtsc or rdtscp would be, but measured
-    // +21 ns per lock/unlock pair here, doubling the recorder's cost. The
-    // residual: ~0.1% of back-to-back hand-offs in a tight loop come out a
-    // few ns out of order; the report counts them in a note.)
-    let rc = try_();
-    let t0 = tsc::now();
-    if got(rc) {
+    if !held {
+        let rc = g.unguarded(block);
+        // Stamp after the call, not before: an acquisition's time must
+        // follow the previous owner's release (stamped before its real
+        // unlock), so that ordering critical sections by time gives the
+        // real hand-off order. One TSC read per acquisition.
+        let t = tsc::now();
         *ret = Some(rc);
-        emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
-        g.acquired();
+        if got(rc) {
+            emit(g, op, phase::DONE, t, addr, site, fp, rc as u64, 0, false);
+            g.acquired();
+        } else {
+            emit(g, op, phase::FAIL, t, addr, site, fp, rc as u64, 0, false);
+        }
         return;
     }
-    // EBUSY: held by someone else (or by us, for an error-checking
-    // mutex: the real call then says EDEADLK). Any other error: the
-    // blocking call reports its own verdict, without a wait.
-    let busy = rc == libc::EBUSY;
-    if busy {
-        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
-    }
-    let rc = block();
+    // Held by another thread when we looked: the call is about to wait.
+    // BEGIN at the attempt, DONE|CONTENDED when it returns. (A lock taken
+    // by someone else between our look and the real call's own attempt is
+    // missed: a window of a few ns, against the trylock's cost of being
+    // visible to other interposers.)
+    let t0 = tsc::now();
+    emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    let rc = g.unguarded(block);
     *ret = Some(rc);
-    let (t, c) = if busy {
-        (tsc::now(), phase::CONTENDED)
-    } else {
-        (t0, 0)
-    };
+    let t = tsc::now();
     if got(rc) {
         emit(
             g,
             op,
-            phase::DONE | c,
+            phase::DONE | phase::CONTENDED,
             t,
             addr,
             site,
             fp,
             rc as u64,
             0,
-            busy,
+            true,
         );
         g.acquired();
     } else {
         emit(
             g,
             op,
-            phase::FAIL | c,
+            phase::FAIL | phase::CONTENDED,
             t,
             addr,
             site,
             fp,
             rc as u64,
             0,
-            busy,
+            true,
         );
+    }
+}
+
+/// True if another thread holds the glibc (x86-64) mutex: the lock word
+/// (`int __lock` at 0) is non-zero and the owner (`int __owner` at 8, set
+/// by glibc for every kind) is not the caller. A recursive or
+/// error-checking mutex the caller already holds does not wait.
+#[inline(always)]
+unsafe fn mutex_held(m: *mut pthread_mutex_t, me: u32) -> bool {
+    let p = m as *const core::sync::atomic::AtomicI32;
+    // SAFETY: the caller passes the program's mutex, at least 40 bytes.
+    let (lock, owner) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(2)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    lock != 0 && owner as u32 != me
+}
+
+/// glibc rwlock `__readers` bits: write phase, write-locked; readers
+/// counted from bit 3.
+const RW_WRPHASE: u32 = 1;
+const RW_WRLOCKED: u32 = 2;
+const RW_READER_SHIFT: u32 = 3;
+
+/// True if a writer would wait: a writer holds the lock or readers do
+/// (`unsigned __readers` at 0; `int __cur_writer` at 24 is the owner).
+#[inline(always)]
+unsafe fn rw_write_held(l: *mut pthread_rwlock_t, me: u32) -> bool {
+    let p = l as *const core::sync::atomic::AtomicU32;
+    // SAFETY: the caller passes the program's rwlock, 56 bytes.
+    let (r, writer) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(6)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    (r & RW_WRLOCKED != 0 && writer != me) || r >> RW_READER_SHIFT != 0
+}
+
+/// True if a reader would wait: the lock is in its write phase.
+#[inline(always)]
+unsafe fn rw_read_held(l: *mut pthread_rwlock_t, me: u32) -> bool {
+    let p = l as *const core::sync::atomic::AtomicU32;
+    // SAFETY: as above.
+    let (r, writer) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(6)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    r & RW_WRPHASE != 0 && writer != me
+}
+
+/// True if the spinlock (an int, 0 when free) is taken.
+#[inline(always)]
+unsafe fn spin_held(l: *mut pthread_spinlock_t, _me: u32) -> bool {
+    // SAFETY: the caller passes the program's spinlock.
+    unsafe {
+        (*(l as *const core::sync::atomic::AtomicI32)).load(core::sync::atomic::Ordering::Relaxed)
+            != 0
     }
 }
 
@@ -189,7 +251,7 @@ fn release(
 
 /// Generates the hook body for a blocking acquisition.
 macro_rules! acquire_hook {
-    ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, try = $try:ident, block = $block:ident) => {
+    ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, held = $held:ident, block = $block:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
             // Not recording: forward with no frame of our own (the
             // recording path below needs a large one).
@@ -199,8 +261,9 @@ macro_rules! acquire_hook {
                     return $block($l $(, $a)*);
                 };
                 let mut ret = None;
+                let held = $held($l, g.tid());
                 guarded(|| acquire(&mut g, &mut ret, $op, $l as u64, site, fp,
-                    || $try($l), || $block($l $(, $a)*)));
+                    held, || $block($l $(, $a)*)));
                 match ret {
                     Some(rc) => rc,
                     None => $block($l $(, $a)*),
@@ -265,12 +328,12 @@ macro_rules! release_hook {
 // ---- mutexes ----
 
 acquire_hook!(mutex_lock_impl(m: *mut pthread_mutex_t) Op::MutexLock,
-    try = real_mutex_trylock, block = real_mutex_lock);
+    held = mutex_held, block = real_mutex_lock);
 try_hook!(mutex_trylock_impl(m: *mut pthread_mutex_t) Op::MutexTrylock, real_mutex_trylock);
 acquire_hook!(mutex_timedlock_impl(m: *mut pthread_mutex_t, t: *const timespec) Op::MutexTimedlock,
-    try = real_mutex_trylock, block = real_mutex_timedlock);
+    held = mutex_held, block = real_mutex_timedlock);
 acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec)
-    Op::MutexTimedlock, try = real_mutex_trylock, block = real_mutex_clocklock);
+    Op::MutexTimedlock, held = mutex_held, block = real_mutex_clocklock);
 
 /// True if the glibc (x86-64) mutex word says another thread waits, i.e.
 /// the real unlock will enter the kernel to wake it. Layout of
@@ -353,19 +416,19 @@ tramp!(pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int = mutex_unlock_imp
 // ---- reader-writer locks ----
 
 acquire_hook!(rdlock_impl(l: *mut pthread_rwlock_t) Op::RwRdlock,
-    try = real_tryrdlock, block = real_rdlock);
+    held = rw_read_held, block = real_rdlock);
 acquire_hook!(wrlock_impl(l: *mut pthread_rwlock_t) Op::RwWrlock,
-    try = real_trywrlock, block = real_wrlock);
+    held = rw_write_held, block = real_wrlock);
 try_hook!(tryrdlock_impl(l: *mut pthread_rwlock_t) Op::RwTryRdlock, real_tryrdlock);
 try_hook!(trywrlock_impl(l: *mut pthread_rwlock_t) Op::RwTryWrlock, real_trywrlock);
 acquire_hook!(timedrdlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedRdlock,
-    try = real_tryrdlock, block = real_timedrdlock);
+    held = rw_read_held, block = real_timedrdlock);
 acquire_hook!(timedwrlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedWrlock,
-    try = real_trywrlock, block = real_timedwrlock);
+    held = rw_write_held, block = real_timedwrlock);
 acquire_hook!(clockrdlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
-    Op::RwTimedRdlock, try = real_tryrdlock, block = real_clockrdlock);
+    Op::RwTimedRdlock, held = rw_read_held, block = real_clockrdlock);
 acquire_hook!(clockwrlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
-    Op::RwTimedWrlock, try = real_trywrlock, block = real_clockwrlock);
+    Op::RwTimedWrlock, held = rw_write_held, block = real_clockwrlock);
 release_hook!(rwunlock_impl(l: *mut pthread_rwlock_t) Op::RwUnlock, real_rwunlock);
 
 tramp!(pthread_rwlock_rdlock(l: *mut pthread_rwlock_t) -> c_int = rdlock_impl ["rsi", "rdx"]);
@@ -385,7 +448,7 @@ tramp!(pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int = rwunlock_impl 
 // ---- spinlocks ----
 
 acquire_hook!(spin_lock_impl(l: *mut pthread_spinlock_t) Op::SpinLock,
-    try = real_spin_trylock, block = real_spin_lock);
+    held = spin_held, block = real_spin_lock);
 try_hook!(spin_trylock_impl(l: *mut pthread_spinlock_t) Op::SpinTrylock, real_spin_trylock);
 release_hook!(spin_unlock_impl(l: *mut pthread_spinlock_t) Op::SpinUnlock, real_spin_unlock);
 

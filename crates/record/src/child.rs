@@ -92,11 +92,21 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
             lockscope_capture::session::ENV_RING_KB,
             cfg.ring_kb.to_string(),
         )
+        .env(
+            lockscope_capture::session::ENV_RING_MAX_KB,
+            cfg.ring_max_kb.to_string(),
+        )
         .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str())
         .env(
             lockscope_capture::session::ENV_ON_FULL,
             if cfg.wait_when_full { "wait" } else { "drop" },
         );
+    // GPU capture: the CUDA driver loads this library and calls its
+    // `InitializeInjection` when the program first uses CUDA. Someone
+    // else's injection (another profiler) wins: two cannot coexist.
+    if cfg.gpu && std::env::var_os("CUDA_INJECTION64_PATH").is_none() {
+        cmd.env("CUDA_INJECTION64_PATH", &cfg.preload_lib);
+    }
     let child = cmd.spawn().map_err(|source| RecordError::Spawn {
         program: cfg.program.to_string_lossy().into_owned(),
         source,

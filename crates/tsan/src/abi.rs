@@ -20,7 +20,7 @@ use crate::{backend, config, record, tls};
 /// `$reg` (the first argument register the ABI function leaves free) to
 /// `$imp`.
 macro_rules! trampoline {
-    ($name:literal, $reg:literal, $imp:path) => {
+    ($name:expr, $reg:literal, $imp:path) => {
         core::arch::global_asm!(
             concat!(
                 ".pushsection .text.lockscope_tsan_tramp,\"ax\",@progbits\n",
