@@ -109,6 +109,8 @@ pub struct Hold {
     pub failed_rmw: u64,
     /// pc of the acquiring write.
     pub site: u64,
+    /// Index of the first attempt's event in its thread.
+    attempt_idx: usize,
     /// Index of the acquiring event in its thread.
     acq_idx: usize,
     /// Index of the releasing event in its thread.
@@ -212,6 +214,9 @@ pub struct Spinlock {
     /// Every acquisition, in time order (not serialized).
     #[serde(skip)]
     pub holds: Vec<Hold>,
+    /// The lock word's address (not serialized: `address` has it).
+    #[serde(skip)]
+    pub addr: u64,
 }
 
 /// A candidate that is not a two-valued spinlock.
@@ -530,7 +535,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
     for (&t, list) in by_thread.iter_mut() {
         list.sort_by_key(|&i| ops[i].idx);
         let mut holding = false;
-        let mut first: Option<u64> = None;
+        let mut first: Option<(u64, usize)> = None;
         let mut failed = 0u64;
         let mut failed_rmw = 0u64;
         let mut last_attempt: Option<Kind> = None;
@@ -541,7 +546,8 @@ fn detect(ops: &[MemOp]) -> Verdict {
                     let rel = rel_of.get(&i).copied();
                     holds.push(Hold {
                         thread: t,
-                        attempt: first.unwrap_or(o.time).min(o.time),
+                        attempt: first.map_or(o.time, |f| f.0).min(o.time),
+                        attempt_idx: first.map_or(o.idx, |f| f.1),
                         acquired: o.time,
                         released: rel.map(|r| ops[r].time),
                         failed,
@@ -559,7 +565,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
                 }
                 Some(false) => holding = false,
                 None if !holding && o.kind != Kind::Store => {
-                    first.get_or_insert(o.time);
+                    first.get_or_insert((o.time, o.idx));
                     last_attempt = Some(o.kind);
                     if found[i] == busy {
                         failed += 1;
@@ -816,6 +822,7 @@ fn build(
         protects: Vec::new(),
         warnings: Vec::new(),
         holds: Vec::new(),
+        addr,
     };
     let mut first_total = 0;
     for (t, mut ts) in threads {
@@ -883,7 +890,7 @@ fn lockset(
     let mut marks: HashMap<u32, BTreeMap<usize, Vec<(u64, bool)>>> = HashMap::new();
     let mut lock_addrs: BTreeSet<u64> = BTreeSet::new();
     for l in locks.iter() {
-        let addr = u64::from_str_radix(l.address.trim_start_matches("0x"), 16).unwrap_or(0);
+        let addr = l.addr;
         lock_addrs.insert(addr);
         for h in &l.holds {
             let m = marks.entry(h.thread).or_default();
@@ -1022,7 +1029,7 @@ fn lockset(
         }
     }
     for l in locks.iter_mut() {
-        let addr = u64::from_str_radix(l.address.trim_start_matches("0x"), 16).unwrap_or(0);
+        let addr = l.addr;
         l.protects = protects
             .remove(&addr)
             .map(|s| s.into_iter().collect())
@@ -1199,6 +1206,120 @@ fn warn(t: &Trace, d: &Detailed, locks: &mut [Spinlock]) {
         }
         l.warnings = w;
     }
+}
+
+/// Header key set on a trace written by [`annotate`].
+pub const ANNOTATED_KEY: &str = "spin_annotated";
+
+/// A copy of `t` in which every acquisition and release of the spinlocks
+/// of `r` (the result of [`analyze`] on `t`) is also a pthread-spinlock
+/// event, so that the lock report, the replay and every other analysis of
+/// lock calls see the hand-written spinlocks as locks: `SpinLock` (one
+/// `DONE` after the acquiring write; for an acquisition that found the
+/// lock busy first, a `BEGIN` at the first attempt and a contended `DONE`
+/// at the acquisition) and `SpinUnlock` after the releasing write.
+///
+/// A thread waiting in a lock call records nothing else, so the spinning
+/// itself (the thread's accesses to the lock word between its first
+/// attempt and the acquiring write) is left out of the copy; where the
+/// thread did anything else meanwhile, the acquisition is written as
+/// uncontended instead.
+pub fn annotate(t: &Trace, r: &SpinReport) -> Trace {
+    #[derive(Default)]
+    struct Edits {
+        drop: std::collections::HashSet<usize>,
+        before: HashMap<usize, Vec<Event>>,
+        after: HashMap<usize, Vec<Event>>,
+    }
+    let mut edits: HashMap<u32, Edits> = HashMap::new();
+    for l in &r.spinlocks {
+        for h in &l.holds {
+            let Some(evs) = t.events.get(&h.thread) else {
+                continue;
+            };
+            let at = |i: usize| evs.get(i).copied().unwrap_or_default();
+            let acq = at(h.acq_idx);
+            let mk = |time: u64, op: Op, flags: u8, src: &Event| Event {
+                time,
+                op: op as u8,
+                flags,
+                addr: l.addr,
+                site: src.site,
+                stack: src.stack,
+                arg: 0,
+                arg2: 0,
+            };
+            let ed = edits.entry(h.thread).or_default();
+            let window = h.attempt_idx.min(h.acq_idx)..h.acq_idx;
+            let spinning_only = evs.get(window.clone()).is_some_and(|w| {
+                w.iter().all(|e| {
+                    e.addr == l.addr
+                        && e.op()
+                            .is_some_and(|o| o.is_atomic() || matches!(o, Op::Read | Op::Write))
+                })
+            });
+            if h.failed > 0 && spinning_only {
+                ed.drop.extend(window);
+                let v = ed.before.entry(h.acq_idx).or_default();
+                v.push(mk(
+                    h.attempt,
+                    Op::SpinLock,
+                    phase::BEGIN,
+                    &at(h.attempt_idx),
+                ));
+                v.push(mk(
+                    h.acquired,
+                    Op::SpinLock,
+                    phase::DONE | phase::CONTENDED,
+                    &acq,
+                ));
+            } else {
+                ed.after.entry(h.acq_idx).or_default().push(mk(
+                    h.acquired,
+                    Op::SpinLock,
+                    phase::DONE,
+                    &acq,
+                ));
+            }
+            if let (Some(ri), Some(rt)) = (h.rel_idx, h.released) {
+                ed.after
+                    .entry(ri)
+                    .or_default()
+                    .push(mk(rt, Op::SpinUnlock, phase::DONE, &at(ri)));
+            }
+        }
+    }
+    let mut out = Trace {
+        header: t.header.clone(),
+        records: t.records.clone(),
+        events: t.events.clone(),
+        footer: t.footer.clone(),
+    };
+    out.header
+        .extra
+        .push((ANNOTATED_KEY.to_string(), "1".to_string()));
+    for (tid, ed) in edits {
+        let Some(evs) = out.events.get_mut(&tid) else {
+            continue;
+        };
+        let mut merged = Vec::with_capacity(evs.len());
+        for (i, e) in evs.iter().enumerate() {
+            if let Some(v) = ed.before.get(&i) {
+                merged.extend_from_slice(v);
+            }
+            if !ed.drop.contains(&i) {
+                merged.push(*e);
+            }
+            if let Some(v) = ed.after.get(&i) {
+                merged.extend_from_slice(v);
+            }
+        }
+        *evs = merged;
+    }
+    if let Some(f) = &mut out.footer {
+        f.events = out.events.values().map(|v| v.len() as u64).sum();
+    }
+    out
 }
 
 /// Renders the report as text.
@@ -1560,6 +1681,54 @@ mod tests {
         );
         let r = run(vec![vec![xchg(1, L, 0, 1), xchg(9, L, 0, 1)]]);
         assert!(r.rejected[0].reason.starts_with("set busy again"), "{r:#?}");
+    }
+
+    #[test]
+    fn annotate_turns_acquisitions_into_spinlock_calls() {
+        let t = trace(vec![
+            vec![xchg(10, L, 0, 1), store(20, L, 1, 0)],
+            vec![
+                xchg(12, L, 1, 1),
+                xchg(15, L, 1, 1),
+                xchg(21, L, 0, 1),
+                store(30, L, 1, 0),
+            ],
+        ]);
+        let r = analyze(&t, false);
+        let a = annotate(&t, &r);
+        let ops = |id: u32| -> Vec<(u64, Op, u8)> {
+            a.events[&id]
+                .iter()
+                .map(|e| (e.time, e.op().unwrap(), e.flags))
+                .collect()
+        };
+        let x = 2 | 5 << 3;
+        let s = 2 | 3 << 3;
+        assert_eq!(
+            ops(1),
+            vec![
+                (10, Op::AtomicExchange, x),
+                (10, Op::SpinLock, phase::DONE),
+                (20, Op::AtomicStore, s),
+                (20, Op::SpinUnlock, phase::DONE),
+            ]
+        );
+        // The spinning is left out: a thread in a lock call records
+        // nothing until it returns.
+        assert_eq!(
+            ops(2),
+            vec![
+                (12, Op::SpinLock, phase::BEGIN),
+                (21, Op::SpinLock, phase::DONE | phase::CONTENDED),
+                (21, Op::AtomicExchange, x),
+                (30, Op::AtomicStore, s),
+                (30, Op::SpinUnlock, phase::DONE),
+            ]
+        );
+        assert_eq!(a.header.get(ANNOTATED_KEY), Some("1"));
+        assert!(a.events[&2]
+            .iter()
+            .all(|e| e.op() != Some(Op::SpinLock) || e.addr == L));
     }
 
     #[test]

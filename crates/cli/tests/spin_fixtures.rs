@@ -119,6 +119,49 @@ fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
                 num(&truth, &format!("{name} acquisitions")).to_string()
             );
         }
+        // `spin --annotate`: the lock report itself sees them as locks,
+        // with the same acquisitions, holds and (for test-and-set, whose
+        // every wait starts with a failed swap) waits.
+        let annotated = dir.path("annotated.lstrace");
+        let o = std::process::Command::new(lockscope())
+            .args(["spin", "--annotate"])
+            .arg(&annotated)
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = std::process::Command::new(lockscope())
+            .args(["report", "--json", "--no-overhead-correction"])
+            .arg(&annotated)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+        for name in ["tas_lock", "ttas_lock"] {
+            let rl = rep["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap_or_else(|| panic!("{}: {name} not in the report", c.label));
+            let sl = lock(&j, name);
+            assert_eq!(rl["kind"], "spin");
+            assert_eq!(
+                rl["acquisitions"], sl["acquisitions"],
+                "{}: {name}",
+                c.label
+            );
+            assert_eq!(rl["hold_ns"]["total"], sl["hold_ns"], "{}: {name}", c.label);
+        }
+        let tas = lock(&j, "tas_lock");
+        let rtas = rep["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "tas_lock")
+            .unwrap();
+        assert_eq!(rtas["wait_ns"]["total"], tas["wait_ns"], "{}", c.label);
+        assert_eq!(rep["anomalies"]["interrupted_waits"], 0);
         assert!(!lock(&j, "ttas_lock")["warnings"]
             .as_array()
             .unwrap()
