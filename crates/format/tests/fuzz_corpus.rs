@@ -3,7 +3,10 @@
 //! checked-in seed corpus `fuzz/seeds/<target>/`, over the fuzzer's own
 //! corpus `fuzz/corpus/<target>/` when one exists locally (it is not
 //! checked in), and over the golden traces. A panic fails the test and
-//! names the file.
+//! names the file. Targets whose body is a function of another crate's
+//! library are replayed by that crate's own test, listed in
+//! [`REPLAYED_ELSEWHERE`]; this test checks that every target is one or
+//! the other.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +19,11 @@ type Body = fn(&[u8]);
 /// Every fuzz target: its name (the file under `fuzz/fuzz_targets/`) and
 /// its body.
 const TARGETS: &[(&str, Body)] = &[("trace_reader", trace_reader::run)];
+
+/// Fuzz targets replayed on stable by another crate's test: the target's
+/// name and that test (which must read `fuzz/seeds/<name>`).
+const REPLAYED_ELSEWHERE: &[(&str, &str)] =
+    &[("hwtrace_parser", "crates/hwtrace/tests/fuzz_corpus.rs")];
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
@@ -40,12 +48,30 @@ fn every_fuzz_target_is_replayed() {
         .filter_map(|p| Some(p.file_stem()?.to_str()?.to_string()))
         .collect();
     on_disk.sort();
-    let mut here: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut here: Vec<String> = TARGETS
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .chain(REPLAYED_ELSEWHERE.iter().map(|(n, _)| n.to_string()))
+        .collect();
     here.sort();
     assert_eq!(
         on_disk, here,
-        "fuzz/fuzz_targets and TARGETS differ: add the new target's body here"
+        "fuzz/fuzz_targets differs from TARGETS + REPLAYED_ELSEWHERE: \
+         add the new target's body here, or name the test that replays it"
     );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (name, test) in REPLAYED_ELSEWHERE {
+        let src = std::fs::read_to_string(root.join(test))
+            .unwrap_or_else(|e| panic!("{test}, which replays {name}: {e}"));
+        assert!(
+            src.contains(&format!("fuzz/seeds/{name}")),
+            "{test} does not read fuzz/seeds/{name}"
+        );
+        assert!(
+            !files(&fuzz_dir().join("seeds").join(name)).is_empty(),
+            "fuzz/seeds/{name} has no seed"
+        );
+    }
 }
 
 #[test]
