@@ -1005,12 +1005,12 @@ fn is_lock(k: Kind) -> bool {
 
 /// Turns a finished model into the report, in three stages:
 ///
-/// 1. [`full_report`]: every lock, blame row, thread and object the model
+/// 1. `full_report`: every lock, blame row, thread and object the model
 ///    knows, symbolized, unfiltered;
 /// 2. findings on that full report ([`crate::advice::advise`]), so that
 ///    what is recommended never depends on `--top`, `--min-wait` or the
 ///    output format (text shows 20 locks by default, JSON all);
-/// 3. [`filtered_view`]: the filters, sort and `--top` of `cfg`.
+/// 3. `filtered_view`: the filters, sort and `--top` of `cfg`.
 pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
     build_report_with(meta, model, cfg, &(Default::default(), 0))
 }

@@ -258,7 +258,7 @@ impl Producer {
         (self.mask + 1) / 4
     }
 
-    /// True when the cached view says less than [`Self::reserve`] slots
+    /// True when the cached view says less than `Self::reserve` slots
     /// are free: the caller then looks closer
     /// ([`Producer::headroom_slow`]). One subtraction and one compare
     /// against the cached `read`, no shared cache line touched: this runs

@@ -46,7 +46,7 @@ pub struct ExportSummary {
     pub rows: u64,
     /// Events with no hardware-trace form (lock calls, allocations...).
     pub skipped: u64,
-    /// Plain accesses cut short at [`MAX_SPLIT`] rows.
+    /// Plain accesses cut short at `MAX_SPLIT` rows.
     pub truncated: u64,
 }
 

@@ -37,7 +37,7 @@
 //! site.
 //!
 //! # Entry points
-//! - [`parse`]: bytes -> [`Parsed`] rows (every bad line is an error naming
+//! - [`parse()`]: bytes -> [`Parsed`] rows (every bad line is an error naming
 //!   file, line and column; the parser is fuzzed: `fuzz/`).
 //! - [`import()`]: rows -> [`lockscope_format::Trace`]; [`write_trace`]
 //!   writes it.
