@@ -649,40 +649,51 @@ unsafe fn attach(st: *mut ThreadState) {
 }
 
 unsafe fn attach_inner(st: *mut ThreadState) {
-    let st = &mut *st;
-    st.ring = RING_FAILED;
-    let tid = libc::gettid() as u32;
-    st.tid = tid;
-    if st.stack_hi == 0 && tid == process::pid() {
-        st.stack_hi = process::main_stack_top();
-    }
-    // Other threads got their stack top in `thread_started`, at a safe
-    // point. Not here: pthread_getattr_np allocates (its cpuset), and this
-    // may run inside a hook called by a malloc implementation that holds
-    // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
-    // did not see start keeps stack_hi = 0: call sites only, no walks.
-    if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity()) {
-        st.prod = p;
-        st.ring = RING_OK;
-    } else {
-        process::count_thread_without_ring();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let st = &mut *st;
+        st.ring = RING_FAILED;
+        let tid = libc::gettid() as u32;
+        st.tid = tid;
+        if st.stack_hi == 0 && tid == process::pid() {
+            st.stack_hi = process::main_stack_top();
+        }
+        // Other threads got their stack top in `thread_started`, at a safe
+        // point. Not here: pthread_getattr_np allocates (its cpuset), and this
+        // may run inside a hook called by a malloc implementation that holds
+        // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
+        // did not see start keeps stack_hi = 0: call sites only, no walks.
+        if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity())
+        {
+            st.prod = p;
+            st.ring = RING_OK;
+        } else {
+            process::count_thread_without_ring();
+        }
     }
 }
 
 /// Top of the calling thread's stack from pthread_getattr_np.
 pub(crate) unsafe fn thread_stack_top() -> u64 {
-    let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-        return 0;
-    }
-    let mut addr: *mut libc::c_void = core::ptr::null_mut();
-    let mut size: libc::size_t = 0;
-    let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-    libc::pthread_attr_destroy(&mut attr);
-    if ok {
-        addr as u64 + size as u64
-    } else {
-        0
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        if ok {
+            addr as u64 + size as u64
+        } else {
+            0
+        }
     }
 }
 
@@ -721,6 +732,7 @@ mod tests {
         // `.tbss` hands every thread zeroes: that must be EMPTY.
         let s = ThreadState::EMPTY;
         let p = &s as *const ThreadState as *const u8;
+        // SAFETY: `s` is a live ThreadState of that size; any byte is a u8.
         let bytes = unsafe { core::slice::from_raw_parts(p, core::mem::size_of::<ThreadState>()) };
         assert!(bytes.iter().all(|&b| b == 0));
     }
@@ -731,12 +743,14 @@ mod tests {
         let here = state() as usize;
         let (there, parent) = std::thread::spawn(|| {
             let p = state();
+            // SAFETY: this thread's state.
             (p as usize, unsafe { (*p).parent_tid })
         })
         .join()
         .unwrap();
         assert_ne!(here, there);
         assert_eq!(parent, 0, "a new thread starts from zeroed state");
+        // SAFETY: this thread's state.
         assert_eq!(unsafe { (*state()).parent_tid }, 77);
     }
 
@@ -751,6 +765,7 @@ mod tests {
     fn walk_here(out: &mut [u64]) -> usize {
         let fp: u64;
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: reads a register, nothing else.
         unsafe {
             core::arch::asm!("mov {}, rbp", out(reg) fp)
         };
@@ -760,6 +775,7 @@ mod tests {
         }
         let marker = 0u8;
         let lo = core::ptr::addr_of!(marker) as u64;
+        // SAFETY: called on a live thread, no other precondition.
         let hi = unsafe { thread_stack_top() };
         // SAFETY: from our frame to the top of this thread's stack.
         unsafe { walk_frames(fp, lo, hi, out) }
