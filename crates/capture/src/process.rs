@@ -441,7 +441,16 @@ pub(crate) unsafe fn create_ring(
                     // their exit), which is where the space went when many
                     // short threads come and go. Up to ~2 s, then the thread
                     // is given up on (counted, reported).
-                    if seq > 0 || waited >= SPACE_WAITS || !config().wait_when_full {
+                    // Once one thread waited in vain, the space is not
+                    // coming back (someone else filled the file system):
+                    // later threads give up at once instead of each
+                    // waiting 2 s.
+                    if seq > 0 || !config().wait_when_full || SPACE_GAVE_UP.load(Ordering::Relaxed)
+                    {
+                        return None;
+                    }
+                    if waited >= SPACE_WAITS {
+                        SPACE_GAVE_UP.store(true, Ordering::Relaxed);
                         return None;
                     }
                     waited += 1;
@@ -456,6 +465,9 @@ pub(crate) unsafe fn create_ring(
         }
     }
 }
+
+/// Set when a thread waited for space in vain (see `create_ring`).
+static SPACE_GAVE_UP: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// 1 ms sleeps a new thread waits for space for its first ring.
 const SPACE_WAITS: u32 = 2000;
