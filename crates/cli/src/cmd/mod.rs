@@ -3,6 +3,7 @@
 pub mod cc;
 pub mod dump;
 pub mod export;
+pub mod export_formats;
 pub mod gpu;
 pub mod import;
 pub mod locks;
