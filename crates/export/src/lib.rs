@@ -11,13 +11,19 @@
 //! - [`stacks`]: the report's wait as weighted call stacks (waiter paths
 //!   and holder blame), the model of [`folded`] and [`pprof`];
 //! - [`folded`]: collapsed stacks (flamegraph.pl, inferno);
-//! - [`pprof`]: gzipped `profile.proto`, like Go's contention profile.
+//! - [`pprof`]: gzipped `profile.proto`, like Go's contention profile;
+//! - [`timeline`]: spans, hand-offs and waiter counts in time, from the
+//!   synchronization layer, and [`names`] for their locks and sites;
+//! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod folded;
+pub mod names;
+pub mod perfetto;
 pub mod pprof;
 pub mod stacks;
+pub mod timeline;
 
 /// Why an export failed.
 #[derive(Debug)]

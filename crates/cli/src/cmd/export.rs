@@ -21,6 +21,9 @@ pub enum Format {
     /// Gzipped profile.proto like Go's contention profile (`go tool
     /// pprof`): contentions/count, delay/nanoseconds, blame/nanoseconds.
     Pprof,
+    /// Chrome trace-event JSON (Perfetto UI, chrome://tracing): a track
+    /// per thread, wait/hold slices, hand-off flows, waiter counters.
+    Perfetto,
 }
 
 /// Write a trace in another format.
@@ -78,6 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.blame,
             &mut out,
         )?,
+        Format::Perfetto => super::export_formats::perfetto(&args.trace, &mut out)?,
     }
     out.flush()?;
     Ok(0)

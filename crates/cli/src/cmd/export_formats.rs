@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use lockscope_analysis::ReportConfig;
-use lockscope_export::{folded, pprof, stacks};
+use lockscope_export::{folded, perfetto, pprof, stacks};
 
 /// The report of `trace` with the settings every export uses: the text
 /// report's defaults (symbols, overhead correction, user frames), nothing
@@ -35,6 +35,27 @@ pub fn stacks(trace: &Path, pprof: bool, blame: bool, out: &mut dyn Write) -> an
             folded::Side::Waiters
         };
         folded::write(&s, side, out)?;
+    }
+    Ok(())
+}
+
+/// The trace's index and records (not its events).
+fn meta(trace: &Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
+    crate::cmd::util::check_trace_file(trace)?;
+    lockscope_analysis::input::index(trace, &mut |_, _| {})
+        .with_context(|| format!("cannot read {}", trace.display()))
+}
+
+/// `--format perfetto`.
+pub fn perfetto(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let m = meta(trace)?;
+    let s = perfetto::write(trace, &m, true, out)
+        .with_context(|| format!("cannot export {}", trace.display()))?;
+    if s.extra_tracks > 0 {
+        eprintln!(
+            "lockscope: {} slices of locks released out of order went to extra tracks",
+            s.extra_tracks
+        );
     }
     Ok(())
 }
