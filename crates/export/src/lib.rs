@@ -14,7 +14,8 @@
 //! - [`pprof`]: gzipped `profile.proto`, like Go's contention profile;
 //! - [`timeline`]: spans, hand-offs and waiter counts in time, from the
 //!   synchronization layer, and [`names`] for their locks and sites;
-//! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing).
+//! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing);
+//! - [`speedscope`]: speedscope's evented profiles, one per thread.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -22,6 +23,7 @@ pub mod folded;
 pub mod names;
 pub mod perfetto;
 pub mod pprof;
+pub mod speedscope;
 pub mod stacks;
 pub mod timeline;
 

@@ -230,6 +230,7 @@ pub fn write(
                     )?;
                     sum.flows += 1;
                 }
+                Item::Begin { .. } | Item::Dropped { .. } => {}
                 Item::Waiters {
                     lock,
                     time_ns,

@@ -139,6 +139,33 @@ pub enum Item {
         /// Acquisition time, ns.
         to_ns: u64,
     },
+    /// A span of `thread` opens (its [`Item::Span`] follows when it ends;
+    /// a wait whose call never completed has none). For consumers that
+    /// must open frames in time order (speedscope).
+    Begin {
+        /// Trace thread id.
+        thread: u32,
+        /// What.
+        kind: SpanKind,
+        /// The object, if any.
+        obj: Option<ObjId>,
+        /// Start, ns.
+        time_ns: u64,
+        /// Return address of the call (0 if none).
+        site: u64,
+        /// Call path id (0 if none).
+        stack: u32,
+    },
+    /// `thread`'s hold of `obj` ended at an unknown time (its release was
+    /// lost, proved by another thread's section): no span follows.
+    Dropped {
+        /// Trace thread id.
+        thread: u32,
+        /// The lock.
+        obj: ObjId,
+        /// When it was noticed, ns.
+        time_ns: u64,
+    },
     /// From `time_ns` on, `count` threads wait for `lock`.
     Waiters {
         /// The lock.
@@ -305,7 +332,46 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
             StepKind::JoinEnd { .. } if step.segment.kind == SegKind::Blocked(BlockedOn::Join) => {
                 f(span(SpanKind::Join, None, seg_start, step.event.site, 0));
             }
+            StepKind::HoldDropped(s) => f(Item::Dropped {
+                thread: step.thread,
+                obj: s.lock,
+                time_ns: t,
+            }),
             _ => {}
+        }
+        // Openings, after what the step closed (a condition wait closes
+        // the hold of its mutex, then opens the wait).
+        let (e_site, e_stack) = (step.event.site, step.event.stack);
+        let begin = match step.kind {
+            StepKind::AcquireBegin { lock } => Some((SpanKind::Wait, Some(lock), e_site, e_stack)),
+            StepKind::FutexWaitBegin { futex } => {
+                Some((SpanKind::Wait, Some(futex), e_site, e_stack))
+            }
+            StepKind::Acquired { section, .. } | StepKind::CondWaitEnd { section, .. } => Some((
+                SpanKind::Hold,
+                Some(section.lock),
+                section.site,
+                section.stack,
+            )),
+            StepKind::CondWaitBegin { cond, .. } => {
+                Some((SpanKind::Cond, Some(cond), e_site, e_stack))
+            }
+            StepKind::BarrierArrive { barrier, .. } => {
+                Some((SpanKind::Barrier, Some(barrier), e_site, e_stack))
+            }
+            StepKind::SemWaitBegin { sem } => Some((SpanKind::Sem, Some(sem), e_site, e_stack)),
+            StepKind::JoinBegin { .. } => Some((SpanKind::Join, None, e_site, e_stack)),
+            _ => None,
+        };
+        if let Some((kind, obj, site, stack)) = begin {
+            f(Item::Begin {
+                thread: step.thread,
+                kind,
+                obj,
+                time_ns: t,
+                site,
+                stack,
+            });
         }
     })?;
     Ok(())

@@ -24,6 +24,9 @@ pub enum Format {
     /// Chrome trace-event JSON (Perfetto UI, chrome://tracing): a track
     /// per thread, wait/hold slices, hand-off flows, waiter counters.
     Perfetto,
+    /// speedscope's file format: an evented profile per thread whose
+    /// frames are its states (wait/hold LOCK at FUNCTION, blocked).
+    Speedscope,
 }
 
 /// Write a trace in another format.
@@ -82,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             &mut out,
         )?,
         Format::Perfetto => super::export_formats::perfetto(&args.trace, &mut out)?,
+        Format::Speedscope => super::export_formats::speedscope(&args.trace, &mut out)?,
     }
     out.flush()?;
     Ok(0)

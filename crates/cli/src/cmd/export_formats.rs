@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use lockscope_analysis::ReportConfig;
-use lockscope_export::{folded, perfetto, pprof, stacks};
+use lockscope_export::{folded, perfetto, pprof, speedscope, stacks};
 
 /// The report of `trace` with the settings every export uses: the text
 /// report's defaults (symbols, overhead correction, user frames), nothing
@@ -57,5 +57,13 @@ pub fn perfetto(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
             s.extra_tracks
         );
     }
+    Ok(())
+}
+
+/// `--format speedscope`.
+pub fn speedscope(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let m = meta(trace)?;
+    speedscope::write(trace, &m, true, out)
+        .with_context(|| format!("cannot export {}", trace.display()))?;
     Ok(())
 }
