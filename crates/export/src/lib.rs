@@ -15,11 +15,13 @@
 //! - [`timeline`]: spans, hand-offs and waiter counts in time, from the
 //!   synchronization layer, and [`names`] for their locks and sites;
 //! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing);
-//! - [`speedscope`]: speedscope's evented profiles, one per thread.
+//! - [`speedscope`]: speedscope's evented profiles, one per thread;
+//! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod folded;
+pub mod html;
 pub mod names;
 pub mod perfetto;
 pub mod pprof;

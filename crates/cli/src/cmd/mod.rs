@@ -5,6 +5,7 @@ pub mod dump;
 pub mod export;
 pub mod export_formats;
 pub mod gpu;
+pub mod html;
 pub mod import;
 pub mod locks;
 pub mod lockset;
