@@ -52,6 +52,7 @@ enum Command {
     Replay(cmd::replay::Args),
     Whatif(cmd::whatif::Args),
     CriticalPath(cmd::critical_path::Args),
+    Html(cmd::html::Args),
 }
 
 fn main() {
@@ -74,6 +75,7 @@ fn main() {
         Command::Replay(a) => cmd::replay::run(a),
         Command::Whatif(a) => cmd::whatif::run(a),
         Command::CriticalPath(a) => cmd::critical_path::run(a),
+        Command::Html(a) => cmd::html::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
