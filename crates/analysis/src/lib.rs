@@ -18,6 +18,7 @@ pub mod detailed;
 mod error;
 pub mod gpu;
 pub mod hangs;
+pub mod hb;
 pub mod hist;
 pub mod input;
 pub mod lockset;
