@@ -49,6 +49,7 @@ enum Command {
     Import(cmd::import::Args),
     Export(cmd::export::Args),
     Gpu(cmd::gpu::Args),
+    Deadwrites(cmd::deadwrites::Args),
 }
 
 fn main() {
@@ -68,6 +69,7 @@ fn main() {
         Command::Import(a) => cmd::import::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Gpu(a) => cmd::gpu::run(a),
+        Command::Deadwrites(a) => cmd::deadwrites::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod cc;
+pub mod deadwrites;
 pub mod dump;
 pub mod export;
 pub mod gpu;
