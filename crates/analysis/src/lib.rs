@@ -14,6 +14,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
+pub mod barriers;
 pub mod deadwrites;
 pub mod detailed;
 mod error;

@@ -50,6 +50,7 @@ enum Command {
     Export(cmd::export::Args),
     Gpu(cmd::gpu::Args),
     Deadwrites(cmd::deadwrites::Args),
+    Barriers(cmd::barriers::Args),
 }
 
 fn main() {
@@ -70,6 +71,7 @@ fn main() {
         Command::Export(a) => cmd::export::run(a),
         Command::Gpu(a) => cmd::gpu::run(a),
         Command::Deadwrites(a) => cmd::deadwrites::run(a),
+        Command::Barriers(a) => cmd::barriers::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

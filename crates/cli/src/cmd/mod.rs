@@ -1,5 +1,6 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod barriers;
 pub mod cc;
 pub mod deadwrites;
 pub mod dump;
