@@ -518,7 +518,7 @@ impl Detailed {
 
     /// The allocation context of a block: the named functions of its
     /// call path, innermost first, joined by `<-` (frames that cannot be
-    /// named, like libc's start-up code, are left out).
+    /// named and runtime frames, like libc's start-up code, are left out).
     pub fn alloc_context(&mut self, b: &Block) -> String {
         let mut frames = self.stacks.get(&b.stack).cloned().unwrap_or_default();
         if frames.is_empty() && b.site != 0 {
@@ -526,7 +526,11 @@ impl Detailed {
         }
         let mut names: Vec<String> = Vec::new();
         for pc in frames.into_iter().take(8) {
-            let loc = self.sym.code(b.process, pc);
+            // Runtime code (libc's start-up, which `.dynsym` now names)
+            // is not part of a user's allocation context.
+            let Some(loc) = self.sym.code(b.process, pc).user_view() else {
+                continue;
+            };
             let Some(f) = loc.frames.iter().rev().find_map(|f| f.function.as_deref()) else {
                 continue;
             };
