@@ -14,11 +14,14 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
+pub mod barriers;
 pub mod critical;
+pub mod deadwrites;
 pub mod detailed;
 mod error;
 pub mod gpu;
 pub mod hangs;
+pub mod hb;
 pub mod hist;
 pub mod input;
 pub mod lockset;

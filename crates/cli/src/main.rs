@@ -53,6 +53,8 @@ enum Command {
     Whatif(cmd::whatif::Args),
     CriticalPath(cmd::critical_path::Args),
     Html(cmd::html::Args),
+    Deadwrites(cmd::deadwrites::Args),
+    Barriers(cmd::barriers::Args),
 }
 
 fn main() {
@@ -76,6 +78,8 @@ fn main() {
         Command::Whatif(a) => cmd::whatif::run(a),
         Command::CriticalPath(a) => cmd::critical_path::run(a),
         Command::Html(a) => cmd::html::run(a),
+        Command::Deadwrites(a) => cmd::deadwrites::run(a),
+        Command::Barriers(a) => cmd::barriers::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,7 +1,9 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod barriers;
 pub mod cc;
 pub mod critical_path;
+pub mod deadwrites;
 pub mod dump;
 pub mod export;
 pub mod export_formats;
