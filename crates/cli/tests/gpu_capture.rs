@@ -214,6 +214,31 @@ fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
         r["gpu_idle_ns"].as_u64().unwrap(),
         "GPU idleness charged exactly once"
     );
+    // The timing report counts the same waits as time blocked on the GPU
+    // (the sync layer's Blocked(Gpu) segments), less the recorder's
+    // per-event cost it subtracts.
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpu_wait: u64 = rep["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["gpu_wait_ns"].as_u64().unwrap())
+        .sum();
+    let cpu_wait = r["cpu_wait_ns"].as_u64().unwrap();
+    assert!(
+        gpu_wait <= cpu_wait && cpu_wait - gpu_wait < MS,
+        "report {gpu_wait} ns blocked on the GPU, gpu {cpu_wait} ns"
+    );
     assert!(
         r["verdict"].as_str().unwrap().contains("launch_two"),
         "{}",
