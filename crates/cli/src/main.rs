@@ -50,6 +50,7 @@ enum Command {
     Export(cmd::export::Args),
     Gpu(cmd::gpu::Args),
     Html(cmd::html::Args),
+    Diff(cmd::diff::Args),
 }
 
 fn main() {
@@ -70,6 +71,7 @@ fn main() {
         Command::Export(a) => cmd::export::run(a),
         Command::Gpu(a) => cmd::gpu::run(a),
         Command::Html(a) => cmd::html::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

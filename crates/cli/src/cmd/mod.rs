@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod cc;
+pub mod diff;
 pub mod dump;
 pub mod export;
 pub mod export_formats;
