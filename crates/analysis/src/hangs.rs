@@ -136,12 +136,19 @@ struct ThreadState {
     exited: bool,
 }
 
+/// (process, cond, waiter thread, waiter site, signaller (thread, site)).
+pub type CondBlameKey = (u32, u64, u32, u64, Option<(u32, u64)>);
+
 /// The tracker: feed every event in time order, then [`Tracker::finish`].
 #[derive(Default)]
 pub struct Tracker {
     threads: BTreeMap<u32, ThreadState>,
     /// (process, held, acquired) -> first witness.
     order: HashMap<(u32, u64, u64), OrderWitness>,
+    /// (process, cond) -> last signal or broadcast: (thread, site, time).
+    last_signal: HashMap<(u32, u64), (u32, u64, u64)>,
+    /// Completed condition waits charged to the signal that ended them.
+    cond_blame: HashMap<CondBlameKey, (u64, u64)>,
 }
 
 /// What the end of the trace showed.
@@ -155,6 +162,10 @@ pub struct Findings {
     pub deadlocks: Vec<Vec<DeadlockStep>>,
     /// Lock-order inversions (potential deadlocks).
     pub inversions: Vec<Inversion>,
+    /// Condition waits charged to the thread (and site) whose signal or
+    /// broadcast ended them (None: no signal during the wait: a timeout
+    /// or a spurious wake-up): key -> (wait ns, waits). Sorted by key.
+    pub cond_blame: Vec<(CondBlameKey, (u64, u64))>,
 }
 
 fn acquire_kind(op: Op) -> Option<WaitKind> {
@@ -201,6 +212,11 @@ impl Tracker {
             th.pending = None;
             return;
         }
+        if matches!(op, Op::CondSignal | Op::CondBroadcast) {
+            self.last_signal
+                .insert((th.process, e.addr), (thread, e.site, e.time));
+            return;
+        }
         if op.is_release() {
             if ph != phase::END {
                 if let Some(i) = th.held.iter().rposition(|h| h.addr == e.addr) {
@@ -237,6 +253,21 @@ impl Tracker {
         }
         // DONE or FAIL: the call returned.
         let begun = th.pending.take();
+        if let (Some(_), Some(b)) = (cond_mutex, &begun) {
+            // Charged to the signal that ended it: the last one on this
+            // cond since the wait began.
+            let sig = self
+                .last_signal
+                .get(&(th.process, e.addr))
+                .filter(|s| s.2 >= b.since && s.0 != thread)
+                .map(|s| (s.0, s.1));
+            let c = self
+                .cond_blame
+                .entry((th.process, e.addr, thread, b.site, sig))
+                .or_default();
+            c.0 += e.time.saturating_sub(b.since);
+            c.1 += 1;
+        }
         if let Some(m) = cond_mutex {
             // An uncontended cond wait has no BEGIN: the mutex was held
             // all along and is still (again) held.
@@ -287,7 +318,11 @@ impl Tracker {
     /// What was left open at the end, the wait-for cycles among it, and
     /// the lock-order inversions seen over the whole trace.
     pub fn finish(self) -> Findings {
-        let mut f = Findings::default();
+        let mut f = Findings {
+            cond_blame: self.cond_blame.iter().map(|(k, v)| (*k, *v)).collect(),
+            ..Findings::default()
+        };
+        f.cond_blame.sort_unstable();
         for th in self.threads.values() {
             if th.exited {
                 continue;
@@ -531,5 +566,35 @@ mod tests {
         assert!(f.open_holds.is_empty(), "the cond wait gave A up");
         assert_eq!(f.open_waits[0].kind, WaitKind::Cond);
         assert!(f.deadlocks.is_empty());
+    }
+
+    /// A condition wait is charged to the thread whose signal ended it;
+    /// one that timed out with no signal, to nobody.
+    #[test]
+    fn issue10_cond_waits_blamed_on_the_signaller() {
+        let c = 0xc0;
+        let mut t = tracker();
+        t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+        let mut w = ev(2, Op::CondWait, phase::BEGIN, c, 0x2);
+        w.arg = A;
+        t.event(1, &w);
+        t.event(2, &ev(50, Op::CondSignal, phase::DONE, c, 0x5));
+        w.time = 60;
+        w.flags = phase::DONE | phase::CONTENDED;
+        t.event(1, &w);
+        let mut w2 = ev(70, Op::CondTimedwait, phase::BEGIN, c, 0x3);
+        w2.arg = A;
+        t.event(1, &w2);
+        w2.time = 100;
+        w2.flags = phase::FAIL;
+        t.event(1, &w2);
+        let f = t.finish();
+        assert_eq!(
+            f.cond_blame,
+            vec![
+                ((1, c, 1, 0x2, Some((2, 0x5))), (58, 1)),
+                ((1, c, 1, 0x3, None), (30, 1)),
+            ]
+        );
     }
 }

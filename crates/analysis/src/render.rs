@@ -216,6 +216,12 @@ impl Table {
     }
 }
 
+/// Word-wraps every line longer than `width` (for text rendered
+/// elsewhere and appended to the report).
+pub fn fit_lines(text: &str, width: usize) -> String {
+    wrap_long_lines(text, width)
+}
+
 /// Word-wraps every line longer than `width` (prose: headers, notes,
 /// advice), continuing with the line's indentation plus 4; a word longer
 /// than a line is cut.
@@ -572,6 +578,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         }
     }
 
+    cond_locks(r, several, o, &mut out);
     out.push_str("\nBLAME (each wait charged to the critical section holding the lock then)\n");
     if r.blame_matrix.is_empty() {
         out.push_str("  (no waiting)\n");
@@ -869,6 +876,49 @@ fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
             }
             t.render(out, "    ", o.width);
         }
+    }
+}
+
+/// Condition variables used as locks, with their waits charged to the
+/// signal that ended them (summed over threads, by waiter and signaller
+/// site).
+fn cond_locks(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
+    if r.cond_locks.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nCONDITION VARIABLES USED AS LOCKS (their waits outweigh every lock's; each wait \
+         charged to the signal that ended it)\n",
+    );
+    for c in &r.cond_locks {
+        let _ = writeln!(
+            out,
+            "  {}: {} waits, {} ({} of thread time)",
+            lock_label(&c.name, c.pid, several),
+            count(c.waits),
+            ns(c.wait_ns),
+            pct(c.share_of_thread_time)
+        );
+        let mut by: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
+        for b in &c.blame {
+            let e = by
+                .entry((b.waiter_site.as_str(), b.signaller_site.as_str()))
+                .or_default();
+            e.0 += b.wait_ns;
+            e.1 += b.waits;
+        }
+        let mut rows: Vec<_> = by.into_iter().collect();
+        rows.sort_by_key(|(_, v)| std::cmp::Reverse(v.0));
+        let mut t = Table::new(&[
+            ("wait", true),
+            ("waits", true),
+            ("waiter site", false),
+            ("<- signalled at", false),
+        ]);
+        for ((ws, ss), (ns_, n)) in rows.into_iter().take(o.sites_per_lock.max(3)) {
+            t.row(vec![ns(ns_), count(n), ws.to_string(), ss.to_string()]);
+        }
+        t.render(out, "    ", o.width);
     }
 }
 

@@ -157,7 +157,57 @@ pub struct Report {
     pub open_holds: Vec<OpenHoldOut>,
     /// Lock-order inversions: pairs of locks taken in both orders.
     pub potential_deadlocks: Vec<InversionOut>,
+    /// Condition variables used as locks (Python's GIL): their waits
+    /// dominate, so they are shown with the locks, blamed on the signaller.
+    pub cond_locks: Vec<CondLockOut>,
 }
+
+/// A condition variable whose waits are a lock's waits: at least
+/// [`COND_LOCK_MIN_SHARE`] of the threads' time and more than the wait on
+/// every lock together (a lock built from a flag, a mutex and a condition
+/// variable, like Python's GIL: the waiters wait for the flag's holder,
+/// and the signal is its release).
+#[derive(Clone, Debug, Serialize)]
+pub struct CondLockOut {
+    /// Address.
+    pub address: String,
+    /// OS pid.
+    pub pid: u32,
+    /// Symbol or address.
+    pub name: String,
+    /// Completed waits.
+    pub waits: u64,
+    /// Their total, ns.
+    pub wait_ns: u64,
+    /// Of all threads' time.
+    pub share_of_thread_time: f64,
+    /// Waits charged to the thread and site whose signal ended them.
+    pub blame: Vec<CondBlameOut>,
+}
+
+/// Condition waits charged to one signaller.
+#[derive(Clone, Debug, Serialize)]
+pub struct CondBlameOut {
+    /// Waiting thread's tid.
+    pub waiter_tid: u32,
+    /// Where it waited.
+    pub waiter_site: String,
+    /// Tid of the thread whose signal ended the waits (null: none did,
+    /// a timeout or spurious wake-up).
+    pub signaller_tid: Option<u32>,
+    /// Where it signalled (the release of the cond-built lock).
+    pub signaller_site: String,
+    /// Wait, ns.
+    pub wait_ns: u64,
+    /// Waits.
+    pub waits: u64,
+}
+
+/// A condition variable is a lock of its own when its waits are at least
+/// 1 % of all threads' time (the advice threshold,
+/// [`crate::advice::MIN_WAIT_SHARE`]) and more than the wait on all locks
+/// together.
+pub const COND_LOCK_MIN_SHARE: f64 = crate::advice::MIN_WAIT_SHARE;
 
 /// A wait still open at the end of the trace.
 #[derive(Clone, Debug, Serialize)]
@@ -578,6 +628,8 @@ pub struct ThreadOut {
 pub struct CondOut {
     /// Address.
     pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
     /// Symbol or first use.
     pub name: String,
     /// Completed waits.
@@ -678,8 +730,18 @@ pub fn analyze(
         (model, hangs)
     });
     let mut model = model?;
-    let hangs = hangs?;
-    Ok(build_report_with(&meta, &mut model, cfg, &hangs))
+    // The model read the same events: an error only here is a bug of
+    // this pass, and must not cost the user the rest of the report.
+    let (hangs, problem) = match hangs {
+        Ok(h) => (h, None),
+        Err(e) => ((crate::hangs::Findings::default(), 0), Some(e)),
+    };
+    let mut r = build_report_with(&meta, &mut model, cfg, &hangs);
+    if let Some(e) = problem {
+        r.notes
+            .push(format!("hangs and deadlocks not analysed: {e}"));
+    }
+    Ok(r)
 }
 
 /// Runs the timing model over a trace (exposed for other analyses).
@@ -943,12 +1005,12 @@ fn is_lock(k: Kind) -> bool {
 
 /// Turns a finished model into the report, in three stages:
 ///
-/// 1. [`full_report`]: every lock, blame row, thread and object the model
+/// 1. `full_report`: every lock, blame row, thread and object the model
 ///    knows, symbolized, unfiltered;
 /// 2. findings on that full report ([`crate::advice::advise`]), so that
 ///    what is recommended never depends on `--top`, `--min-wait` or the
 ///    output format (text shows 20 locks by default, JSON all);
-/// 3. [`filtered_view`]: the filters, sort and `--top` of `cfg`.
+/// 3. `filtered_view`: the filters, sort and `--top` of `cfg`.
 pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
     build_report_with(meta, model, cfg, &(Default::default(), 0))
 }
@@ -996,7 +1058,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
     merge_rust_rwlocks(&mut locks, &mut blame);
     let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
     let threads = thread_rows(meta, model);
-    let (conds, barriers, semaphores) = object_rows(model, names);
+    let (conds, barriers, semaphores) = object_rows(meta, model, names);
     let overhead = overhead_out(model, cfg);
     let mut notes: Vec<String> = names
         .sym
@@ -1043,6 +1105,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
         hangs: Vec::new(),
         open_holds: Vec::new(),
         potential_deadlocks: Vec::new(),
+        cond_locks: Vec::new(),
     }
 }
 
@@ -1125,6 +1188,45 @@ fn hang_rows(
     }
     r.open_holds
         .sort_by_key(|h| (std::cmp::Reverse(h.held_ns), h.pid, h.tid));
+    // Condition variables used as locks.
+    let thread_time: u64 = r.threads.iter().map(|t| t.lifetime_ns).sum();
+    let lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
+    for c in &r.conds {
+        let w = c.wait_ns.total;
+        if (w as f64) < COND_LOCK_MIN_SHARE * thread_time as f64 || w <= lock_wait {
+            continue;
+        }
+        let Ok(addr) = u64::from_str_radix(c.address.trim_start_matches("0x"), 16) else {
+            continue;
+        };
+        let mut blame: Vec<CondBlameOut> = Vec::new();
+        for &((p, a, wt, ws, sig), (ns, n)) in &f.cond_blame {
+            if a != addr || pid_of(meta, p) != c.pid {
+                continue;
+            }
+            blame.push(CondBlameOut {
+                waiter_tid: tid_of(wt),
+                waiter_site: names.pc_str(p, ws, 0),
+                signaller_tid: sig.map(|(t, _)| tid_of(t)),
+                signaller_site: match sig {
+                    Some((_, site)) => names.pc_str(p, site, 0),
+                    None => "(no signal: timed out or woke spuriously)".into(),
+                },
+                wait_ns: ns,
+                waits: n,
+            });
+        }
+        blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
+        r.cond_locks.push(CondLockOut {
+            address: c.address.clone(),
+            pid: c.pid,
+            name: c.name.clone(),
+            waits: c.waits,
+            wait_ns: w,
+            share_of_thread_time: ratio(w, thread_time),
+            blame,
+        });
+    }
     for cycle in &f.deadlocks {
         let p = cycle.first().map_or(0, |s| process_of(s.wait.thread));
         let threads = cycle
@@ -1239,7 +1341,7 @@ fn verdict(r: &Report) -> Verdict {
         }
         s
     } else {
-        "no thread waited for a lock".to_string()
+        "no thread waited for a mutex, rwlock or spinlock".to_string()
     };
     let blocked: Vec<String> = [
         ("condition variables", v.cond_wait_ns),
@@ -1253,6 +1355,22 @@ fn verdict(r: &Report) -> Verdict {
     .collect();
     if !blocked.is_empty() {
         text.push_str(&format!("; blocked otherwise: {}", blocked.join(", ")));
+    }
+    if let Some(c) = r.cond_locks.first() {
+        let top = c
+            .blame
+            .iter()
+            .filter(|b| b.signaller_tid.is_some())
+            .max_by_key(|b| b.wait_ns);
+        text.push_str(&format!(
+            "; condition variable {} is used as a lock: its waits are {:.1}% of the threads' time{}",
+            c.name,
+            c.share_of_thread_time * 100.0,
+            top.map_or(String::new(), |b| format!(
+                ", most ended by signals at {}",
+                b.signaller_site
+            ))
+        ));
     }
     // A hang outranks everything: the figures above count only waits
     // that ended, and a deadlocked thread's never does.
@@ -1686,7 +1804,11 @@ fn thread_rows(meta: &Meta, model: &Model) -> Vec<ThreadOut> {
 }
 
 /// Condition variables, barriers and semaphores, each by total wait.
-fn object_rows(model: &Model, names: &mut Names) -> (Vec<CondOut>, Vec<BarrierOut>, Vec<SemOut>) {
+fn object_rows(
+    meta: &Meta,
+    model: &Model,
+    names: &mut Names,
+) -> (Vec<CondOut>, Vec<BarrierOut>, Vec<SemOut>) {
     let mut obj_threads: HashMap<u32, Vec<ObjThreadOut>> = HashMap::new();
     for (&(oi, ti), &(n, ns)) in &model.obj_waits {
         obj_threads.entry(oi).or_default().push(ObjThreadOut {
@@ -1708,6 +1830,7 @@ fn object_rows(model: &Model, names: &mut Names) -> (Vec<CondOut>, Vec<BarrierOu
         match o.kind {
             Kind::Cond => conds.push(CondOut {
                 address: format!("{:#x}", o.addr),
+                pid: pid_of(meta, o.process),
                 name: names.label(i),
                 waits: o.acquisitions,
                 timeouts: o.timeouts,

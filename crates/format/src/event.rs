@@ -131,9 +131,12 @@ ops! {
     /// (FAIL, arg = errno).
     Exec = 31,
     // ---- detailed mode: memory accesses, addr = location, site = pc ----
-    /// Plain read; flags = size in bytes (0: size in arg2).
+    /// Plain read; flags = size in bytes (0: size in arg2). In a trace
+    /// whose header has `access_values=1` (an imported hardware trace),
+    /// arg = the value read, valid where arg2 = 1.
     Read = 40,
-    /// Plain write; flags = size in bytes (0: size in arg2).
+    /// Plain write; flags = size in bytes (0: size in arg2). With
+    /// `access_values=1`: arg = the value written, valid where arg2 = 1.
     Write = 41,
     /// Atomic load; flags = log2(width) | order << 3 (order: 0 relaxed,
     /// 1 consume, 2 acquire, 3 release, 4 acq_rel, 5 seq_cst); arg = value read.

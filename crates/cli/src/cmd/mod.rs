@@ -1,6 +1,9 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod barriers;
 pub mod cc;
+pub mod critical_path;
+pub mod deadwrites;
 pub mod diff;
 pub mod dump;
 pub mod export;
@@ -12,8 +15,10 @@ pub mod locks;
 pub mod lockset;
 pub mod occ;
 pub mod record;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod spin;
 pub mod ulcp;
 pub mod util;
+pub mod whatif;

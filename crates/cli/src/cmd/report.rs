@@ -216,6 +216,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.no_advice {
         report.recommendations.clear();
     }
+    let width = if a.wide { None } else { text_width() };
     let out = if a.json {
         let mut s = serde_json::to_string_pretty(&report)?;
         s.push('\n');
@@ -230,13 +231,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 lock_threads: a.per_thread,
                 advice: !a.no_advice,
                 paths: a.paths.unwrap_or(0),
-                width: if a.wide { None } else { text_width() },
+                width,
             },
         )
     };
     // Hand-written spinlocks beside the pthread locks (text only; issue 12).
     let out = if text {
-        out + &super::spin::report_section(&trace, !a.no_symbols)
+        let spin = super::spin::report_section(&trace, !a.no_symbols);
+        match width {
+            Some(w) => out + &render::fit_lines(&spin, w),
+            None => out + &spin,
+        }
     } else {
         out
     };
