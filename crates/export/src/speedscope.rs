@@ -170,7 +170,7 @@ pub fn write(
     write_with(path, meta, symbolize, SPILL_EVENTS, out)
 }
 
-/// [`write`] with the number of buffered events above which they go to
+/// [`write()`] with the number of buffered events above which they go to
 /// temporary files (tests use a small one).
 pub fn write_with(
     path: &Path,
