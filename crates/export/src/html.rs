@@ -151,6 +151,30 @@ fn flame(v: &[WeightedStack]) -> Value {
     out("all", &root)
 }
 
+/// Flame graphs per lock: `[[lock, waiters tree, holders tree], ...]`, by
+/// wait, descending (at most 50 locks).
+fn per_lock(waiters: &[WeightedStack], holders: &[WeightedStack]) -> Value {
+    let mut locks: Vec<(String, u64)> = Vec::new();
+    for s in waiters {
+        match locks.iter_mut().find(|(l, _)| *l == s.lock) {
+            Some(e) => e.1 += s.wait_ns,
+            None => locks.push((s.lock.clone(), s.wait_ns)),
+        }
+    }
+    locks.sort_by_key(|x| std::cmp::Reverse(x.1));
+    locks.truncate(50);
+    let of = |v: &[WeightedStack], lock: &str| -> Vec<WeightedStack> {
+        v.iter().filter(|s| s.lock == lock).cloned().collect()
+    };
+    Value::Array(
+        locks
+            .iter()
+            .filter(|(_, w)| *w > 0)
+            .map(|(l, _)| json!([l, flame(&of(waiters, l)), flame(&of(holders, l))]))
+            .collect(),
+    )
+}
+
 /// The report part of the page: verdict, tables, recommendations.
 fn report_data(r: &Report) -> Value {
     let locks: Vec<Value> = r
@@ -373,7 +397,8 @@ pub fn write(
         "handoffs": handoffs,
         "strings": strings,
         "report": report_data(report),
-        "flame": {"waiters": flame(&st.waiters), "holders": flame(&st.holders)},
+        "flame": {"waiters": flame(&st.waiters), "holders": flame(&st.holders),
+            "per_lock": per_lock(&st.waiters, &st.holders)},
     });
     let title = format!("lockscope: {}", report.command.join(" "));
     let page = format!(

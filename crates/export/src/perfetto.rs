@@ -79,13 +79,27 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
+    /// The separator before an event.
+    fn sep(&mut self) -> std::io::Result<()> {
         if !self.first {
             self.out.write_all(b",\n")?;
         }
         self.first = false;
+        Ok(())
+    }
+    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
+        self.sep()?;
         serde_json::to_writer(&mut *self.out, v)?;
         Ok(())
+    }
+}
+
+/// Nanoseconds written as microseconds with three exact decimals.
+struct Us(u64);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
     }
 }
 
@@ -133,6 +147,8 @@ pub fn write(
     }
     let mut err: Option<std::io::Error> = None;
     let mut flow_id = 0u64;
+    type FragKey = (SpanKind, Option<ObjId>, u32, u64, u32);
+    let mut fragments: HashMap<FragKey, String> = HashMap::new();
     timeline::scan(path, meta, |item| {
         if err.is_some() {
             return;
@@ -172,22 +188,42 @@ pub fn write(
                     } else {
                         EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64
                     };
-                    let obj_name = obj.map(|o| names.object(o));
-                    let name = match &obj_name {
-                        Some(n) => format!("{} {n}", kind.name()),
-                        None => kind.name().to_string(),
-                    };
-                    let mut args = serde_json::Map::new();
-                    if let Some(n) = &obj_name {
-                        args.insert("object".into(), json!(n));
+                    // The category, name and args of a slice depend on
+                    // its kind, object, site and path only: serialized
+                    // once per combination (a trace has few).
+                    let key = (kind, obj, t.process, site, stack);
+                    if let std::collections::hash_map::Entry::Vacant(slot) = fragments.entry(key) {
+                        let obj_name = obj.map(|o| names.object(o));
+                        let name = match &obj_name {
+                            Some(n) => format!("{} {n}", kind.name()),
+                            None => kind.name().to_string(),
+                        };
+                        let mut args = serde_json::Map::new();
+                        if let Some(n) = &obj_name {
+                            args.insert("object".into(), json!(n));
+                        }
+                        args.insert("site".into(), json!(names.site(t.process, site, stack)));
+                        let path = names.path(t.process, stack);
+                        if !path.is_empty() {
+                            args.insert("path".into(), json!(path));
+                        }
+                        let frag = format!(
+                            "\"cat\":{},\"name\":{},\"args\":{}",
+                            json!(kind.name()),
+                            json!(name),
+                            serde_json::Value::Object(args)
+                        );
+                        slot.insert(frag);
                     }
-                    args.insert("site".into(), json!(names.site(t.process, site, stack)));
-                    let path = names.path(t.process, stack);
-                    if !path.is_empty() {
-                        args.insert("path".into(), json!(path));
-                    }
-                    w.event(&json!({"ph":"X","cat":kind.name(),"name":name,"pid":t.pid,
-                        "tid":tid,"ts":us(start_ns),"dur":us(end_ns - start_ns),"args":args}))?;
+                    let frag = &fragments[&key];
+                    w.sep()?;
+                    write!(
+                        w.out,
+                        "{{\"ph\":\"X\",\"pid\":{},\"tid\":{tid},\"ts\":{},\"dur\":{},{frag}}}",
+                        t.pid,
+                        Us(start_ns),
+                        Us(end_ns - start_ns)
+                    )?;
                     sum.slices += 1;
                     match kind {
                         SpanKind::Hold => {
