@@ -447,6 +447,26 @@ fn context(d: &mut Detailed, c: Ctx) -> Context {
     }
 }
 
+/// Recommendations for a report section: the dead-write contexts that
+/// hold at least 1% of the bytes written ("remove the store at ...").
+pub fn advice(r: &DeadWritesReport) -> Vec<String> {
+    r.dead_sites
+        .iter()
+        .filter(|s| r.bytes_written > 0 && s.bytes * 100 >= r.bytes_written)
+        .take(5)
+        .map(|s| {
+            format!(
+                "remove or delay the store at {}: {} B in {} write(s) overwritten before any \
+                 read ({:.1}% of the bytes written)",
+                s.context.site,
+                s.bytes,
+                s.count,
+                s.bytes as f64 * 100.0 / r.bytes_written as f64
+            )
+        })
+        .collect()
+}
+
 fn ctx_text(c: &Context) -> String {
     if c.path.len() > 1 {
         format!("{} [{}]", c.site, c.path.join(" <- "))
@@ -500,6 +520,13 @@ pub fn render_text(r: &DeadWritesReport, out: &mut dyn std::io::Write) -> std::i
             s.count,
             ctx_text(&s.context)
         )?;
+    }
+    let adv = advice(r);
+    if !adv.is_empty() {
+        writeln!(out, "\nrecommendations")?;
+        for a in &adv {
+            writeln!(out, "  - {a}")?;
+        }
     }
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
@@ -580,6 +607,11 @@ mod tests {
             ]
         );
         assert!(rep.all_accesses);
+        let adv = advice(&rep);
+        assert!(
+            adv[0].starts_with("remove or delay the store at ?+0xa: 8 B"),
+            "{adv:?}"
+        );
     }
 
     #[test]
