@@ -450,18 +450,28 @@ fn context(d: &mut Detailed, c: Ctx) -> Context {
 /// Recommendations for a report section: the dead-write contexts that
 /// hold at least 1% of the bytes written ("remove the store at ...").
 pub fn advice(r: &DeadWritesReport) -> Vec<String> {
-    r.dead_sites
-        .iter()
-        .filter(|s| r.bytes_written > 0 && s.bytes * 100 >= r.bytes_written)
+    // One line per site: the same store reached through several call
+    // paths is one thing to change.
+    let mut by_site: Vec<(String, u64, u64)> = Vec::new();
+    for d in &r.dead_sites {
+        match by_site.iter_mut().find(|x| x.0 == d.context.site) {
+            Some(x) => {
+                x.1 += d.bytes;
+                x.2 += d.count;
+            }
+            None => by_site.push((d.context.site.clone(), d.bytes, d.count)),
+        }
+    }
+    by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_site
+        .into_iter()
+        .filter(|s| r.bytes_written > 0 && s.1 * 100 >= r.bytes_written)
         .take(5)
-        .map(|s| {
+        .map(|(site, bytes, count)| {
             format!(
-                "remove or delay the store at {}: {} B in {} write(s) overwritten before any \
-                 read ({:.1}% of the bytes written)",
-                s.context.site,
-                s.bytes,
-                s.count,
-                s.bytes as f64 * 100.0 / r.bytes_written as f64
+                "remove or delay the store at {site}: {bytes} B in {count} write(s) overwritten \
+                 before any read ({:.1}% of the bytes written)",
+                bytes as f64 * 100.0 / r.bytes_written as f64
             )
         })
         .collect()

@@ -237,6 +237,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Hand-written spinlocks beside the pthread locks (text only; issue 12).
     let out = if text {
         out + &super::spin::report_section(&trace, !a.no_symbols)
+            // Barriers and dead writes of a detailed trace (issue 13).
+            + &super::barriers::report_section(&trace, !a.no_symbols)
     } else {
         out
     };
