@@ -212,7 +212,7 @@ fn main() {
         let t0 = Instant::now();
         let meta = lockscope_analysis::input::index(p, &mut |_, _| {}).unwrap();
         let t1 = t0.elapsed().as_secs_f64();
-        let mut m = lockscope_analysis::input::Merge::new(p, &meta).unwrap();
+        let mut m = lockscope_analysis::input::Merge::new(p, &meta.index).unwrap();
         let mut x = 0u64;
         m.run(
             |t, e| x = x.wrapping_add(e.time ^ u64::from(t)),

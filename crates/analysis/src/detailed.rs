@@ -3,9 +3,10 @@
 //! every recorded access with the locks held at that moment, heap blocks,
 //! and names for data objects.
 //!
-//! Built in one pass over each thread's events (a thread's events are in
-//! time order). A critical section instance opens at an acquisition's
-//! completing event and closes at the matching release; accesses recorded
+//! Built in one pass over the trace's synchronization steps
+//! ([`crate::sync`], the one interpreter of the lock protocol). A critical
+//! section instance opens when a lock is acquired (or a condition wait
+//! re-acquires its mutex) and closes at the matching release; accesses recorded
 //! while several locks are held belong to every open instance (a nested
 //! section's accesses are also its outer section's). `ReleaseValue`
 //! events, which the runtime emits just before the release they belong to,
@@ -23,9 +24,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use lockscope_format::{phase, Event, Op, Record, Trace};
+use lockscope_format::{Event, Op, Record, Trace};
 
+use crate::hb::{Clock, HbClocks};
 use crate::symbols::Symbolizer;
+use crate::sync::{for_each_trace_step, Step, StepKind};
 use crate::AnalysisError;
 
 /// One recorded memory access.
@@ -48,6 +51,10 @@ pub struct Access {
     /// Index of the set of locks held in write mode (rwlocks held for
     /// reading protect only reads: Eraser's reader-writer refinement).
     pub write_lockset: u32,
+    /// Index of the thread's vector clock at the access
+    /// ([`Detailed::clocks`]; happens-before through create, join and
+    /// barriers, see [`crate::hb`]).
+    pub clock: u32,
 }
 
 /// One dynamic critical section.
@@ -139,6 +146,8 @@ pub struct Detailed {
     pub accesses: Vec<Access>,
     /// Distinct sets of held locks (sorted addresses); index 0 is empty.
     pub locksets: Vec<Vec<u64>>,
+    /// Vector clocks referenced by [`Access::clock`].
+    pub clocks: Vec<Clock>,
     /// Heap blocks, ordered by address.
     pub blocks: Vec<Block>,
     /// Call paths by stack id.
@@ -163,15 +172,12 @@ struct Open {
 struct ThreadScan {
     open: Vec<Open>,
     pending: HashMap<u64, (u64, u64)>,
-    attempts: HashMap<u64, u64>,
     /// Held locks with their mode (true = write/exclusive).
     held: Vec<(u64, bool)>,
     lockset: u32,
     write_lockset: u32,
-}
-
-fn is_shared_acquire(op: Op) -> bool {
-    matches!(op, Op::RwRdlock | Op::RwTryRdlock | Op::RwTimedRdlock)
+    /// Index into [`Detailed::clocks`] and the clock version it holds.
+    clock: Option<(u32, u64)>,
 }
 
 impl Detailed {
@@ -230,6 +236,7 @@ impl Detailed {
             sections: Vec::new(),
             accesses: Vec::new(),
             locksets: vec![Vec::new()],
+            clocks: Vec::new(),
             blocks: Vec::new(),
             stacks,
             outside_accesses: 0,
@@ -256,11 +263,29 @@ impl Detailed {
                     span.start = first.time;
                 }
             }
-            let mut sc = ThreadScan::default();
-            for e in evs {
-                d.scan(tid, process, e, &mut sc, &mut lockset_ids);
-            }
         }
+        let mut scans: HashMap<u32, ThreadScan> = HashMap::new();
+        let mut hb = HbClocks::new(t);
+        for_each_trace_step(t, false, |st, _| {
+            if st.kind.is_synthetic() {
+                return;
+            }
+            hb.step(st);
+            let process = d
+                .threads
+                .get(&st.thread)
+                .map_or(main_process, |th| th.process);
+            let sc = scans.entry(st.thread).or_default();
+            if matches!(st.kind, StepKind::Memory(Op::Read | Op::Write)) {
+                let v = hb.version(st.thread);
+                if sc.clock.is_none_or(|(_, have)| have != v) {
+                    d.clocks
+                        .push(hb.clock(st.thread).cloned().unwrap_or_default());
+                    sc.clock = Some((d.clocks.len() as u32 - 1, v));
+                }
+            }
+            d.step(st, process, sc, &mut lockset_ids);
+        });
         d.sections.sort_by(|a, b| {
             (a.acquired, a.thread, a.attempt).cmp(&(b.acquired, b.thread, b.attempt))
         });
@@ -350,17 +375,16 @@ impl Detailed {
         self.held_changed(sc, ids);
     }
 
-    fn scan(
+    fn step(
         &mut self,
-        thread: u32,
+        st: &Step<'_>,
         process: u32,
-        e: &Event,
         sc: &mut ThreadScan,
         ids: &mut HashMap<Vec<u64>, u32>,
     ) {
-        let Some(op) = e.op() else { return };
-        match op {
-            Op::Read | Op::Write => {
+        let (e, thread) = (st.event, st.thread);
+        match st.kind {
+            StepKind::Memory(op @ (Op::Read | Op::Write)) => {
                 let size = if e.flags == 0 {
                     e.arg2.max(1)
                 } else {
@@ -390,9 +414,10 @@ impl Detailed {
                     site: e.site,
                     lockset: sc.lockset,
                     write_lockset: sc.write_lockset,
+                    clock: sc.clock.map_or(0, |c| c.0),
                 });
             }
-            Op::ReleaseValue => {
+            StepKind::Memory(Op::ReleaseValue) => {
                 let size = if e.flags == 0 {
                     e.arg2
                 } else {
@@ -400,7 +425,7 @@ impl Detailed {
                 };
                 sc.pending.insert(e.addr, (size, e.arg));
             }
-            Op::Alloc => self.blocks.push(Block {
+            StepKind::Memory(Op::Alloc) => self.blocks.push(Block {
                 addr: e.addr,
                 size: e.arg,
                 alloc: e.time,
@@ -409,7 +434,7 @@ impl Detailed {
                 site: e.site,
                 process,
             }),
-            Op::Free => {
+            StepKind::Memory(Op::Free) => {
                 if let Some(b) = self
                     .blocks
                     .iter_mut()
@@ -419,29 +444,36 @@ impl Detailed {
                     b.free = e.time;
                 }
             }
-            Op::CondWait | Op::CondTimedwait => match e.phase() {
-                phase::BEGIN => self.close_section(e.arg, e.time, sc, ids),
-                phase::DONE | phase::FAIL => {
-                    self.open_section(thread, process, e, e.arg, e.time, false, sc, ids)
-                }
-                _ => {}
-            },
-            op if op.is_acquire() => match e.phase() {
-                phase::BEGIN => {
-                    sc.attempts.insert(e.addr, e.time);
-                }
-                phase::DONE => {
-                    let attempt = sc.attempts.remove(&e.addr).unwrap_or(e.time);
-                    let shared = is_shared_acquire(op);
-                    self.open_section(thread, process, e, e.addr, attempt, shared, sc, ids);
-                }
-                _ => {
-                    sc.attempts.remove(&e.addr);
-                }
-            },
-            op if op.is_release() && e.phase() != phase::END => {
-                self.close_section(e.addr, e.time, sc, ids);
+            StepKind::Acquired { section, .. } => self.open_section(
+                thread,
+                process,
+                e,
+                section.lock.addr,
+                section.attempt_ns,
+                section.shared(),
+                sc,
+                ids,
+            ),
+            // Re-acquired after the wait (signalled or timed out): the
+            // section is on the wait's mutex, whatever `arg` now holds.
+            StepKind::CondWaitEnd { section, .. } => self.open_section(
+                thread,
+                process,
+                e,
+                section.lock.addr,
+                section.attempt_ns,
+                false,
+                sc,
+                ids,
+            ),
+            StepKind::CondWaitBegin { mutex, .. } => {
+                self.close_section(mutex.addr, e.time, sc, ids)
             }
+            StepKind::Released(section) => self.close_section(section.lock.addr, e.time, sc, ids),
+            // A release of a lock taken before recording began, or of a
+            // hold the protocol dropped as stale: close it here if this
+            // view still has it open.
+            StepKind::UnmatchedRelease { lock } => self.close_section(lock.addr, e.time, sc, ids),
             _ => {}
         }
     }
@@ -486,7 +518,7 @@ impl Detailed {
 
     /// The allocation context of a block: the named functions of its
     /// call path, innermost first, joined by `<-` (frames that cannot be
-    /// named, like libc's start-up code, are left out).
+    /// named and runtime frames, like libc's start-up code, are left out).
     pub fn alloc_context(&mut self, b: &Block) -> String {
         let mut frames = self.stacks.get(&b.stack).cloned().unwrap_or_default();
         if frames.is_empty() && b.site != 0 {
@@ -494,7 +526,11 @@ impl Detailed {
         }
         let mut names: Vec<String> = Vec::new();
         for pc in frames.into_iter().take(8) {
-            let loc = self.sym.code(b.process, pc);
+            // Runtime code (libc's start-up, which `.dynsym` now names)
+            // is not part of a user's allocation context.
+            let Some(loc) = self.sym.code(b.process, pc).user_view() else {
+                continue;
+            };
             let Some(f) = loc.frames.iter().rev().find_map(|f| f.function.as_deref()) else {
                 continue;
             };
@@ -601,7 +637,7 @@ pub fn hex(a: u64) -> String {
 pub(crate) mod testutil {
     //! Builds small synthetic traces for the analyses' unit tests.
     use super::*;
-    use lockscope_format::{Header, Thread};
+    use lockscope_format::{phase, Header, Thread};
 
     /// A synthetic trace: events per thread, no maps (names stay hex).
     pub fn trace(threads: Vec<Vec<Event>>) -> Trace {
@@ -675,6 +711,7 @@ pub(crate) mod testutil {
 mod tests {
     use super::testutil::*;
     use super::*;
+    use lockscope_format::phase;
 
     #[test]
     fn sections_collect_sets_nested_and_release_values() {
@@ -728,5 +765,41 @@ mod tests {
             ),
             (5, 9, 12)
         );
+    }
+
+    #[test]
+    fn issue9_condvar_timeout_reopens_section_on_the_mutex() {
+        const M: u64 = 0xA0;
+        const C: u64 = 0xC0;
+        let cond = |time, flags, arg| Event {
+            time,
+            op: Op::CondTimedwait as u8,
+            flags,
+            addr: C,
+            site: 0x2000,
+            arg,
+            ..Event::default()
+        };
+        let t = trace(vec![vec![
+            lock(10, M),
+            cond(11, phase::BEGIN, M),
+            // Timed out: `arg` is ETIMEDOUT (110), the mutex is re-acquired.
+            cond(20, phase::FAIL, 110),
+            wr(21, 0x300),
+            unlock(22, M),
+        ]]);
+        let d = Detailed::from_trace(&t, false);
+        let got: Vec<(u64, u64, u64, bool)> = d
+            .sections
+            .iter()
+            .map(|s| (s.lock, s.acquired, s.released, s.closed))
+            .collect();
+        assert_eq!(got, vec![(M, 10, 11, true), (M, 20, 22, true)]);
+        assert_eq!(
+            d.sections[1].writes.keys().copied().collect::<Vec<_>>(),
+            vec![0x300]
+        );
+        assert_eq!(d.outside_accesses, 0);
+        assert_eq!(d.locksets[d.accesses[0].lockset as usize], vec![M]);
     }
 }

@@ -1,28 +1,19 @@
-//! The timing model: replays every thread's synchronization events in
-//! global time order and accumulates per-lock, per-site, per-call-path,
-//! per-thread and blame figures.
+//! The timing model: consumes every thread's synchronization steps
+//! ([`crate::sync`], which interprets the lock protocol and classifies
+//! and corrects the time between steps) in global time order and
+//! accumulates per-lock, per-site, per-call-path, per-thread and blame
+//! figures.
 //!
-//! # Per-thread state machine
-//! Each thread is, between two of its events, in exactly one state:
-//! waiting for a lock (an acquisition BEGIN not yet completed, or a raw
-//! futex wait), inside an unlock (a release DONE followed by its END),
-//! holding at least one lock, or free; a condition, barrier, semaphore or
-//! join wait is *free* (or *hold* if another lock is still held) and is
-//! also counted apart. An interval is classified when the event that ends
-//! it arrives, from the state before that event. Intervals that cannot be
-//! trusted (clock stepped back, events lost, protocol broken) are
-//! *unknown* and counted. The five categories therefore sum to the
-//! thread's lifetime exactly, by construction.
-//!
-//! # Overhead correction (PinCS §2.2)
-//! Each interval is shortened by the recorder's cost of the event that
-//! ends it (clamped at the interval's length): `acquire_ns` for an
-//! uncontended lock call, `release_ns` for a release, `event_ns` for
-//! anything else; a contended wait is shortened by `(k + 2) * O` where `k`
-//! is the number of threads holding or queued on the lock when the wait
-//! began and `O` is the mean of `acquire_ns` and `release_ns`. Every
-//! duration (waits, holds, breakdown, lifetime) is measured on this
-//! corrected per-thread clock, so they stay consistent with each other.
+//! # Per-thread breakdown
+//! Each step's segment goes to one category: waiting for a lock (an
+//! acquisition or a raw futex wait), inside an unlock, holding at least
+//! one lock, free, or unknown; a condition, barrier, semaphore or join
+//! wait is *free* (or *hold* if another lock is still held) and is also
+//! counted apart. The five categories therefore sum to the thread's
+//! lifetime exactly, by construction. Every duration (waits, holds,
+//! breakdown, lifetime) is measured on the corrected per-thread clock of
+//! [`crate::sync`] (PinCS §2.2 overhead correction), so they stay
+//! consistent with each other.
 //!
 //! # Cross-thread state
 //! Per lock, the current holders and waiters. Whenever either set changes,
@@ -35,9 +26,15 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use lockscope_format::{phase, Event, Op, Overhead};
+use std::path::Path;
+
+use lockscope_format::{Op, Overhead};
 
 use crate::hist::Histogram;
+use crate::input::Meta;
+pub use crate::sync::{Anomalies, Kind};
+use crate::sync::{BlockedOn, Section, SegKind, Step, StepKind, ETIMEDOUT};
+use crate::AnalysisError;
 
 /// A small multiplicative hasher: keys here are integers, and SipHash
 /// costs more than the rest of the per-event work.
@@ -84,68 +81,6 @@ pub enum Cat {
     /// Cannot be classified (clock trouble, lost events, broken protocol).
     Unknown = 4,
 }
-
-/// Kind of a synchronization object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// pthread mutex.
-    Mutex,
-    /// pthread reader-writer lock.
-    Rwlock,
-    /// pthread spinlock.
-    Spin,
-    /// A raw futex word (locks that bypass pthreads): only waits are seen.
-    Futex,
-    /// Condition variable.
-    Cond,
-    /// Barrier.
-    Barrier,
-    /// Semaphore.
-    Semaphore,
-}
-
-impl Kind {
-    /// Stable lower-case name used in every output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Rwlock => "rwlock",
-            Kind::Spin => "spin",
-            Kind::Futex => "futex",
-            Kind::Cond => "cond",
-            Kind::Barrier => "barrier",
-            Kind::Semaphore => "semaphore",
-        }
-    }
-    fn of(op: Op) -> Option<Kind> {
-        use Op::*;
-        Some(match op {
-            MutexLock | MutexTrylock | MutexTimedlock | MutexUnlock => Kind::Mutex,
-            RwRdlock | RwWrlock | RwTryRdlock | RwTryWrlock | RwTimedRdlock | RwTimedWrlock
-            | RwUnlock => Kind::Rwlock,
-            SpinLock | SpinTrylock | SpinUnlock => Kind::Spin,
-            FutexWait | FutexWake => Kind::Futex,
-            CondWait | CondTimedwait | CondSignal | CondBroadcast => Kind::Cond,
-            BarrierWait => Kind::Barrier,
-            SemWait | SemTrywait | SemTimedwait | SemPost => Kind::Semaphore,
-            _ => return None,
-        })
-    }
-    /// Objects keyed apart even at the same address (a futex word may be a
-    /// pthread object's first field).
-    fn class(self) -> u8 {
-        match self {
-            Kind::Mutex | Kind::Rwlock | Kind::Spin => 0,
-            Kind::Futex => 1,
-            Kind::Cond => 2,
-            Kind::Barrier => 3,
-            Kind::Semaphore => 4,
-        }
-    }
-}
-
-/// Timed-call errno for a timeout.
-const ETIMEDOUT: u64 = 110;
 
 /// Who a wait is charged to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,8 +145,6 @@ struct Holder {
     thread: u32,
     culprit: Culprit,
     shared: bool,
-    /// Raw time of the acquisition.
-    since: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -280,22 +213,6 @@ pub struct Obj {
     last_owner: u32,
     /// Futex: last wake (culprit, time).
     last_wake: Option<(Culprit, u64)>,
-    barrier: Option<Box<BarrierState>>,
-}
-
-/// Rounds of a barrier. A thread's k-th wait belongs to round k (every
-/// participant waits once per round), so the last arriver of round k is
-/// the k-th arrival with the latest time. All arrivals of a round precede
-/// its departures, so it is known when the first departure is replayed.
-/// The alternative, cutting rounds at the first departure after arrivals,
-/// breaks as soon as a fast thread arrives for round k+1 before a slow
-/// one has left round k.
-#[derive(Clone, Debug, Default)]
-struct BarrierState {
-    /// Per thread: (rounds it arrived at, arrival time of the open one).
-    threads: FastMap<u32, (u64, u64)>,
-    /// Round -> (latest arrival time, thread).
-    last: FastMap<u64, (u64, u32)>,
 }
 
 impl Obj {
@@ -329,7 +246,6 @@ impl Obj {
             last_settle: first_ns,
             last_owner: u32::MAX,
             last_wake: None,
-            barrier: None,
         }
     }
 
@@ -386,79 +302,6 @@ fn add_charge(v: &mut Vec<(Culprit, u64)>, c: Culprit, dt: u64) {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    obj: u32,
-    /// Indexes of the (object, site) and (object, thread) statistics.
-    ss: u32,
-    lt: u32,
-    stack: u32,
-    /// Corrected clock at acquisition.
-    at: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Blocked {
-    Cond,
-    Barrier,
-    Sem,
-    Join,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-enum Pending {
-    #[default]
-    None,
-    /// Contended acquisition or futex wait in progress.
-    Acquire {
-        obj: u32,
-        /// Corrected clock at BEGIN.
-        at: u64,
-        /// Threads holding or queued when the wait began (PinCS w).
-        ahead: u32,
-    },
-    /// A release DONE that may be followed by its END.
-    Unlock { obj: u32, at: u64 },
-    /// Condition, barrier, semaphore or join wait.
-    Wait {
-        what: Blocked,
-        obj: u32,
-        /// The mutex released by a condition wait.
-        mutex: u32,
-        site: u32,
-        at: u64,
-    },
-}
-
-/// Counts of things that did not follow the event protocol. Each is a
-/// sign of lost events or clock trouble; none stops the analysis.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct Anomalies {
-    /// Events whose time is before the previous event of the same thread.
-    pub clock_backwards: u64,
-    /// Intervals classified Unknown.
-    pub unknown_intervals: u64,
-    /// Releases of a lock the thread was not known to hold.
-    pub unmatched_releases: u64,
-    /// Completions (DONE|CONTENDED, END, wait returns) with no matching start.
-    pub unmatched_completions: u64,
-    /// A thread blocked in a call produced an unrelated event.
-    pub interrupted_waits: u64,
-    /// Exclusive acquisitions while another thread was recorded holding
-    /// the lock (clock skew between CPUs, or lost releases).
-    pub overlapping_holds: u64,
-    /// Locks still held when their thread ended (closed at its end).
-    pub held_at_exit: u64,
-    /// Exclusive holds dropped because another thread went through a
-    /// whole critical section of the same lock meanwhile: their release
-    /// was lost. Their duration is unknown and not counted.
-    pub lost_releases: u64,
-    /// Events with an op this build does not know.
-    pub unknown_ops: u64,
-    /// Events of threads with no thread record.
-    pub orphan_events: u64,
-}
-
 /// Per-thread result.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadModel {
@@ -487,14 +330,7 @@ pub struct ThreadModel {
     pub lost: u64,
     lost_annotated: u64,
     lost_recorded: u64,
-    last_t: u64,
-    corr: u64,
     started: bool,
-    unknown_next: bool,
-    held: Vec<Held>,
-    pending: Pending,
-    failed: Vec<u32>,
-    cost: Cost,
     cache: Vec<Resolved>,
 }
 
@@ -525,20 +361,6 @@ impl ThreadModel {
     pub fn lifetime(&self) -> u64 {
         self.cats.iter().sum()
     }
-    fn now(&self) -> u64 {
-        self.last_t - self.corr
-    }
-}
-
-/// Recorder costs of one process, ns.
-#[derive(Clone, Copy, Debug, Default)]
-struct Cost {
-    acquire: f64,
-    release: f64,
-    /// The same rounded, for the per-event path.
-    acquire_ns: u64,
-    release_ns: u64,
-    event_ns: u64,
 }
 
 /// Configuration of the model.
@@ -577,7 +399,6 @@ pub struct Model {
     pub barrier_blame: FastMap<(u32, u32), u64>,
     /// Protocol anomalies.
     pub anomalies: Anomalies,
-    costs: FastMap<u32, Cost>,
     /// Recorder overhead per process as recorded.
     pub overhead: Vec<Overhead>,
 }
@@ -586,20 +407,6 @@ impl Model {
     /// An empty model with the recorder's measured costs per process;
     /// threads are declared with [`Model::add_thread`] before events.
     pub fn new(cfg: ModelConfig, overhead: Vec<Overhead>) -> Self {
-        let mut costs = FastMap::default();
-        for o in &overhead {
-            let ok = |v: f64| if v.is_finite() && v > 0.0 { v } else { 0.0 };
-            costs.insert(
-                o.process,
-                Cost {
-                    acquire: ok(o.acquire_ns),
-                    release: ok(o.release_ns),
-                    acquire_ns: ok(o.acquire_ns).round() as u64,
-                    release_ns: ok(o.release_ns).round() as u64,
-                    event_ns: ok(o.event_ns).round() as u64,
-                },
-            );
-        }
         Model {
             cfg,
             threads: Vec::new(),
@@ -617,7 +424,6 @@ impl Model {
             obj_waits: FastMap::default(),
             barrier_blame: FastMap::default(),
             anomalies: Anomalies::default(),
-            costs,
             overhead,
         }
     }
@@ -634,7 +440,6 @@ impl Model {
             }
             self.thread_lookup[id as usize] = idx;
         }
-        let cost = self.costs.get(&process).copied().unwrap_or_default();
         self.threads.push(ThreadModel {
             id,
             process,
@@ -642,9 +447,6 @@ impl Model {
             name,
             start,
             end: start,
-            last_t: start,
-            pending: Pending::None,
-            cost,
             cache: vec![Resolved::default(); CACHE],
             ..ThreadModel::default()
         });
@@ -660,7 +462,7 @@ impl Model {
         if let Some(&i) = self.thread_index.get(&id) {
             return i;
         }
-        self.anomalies.orphan_events += 1;
+        // Counted as an anomaly by the interpreter.
         self.add_thread(id, 0, 0, format!("thread#{id}"), t);
         self.threads.len() as u32 - 1
     }
@@ -782,237 +584,325 @@ impl Model {
         }
     }
 
-    /// Classifies the interval ending at `e` on thread `ti` and applies
-    /// the overhead correction `cost` (ns, clamped to the interval).
-    /// `ends_pending`: `e` completes the pending wait (an acquisition's is
-    /// Lock time). `is_unlock_end`: `e` is the END of the pending unlock.
-    fn account(
+    /// Runs the model over a trace file: declares its threads and locks,
+    /// streams its steps ([`crate::sync::for_each_step`]) and closes every
+    /// thread. `progress(done, total)` counts events.
+    pub fn build(
+        path: &Path,
+        meta: &Meta,
+        cfg: ModelConfig,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model, AnalysisError> {
+        let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
+        overhead.sort_by_key(|o| o.process);
+        let correct = cfg.correct_overhead;
+        let mut model = Model::new(cfg, overhead);
+        let mut threads: Vec<_> = meta.threads.values().collect();
+        threads.sort_by_key(|t| t.id);
+        for t in &threads {
+            let name = meta
+                .thread_names
+                .get(&t.id)
+                .cloned()
+                .unwrap_or_else(|| t.name.clone());
+            model.add_thread(t.id, t.process, t.tid, name, t.start_ns);
+        }
+        for l in &meta.locks {
+            model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
+        }
+        let si = crate::sync::for_each_step_progress(path, meta, correct, progress, |s, _| {
+            model.step(s)
+        })?;
+        model.anomalies = si.anomalies;
+        for l in &meta.losses {
+            model.add_lost(l.thread, l.events);
+        }
+        Ok(model)
+    }
+
+    /// Index of an object that must exist (named by a step).
+    fn known_obj(&mut self, process: u32, kind: Kind, addr: u64, t: u64) -> u32 {
+        match self.obj_index.get(&(process, kind.class(), addr)) {
+            Some(&i) => i,
+            None => {
+                let site = self.site(process, 0);
+                self.obj(process, kind, addr, site, t)
+            }
+        }
+    }
+
+    /// Feeds one step (from [`crate::sync::SyncInterp`], in time order).
+    pub fn step(&mut self, s: &Step<'_>) {
+        let ti = self.thread_idx(s.thread, s.time) as usize;
+        let process = self.threads[ti].process;
+        let e = s.event;
+        {
+            let th = &mut self.threads[ti];
+            if !th.started {
+                th.started = true;
+                if s.time < th.start {
+                    // The thread record's start is later than its first
+                    // event: trust the event.
+                    th.start = s.time;
+                }
+            }
+            if !s.kind.is_synthetic() {
+                th.events += 1;
+            }
+            let seg = s.segment;
+            th.overhead_ns += seg.cost_ns;
+            let cat = match seg.kind {
+                SegKind::Unknown => Cat::Unknown,
+                SegKind::Unlocking => Cat::Unlock,
+                SegKind::Blocked(BlockedOn::Lock) => Cat::Lock,
+                _ if seg.holding => Cat::Hold,
+                _ => Cat::Free,
+            };
+            th.cats[cat as usize] += seg.corrected_ns;
+            let blocked = match seg.kind {
+                SegKind::Blocked(BlockedOn::Cond) => Some(0),
+                SegKind::Blocked(BlockedOn::Barrier) => Some(1),
+                SegKind::Blocked(BlockedOn::Sem) => Some(2),
+                SegKind::Blocked(BlockedOn::Join) => Some(3),
+                _ => None,
+            };
+            if let Some(b) = blocked {
+                th.blocked[b] += seg.corrected_ns;
+            }
+        }
+        let op = e.op();
+        match s.kind {
+            StepKind::Abandoned {
+                queued: Some((id, kind)),
+            } => {
+                let oi = self.known_obj(id.process, kind, id.addr, s.time);
+                let o = &mut self.objs[oi as usize];
+                o.settle(s.time);
+                o.take_waiter(ti as u32);
+            }
+            StepKind::AcquireBegin { .. } => {
+                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
+                let o = &mut self.objs[r.obj as usize];
+                o.settle(e.time);
+                o.waiters.push(Waiter {
+                    thread: ti as u32,
+                    since: e.time,
+                    charges: Vec::new(),
+                });
+            }
+            StepKind::Acquired {
+                section,
+                waited,
+                matched,
+                wait_ns,
+                first_attempt,
+            } => self.on_acquired(
+                ti,
+                process,
+                s,
+                section.shared(),
+                waited,
+                matched,
+                wait_ns,
+                first_attempt,
+            ),
+            StepKind::AcquireFailed {
+                matched,
+                wait_ns,
+                errno,
+                is_try,
+                ..
+            } => self.on_acquire_failed(ti, process, s, matched, wait_ns, errno, is_try),
+            StepKind::Released(section) => {
+                // Resolved as at an unlock call, so that a lock first seen
+                // here is named after this call site.
+                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                self.resolve(ti, process, kind, e.addr, e.site, e.time);
+                self.release_hold(ti, process, &section, e.time, s.clock);
+            }
+            StepKind::UnmatchedRelease { .. } => {
+                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let oi = self.resolve(ti, process, kind, e.addr, e.site, e.time).obj;
+                self.objs[oi as usize].settle(e.time);
+            }
+            StepKind::ReleaseEnd { lock, unlock_ns } => {
+                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let oi = self.known_obj(lock.process, kind, lock.addr, s.time);
+                let o = &mut self.objs[oi as usize];
+                o.slow_unlocks += 1;
+                o.unlock_ns += unlock_ns;
+            }
+            StepKind::HoldDropped(section) => {
+                // Its release was lost: drop the hold uncounted.
+                let oi = self.known_obj(process, Kind::Mutex, section.lock.addr, s.time);
+                let o = &mut self.objs[oi as usize];
+                if let Some(i) = o
+                    .holders
+                    .iter()
+                    .position(|h| h.thread == ti as u32 && !h.shared)
+                {
+                    o.holders.remove(i);
+                }
+            }
+            StepKind::HeldAtExit(section) => {
+                self.release_hold(ti, process, &section, s.time, s.clock);
+            }
+            StepKind::CondWaitBegin { released, .. } => {
+                let site = self.site(process, e.site);
+                self.obj(process, Kind::Cond, e.addr, site, e.time);
+                self.obj(process, Kind::Mutex, e.arg, site, e.time);
+                if let Some(section) = released {
+                    self.release_hold(ti, process, &section, e.time, s.clock);
+                }
+            }
+            StepKind::CondWaitEnd {
+                wait_ns,
+                timed_out,
+                section,
+                ..
+            } => {
+                let site = self.site(process, e.site);
+                let ci = self.obj(process, Kind::Cond, e.addr, site, e.time);
+                let o = &mut self.objs[ci as usize];
+                o.acquisitions += 1;
+                o.wait.record(wait_ns);
+                if timed_out {
+                    o.timeouts += 1;
+                }
+                let w = self.obj_waits.entry((ci, ti as u32)).or_default();
+                w.0 += 1;
+                w.1 += wait_ns;
+                // A new critical section of the wait's mutex starts here,
+                // attributed to the wait's site.
+                let wsite = self.site(process, section.site);
+                let mutex = self.known_obj(process, Kind::Mutex, section.lock.addr, e.time);
+                self.objs[mutex as usize].settle(e.time);
+                self.ss(mutex, wsite);
+                self.lt(mutex, ti as u32);
+                self.take_ownership(mutex, ti, wsite, e.stack, false);
+            }
+            StepKind::Unmatched {
+                obj: Some((id, kind)),
+            } => {
+                let site = self.site(process, e.site);
+                self.obj(process, kind, id.addr, site, e.time);
+            }
+            StepKind::CondSignal { .. } | StepKind::SemPost { .. } | StepKind::FutexWake { .. } => {
+                if let Some(op) = op {
+                    self.on_signal(ti, process, op, e);
+                }
+            }
+            StepKind::BarrierArrive { .. } | StepKind::SemWaitBegin { .. } => {
+                let kind = op.and_then(Kind::of).unwrap_or(Kind::Barrier);
+                let site = self.site(process, e.site);
+                self.obj(process, kind, e.addr, site, e.time);
+            }
+            StepKind::BarrierDepart {
+                round,
+                last_arriver,
+                wait_ns,
+                ..
+            } => {
+                let site = self.site(process, e.site);
+                let bi = self.obj(process, Kind::Barrier, e.addr, site, e.time);
+                let last = if last_arriver == u32::MAX {
+                    u32::MAX
+                } else {
+                    self.thread_index
+                        .get(&last_arriver)
+                        .copied()
+                        .unwrap_or(u32::MAX)
+                };
+                let o = &mut self.objs[bi as usize];
+                o.acquisitions += 1;
+                o.wait.record(wait_ns);
+                o.rounds = o.rounds.max(round + 1);
+                let w = self.obj_waits.entry((bi, ti as u32)).or_default();
+                w.0 += 1;
+                w.1 += wait_ns;
+                if wait_ns > 0 {
+                    *self.barrier_blame.entry((bi, last)).or_default() += wait_ns;
+                }
+            }
+            StepKind::SemWaitEnd {
+                waited,
+                wait_ns,
+                failed,
+                is_try,
+                ..
+            } => {
+                let site = self.site(process, e.site);
+                let si = self.obj(process, Kind::Semaphore, e.addr, site, e.time);
+                let o = &mut self.objs[si as usize];
+                o.wait.record(wait_ns);
+                match failed {
+                    Some(_) if is_try => o.trylock_failures += 1,
+                    Some(ETIMEDOUT) => o.timeouts += 1,
+                    Some(_) => o.errors += 1,
+                    None => {
+                        o.acquisitions += 1;
+                        if waited {
+                            o.contended += 1;
+                        }
+                    }
+                }
+                let w = self.obj_waits.entry((si, ti as u32)).or_default();
+                w.0 += 1;
+                w.1 += wait_ns;
+            }
+            StepKind::FutexWaitBegin { .. } => {
+                let site = self.site(process, e.site);
+                let fi = self.obj(process, Kind::Futex, e.addr, site, e.time);
+                let o = &mut self.objs[fi as usize];
+                o.settle(e.time);
+                o.waiters.push(Waiter {
+                    thread: ti as u32,
+                    since: e.time,
+                    charges: Vec::new(),
+                });
+            }
+            StepKind::FutexWaitEnd {
+                wait_ns, failed, ..
+            } => self.on_futex_wait_end(ti, process, e, wait_ns, failed),
+            StepKind::ThreadExit => {
+                let th = &mut self.threads[ti];
+                th.end = th.end.max(e.time);
+            }
+            StepKind::Lost { count } => {
+                let th = &mut self.threads[ti];
+                th.lost_annotated += count;
+                th.lost = th.lost_recorded.max(th.lost_annotated);
+            }
+            StepKind::End => self.threads[ti].end = s.time,
+            _ => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_acquired(
         &mut self,
         ti: usize,
-        e: &Event,
-        cost: u64,
-        ends_pending: bool,
-        is_unlock_end: bool,
+        process: u32,
+        s: &Step<'_>,
+        shared: bool,
+        waited: bool,
+        matched: bool,
+        wait_ns: u64,
+        first_attempt: bool,
     ) {
-        let th = &mut self.threads[ti];
-        th.events += 1;
-        let t = e.time;
-        if !th.started {
-            th.started = true;
-            if t < th.start {
-                // The thread record's start is later than its first event:
-                // trust the event (the record is taken at a coarser point).
-                th.start = t;
-                th.last_t = t;
-            }
-        }
-        let (dt, backwards) = if t >= th.last_t {
-            (t - th.last_t, false)
-        } else {
-            (0, true)
-        };
-        let cat = if th.unknown_next || backwards {
-            Cat::Unknown
-        } else {
-            match th.pending {
-                Pending::Acquire { .. } if ends_pending => Cat::Lock,
-                Pending::Acquire { .. } => Cat::Unknown,
-                Pending::Unlock { .. } if is_unlock_end => Cat::Unlock,
-                Pending::Wait { .. } if !ends_pending => Cat::Unknown,
-                _ if th.held.is_empty() => Cat::Free,
-                _ => Cat::Hold,
-            }
-        };
-        if backwards {
-            self.anomalies.clock_backwards += 1;
-        }
-        th.unknown_next = backwards;
-        let sub = if self.cfg.correct_overhead {
-            cost.min(dt)
-        } else {
-            0
-        };
-        th.corr += sub;
-        th.overhead_ns += sub;
-        th.cats[cat as usize] += dt - sub;
-        if cat == Cat::Unknown {
-            self.anomalies.unknown_intervals += 1;
-        }
-        if let Pending::Wait { what, .. } = th.pending {
-            if ends_pending && cat != Cat::Unknown {
-                th.blocked[what as usize] += dt - sub;
-            }
-        }
-        th.last_t = th.last_t.max(t);
-    }
-
-    /// Feeds one event of trace thread `thread`.
-    pub fn event(&mut self, thread: u32, e: &Event) {
-        let ti = self.thread_idx(thread, e.time) as usize;
-        let process = self.threads[ti].process;
-        let cost = self.threads[ti].cost;
-        let Some(op) = e.op() else {
-            self.anomalies.unknown_ops += 1;
-            self.account(ti, e, cost.event_ns, false, false);
-            return;
-        };
-        let ph = e.phase();
-        // A thread blocked in a call can only produce that call's
-        // completion; anything else means events were lost.
-        let completes = self.completes_pending(ti, op, e, process);
-        if !completes
-            && !matches!(
-                self.threads[ti].pending,
-                Pending::None | Pending::Unlock { .. }
-            )
-        {
-            self.anomalies.interrupted_waits += 1;
-            self.abandon_pending(ti, e.time);
-        }
-        let is_unlock_end = completes && matches!(self.threads[ti].pending, Pending::Unlock { .. });
-        if op == Op::Lost {
-            // The events dropped were before this annotation: the interval
-            // that ends here is the one we know nothing about.
-            self.threads[ti].unknown_next = true;
-        }
-        let ends_pending = completes && !matches!(self.threads[ti].pending, Pending::Unlock { .. });
-        // Cost of the event that ends this interval.
-        let c = if ends_pending && matches!(self.threads[ti].pending, Pending::Acquire { .. }) {
-            let ahead = match self.threads[ti].pending {
-                Pending::Acquire { ahead, .. } => f64::from(ahead),
-                _ => 0.0,
-            };
-            ((ahead + 2.0) * (cost.acquire + cost.release) / 2.0).round() as u64
-        } else if op.is_acquire() && ph != phase::BEGIN {
-            cost.acquire_ns
-        } else if op.is_release() && ph == phase::DONE {
-            cost.release_ns
-        } else if op.is_release() {
-            0
-        } else {
-            cost.event_ns
-        };
-        self.account(ti, e, c, ends_pending, is_unlock_end);
-        if !is_unlock_end {
-            if let Pending::Unlock { .. } = self.threads[ti].pending {
-                self.threads[ti].pending = Pending::None;
-            }
-        }
-        if op.is_acquire() {
-            self.on_acquire(ti, process, op, e);
-        } else if op.is_release() {
-            self.on_release(ti, process, op, e, is_unlock_end);
-        } else {
-            match op {
-                Op::CondWait | Op::CondTimedwait => self.on_cond_wait(ti, process, e),
-                Op::CondSignal | Op::CondBroadcast | Op::SemPost | Op::FutexWake => {
-                    self.on_signal(ti, process, op, e)
-                }
-                Op::BarrierWait => self.on_barrier(ti, process, e),
-                Op::SemWait | Op::SemTimedwait | Op::SemTrywait => self.on_sem(ti, process, op, e),
-                Op::FutexWait => self.on_futex_wait(ti, process, e),
-                Op::ThreadJoin => self.on_join(ti, e),
-                Op::ThreadExit => {
-                    let th = &mut self.threads[ti];
-                    th.end = th.end.max(e.time);
-                }
-                Op::Lost => {
-                    let th = &mut self.threads[ti];
-                    th.lost_annotated += e.arg;
-                    th.lost = th.lost_recorded.max(th.lost_annotated);
-                    // Where the drops were relative to the annotation is
-                    // not reliable: the interval after it is unknown too.
-                    th.unknown_next = true;
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Does `e` complete the thread's pending call?
-    fn completes_pending(&mut self, ti: usize, op: Op, e: &Event, process: u32) -> bool {
-        let ph = e.phase();
-        if ph == phase::BEGIN {
-            return false;
-        }
-        match self.threads[ti].pending {
-            Pending::None => false,
-            Pending::Unlock { obj, .. } => {
-                op.is_release() && ph == phase::END && self.objs[obj as usize].addr == e.addr
-            }
-            Pending::Acquire { obj, .. } => {
-                let o = &self.objs[obj as usize];
-                o.addr == e.addr
-                    && o.process == process
-                    && (op.is_acquire() || (op == Op::FutexWait && o.kind == Kind::Futex))
-            }
-            Pending::Wait { what, obj, .. } => {
-                let same = obj == u32::MAX || self.objs[obj as usize].addr == e.addr;
-                same && match what {
-                    Blocked::Cond => matches!(op, Op::CondWait | Op::CondTimedwait),
-                    Blocked::Barrier => op == Op::BarrierWait,
-                    Blocked::Sem => matches!(op, Op::SemWait | Op::SemTimedwait),
-                    Blocked::Join => op == Op::ThreadJoin,
-                }
-            }
-        }
-    }
-
-    /// Drops a pending call whose completion was never recorded.
-    fn abandon_pending(&mut self, ti: usize, t: u64) {
-        let th = &mut self.threads[ti];
-        th.unknown_next = true;
-        let p = std::mem::replace(&mut th.pending, Pending::None);
-        if let Pending::Acquire { obj, .. } = p {
-            let o = &mut self.objs[obj as usize];
-            o.settle(t);
-            o.take_waiter(ti as u32);
-        }
-    }
-
-    fn on_acquire(&mut self, ti: usize, process: u32, op: Op, e: &Event) {
-        let kind = Kind::of(op).unwrap_or(Kind::Mutex);
+        let e = s.event;
+        let kind = e.op().and_then(Kind::of).unwrap_or(Kind::Mutex);
         let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
         let (oi, site) = (r.obj, r.site);
-        let shared = matches!(op, Op::RwRdlock | Op::RwTryRdlock | Op::RwTimedRdlock);
-        let t = e.time;
-        let ph = e.phase();
-        self.objs[oi as usize].settle(t);
-        if ph == phase::BEGIN {
-            let o = &mut self.objs[oi as usize];
-            let ahead =
-                o.holders.iter().filter(|h| h.thread != ti as u32).count() + o.waiters.len();
-            o.waiters.push(Waiter {
-                thread: ti as u32,
-                since: e.time,
-                charges: Vec::new(),
-            });
-            let th = &mut self.threads[ti];
-            th.pending = Pending::Acquire {
-                obj: oi,
-                at: th.now(),
-                ahead: ahead as u32,
-            };
-            return;
-        }
-        // DONE or FAIL: the call returned.
-        let now = self.threads[ti].now();
-        let (waited, wait_ns, charges) = match self.threads[ti].pending {
-            Pending::Acquire { obj, at, .. } if obj == oi => {
-                self.threads[ti].pending = Pending::None;
-                let w = self.objs[oi as usize].take_waiter(ti as u32);
-                (
-                    true,
-                    now.saturating_sub(at),
-                    w.map(|w| w.charges).unwrap_or_default(),
-                )
-            }
-            _ => {
-                if e.flags & phase::CONTENDED != 0 {
-                    self.anomalies.unmatched_completions += 1;
-                }
-                (e.flags & phase::CONTENDED != 0, 0, Vec::new())
-            }
+        self.objs[oi as usize].settle(e.time);
+        let charges = if matched {
+            self.objs[oi as usize]
+                .take_waiter(ti as u32)
+                .map(|w| w.charges)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
         };
         if waited {
             self.commit_blame(oi, ti as u32, site, wait_ns, &charges);
@@ -1035,31 +925,6 @@ impl Model {
         let lt = &mut self.lock_threads[r.lt as usize];
         lt.wait_ns += wait_ns;
         lt.max_wait_ns = lt.max_wait_ns.max(wait_ns);
-        if ph == phase::FAIL {
-            let timeout = e.arg == ETIMEDOUT && !op.is_try();
-            let (tf, to, er) = if op.is_try() {
-                (1, 0, 0)
-            } else if timeout {
-                (0, 1, 0)
-            } else {
-                (0, 0, 1)
-            };
-            o.trylock_failures += tf;
-            o.timeouts += to;
-            o.errors += er;
-            lt.trylock_failures += tf;
-            lt.timeouts += to;
-            ss.trylock_failures += tf;
-            ss.timeouts += to;
-            ps.trylock_failures += tf;
-            ps.timeouts += to;
-            let th = &mut self.threads[ti];
-            if !th.failed.contains(&oi) {
-                th.failed.push(oi);
-            }
-            return;
-        }
-        // Acquired.
         o.acquisitions += 1;
         o.shared_acquisitions += u64::from(shared);
         lt.acquisitions += 1;
@@ -1071,44 +936,78 @@ impl Model {
             ss.contended += 1;
             ps.contended += 1;
         }
-        let th = &mut self.threads[ti];
-        let had_failed = match th.failed.iter().position(|&x| x == oi) {
-            Some(i) => {
-                th.failed.swap_remove(i);
-                true
-            }
-            None => false,
-        };
-        if !waited && !had_failed {
+        if first_attempt {
             o.first_attempt += 1;
         }
-        self.take_ownership(oi, ti, site, e.stack, shared, now, r.ss, r.lt);
+        self.take_ownership(oi, ti, site, e.stack, shared);
     }
 
-    /// Records that thread `ti` now holds object `oi`.
     #[allow(clippy::too_many_arguments)]
-    fn take_ownership(
+    fn on_acquire_failed(
         &mut self,
-        oi: u32,
         ti: usize,
-        site: u32,
-        stack: u32,
-        shared: bool,
-        now: u64,
-        ss: u32,
-        lt: u32,
+        process: u32,
+        s: &Step<'_>,
+        matched: bool,
+        wait_ns: u64,
+        errno: u64,
+        is_try: bool,
     ) {
+        let e = s.event;
+        let kind = e.op().and_then(Kind::of).unwrap_or(Kind::Mutex);
+        let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
+        let (oi, site) = (r.obj, r.site);
+        self.objs[oi as usize].settle(e.time);
+        if matched {
+            let charges = self.objs[oi as usize]
+                .take_waiter(ti as u32)
+                .map(|w| w.charges)
+                .unwrap_or_default();
+            self.commit_blame(oi, ti as u32, site, wait_ns, &charges);
+        }
+        let o = &mut self.objs[oi as usize];
+        o.wait.record(wait_ns);
+        let ss = &mut self.site_stats[r.ss as usize];
+        ss.wait_ns += wait_ns;
+        ss.max_wait_ns = ss.max_wait_ns.max(wait_ns);
+        let mut no_path = SiteStats::default();
+        let ps = if e.stack != 0 {
+            self.by_path.entry((oi, e.stack)).or_default()
+        } else {
+            &mut no_path
+        };
+        ps.wait_ns += wait_ns;
+        ps.max_wait_ns = ps.max_wait_ns.max(wait_ns);
+        let lt = &mut self.lock_threads[r.lt as usize];
+        lt.wait_ns += wait_ns;
+        lt.max_wait_ns = lt.max_wait_ns.max(wait_ns);
+        let timeout = errno == ETIMEDOUT && !is_try;
+        let (tf, to, er) = if is_try {
+            (1, 0, 0)
+        } else if timeout {
+            (0, 1, 0)
+        } else {
+            (0, 0, 1)
+        };
+        o.trylock_failures += tf;
+        o.timeouts += to;
+        o.errors += er;
+        lt.trylock_failures += tf;
+        lt.timeouts += to;
+        ss.trylock_failures += tf;
+        ss.timeouts += to;
+        ps.trylock_failures += tf;
+        ps.timeouts += to;
+    }
+
+    /// Records that thread `ti` now holds object `oi` (the section's
+    /// statistics are found again from the section at its release).
+    fn take_ownership(&mut self, oi: u32, ti: usize, site: u32, stack: u32, shared: bool) {
         let o = &mut self.objs[oi as usize];
         if o.last_owner != u32::MAX && o.last_owner != ti as u32 {
             o.owner_changes += 1;
         }
         o.last_owner = ti as u32;
-        if o.holders
-            .iter()
-            .any(|h| h.thread != ti as u32 && !(h.shared && shared))
-        {
-            self.anomalies.overlapping_holds += 1;
-        }
         o.holders.push(Holder {
             thread: ti as u32,
             culprit: Culprit {
@@ -1117,14 +1016,6 @@ impl Model {
                 stack,
             },
             shared,
-            since: o.last_settle,
-        });
-        self.threads[ti].held.push(Held {
-            obj: oi,
-            ss,
-            lt,
-            stack,
-            at: now,
         });
     }
 
@@ -1164,142 +1055,26 @@ impl Model {
         }
     }
 
-    /// A whole exclusive critical section of `oi` by thread `ti` (acquired
-    /// at raw time `since`) has just ended while other threads are still
-    /// recorded as holding it exclusively since before: impossible for a
-    /// lock, so their releases were lost. Drop those holds (their length
-    /// is unknown) and make the holders' current interval Unknown.
-    /// Overlaps that end before such a proof (stamps taken at call entry,
-    /// TSC skew) are left alone.
-    fn evict_stale_holders(&mut self, oi: u32, ti: usize, since: u64) {
-        let o = &mut self.objs[oi as usize];
-        let mut stale: Vec<u32> = Vec::new();
-        o.holders.retain(|h| {
-            let old = h.thread != ti as u32 && !h.shared && h.since < since;
-            if old {
-                stale.push(h.thread);
-            }
-            !old
-        });
-        for a in stale {
-            self.anomalies.lost_releases += 1;
-            let th = &mut self.threads[a as usize];
-            if let Some(i) = th.held.iter().position(|h| h.obj == oi) {
-                th.held.remove(i);
-            }
-            th.unknown_next = true;
-        }
-    }
-
-    /// Releases thread `ti`'s most recent hold of `oi`; returns the raw
-    /// acquisition time and whether the hold was shared, or None if the
-    /// thread held none.
-    fn release_hold(&mut self, ti: usize, oi: u32, t: u64) -> Option<(u64, bool)> {
-        let th = &mut self.threads[ti];
-        let i = th.held.iter().rposition(|h| h.obj == oi)?;
-        let h = th.held.remove(i);
-        let hold = th.now().saturating_sub(h.at);
+    /// Closes thread `ti`'s section `sec` at raw time `t`, corrected
+    /// clock `now`.
+    fn release_hold(&mut self, ti: usize, process: u32, sec: &Section, t: u64, now: u64) {
+        let r = self.resolve(ti, process, Kind::Mutex, sec.lock.addr, sec.site, t);
+        let oi = r.obj;
+        let hold = now.saturating_sub(sec.begin_clock);
         let o = &mut self.objs[oi as usize];
         o.settle(t);
-        let mut info = (t, false);
         if let Some(j) = o.holders.iter().rposition(|x| x.thread == ti as u32) {
-            let x = o.holders.remove(j);
-            info = (x.since, x.shared);
+            o.holders.remove(j);
         }
         o.hold.record(hold);
-        self.lock_threads[h.lt as usize].hold_ns += hold;
-        self.site_stats[h.ss as usize].hold_ns += hold;
-        if h.stack != 0 {
-            self.by_path.entry((oi, h.stack)).or_default().hold_ns += hold;
+        self.lock_threads[r.lt as usize].hold_ns += hold;
+        self.site_stats[r.ss as usize].hold_ns += hold;
+        if sec.stack != 0 {
+            self.by_path.entry((oi, sec.stack)).or_default().hold_ns += hold;
         }
-        Some(info)
     }
 
-    fn on_release(&mut self, ti: usize, process: u32, op: Op, e: &Event, is_end: bool) {
-        let ph = e.phase();
-        if ph == phase::END {
-            match self.threads[ti].pending {
-                Pending::Unlock { obj, at } if is_end => {
-                    let now = self.threads[ti].now();
-                    let o = &mut self.objs[obj as usize];
-                    o.slow_unlocks += 1;
-                    o.unlock_ns += now.saturating_sub(at);
-                    self.threads[ti].pending = Pending::None;
-                }
-                _ => self.anomalies.unmatched_completions += 1,
-            }
-            return;
-        }
-        let kind = Kind::of(op).unwrap_or(Kind::Mutex);
-        let oi = self.resolve(ti, process, kind, e.addr, e.site, e.time).obj;
-        match self.release_hold(ti, oi, e.time) {
-            Some((since, false)) => self.evict_stale_holders(oi, ti, since),
-            Some(_) => {}
-            None => {
-                self.anomalies.unmatched_releases += 1;
-                self.objs[oi as usize].settle(e.time);
-            }
-        }
-        let th = &mut self.threads[ti];
-        th.pending = Pending::Unlock {
-            obj: oi,
-            at: th.now(),
-        };
-    }
-
-    fn on_cond_wait(&mut self, ti: usize, process: u32, e: &Event) {
-        let site = self.site(process, e.site);
-        let ci = self.obj(process, Kind::Cond, e.addr, site, e.time);
-        let ph = e.phase();
-        if ph == phase::BEGIN {
-            // The mutex (arg) is released for the duration of the wait.
-            let mi = self.obj(process, Kind::Mutex, e.arg, site, e.time);
-            if self.release_hold(ti, mi, e.time).is_none() {
-                self.anomalies.unmatched_releases += 1;
-            }
-            let th = &mut self.threads[ti];
-            th.pending = Pending::Wait {
-                what: Blocked::Cond,
-                obj: ci,
-                mutex: mi,
-                site,
-                at: th.now(),
-            };
-            return;
-        }
-        let Pending::Wait {
-            what: Blocked::Cond,
-            obj,
-            mutex,
-            site: wsite,
-            at,
-        } = self.threads[ti].pending
-        else {
-            self.anomalies.unmatched_completions += 1;
-            return;
-        };
-        debug_assert_eq!(obj, ci);
-        let now = self.threads[ti].now();
-        self.threads[ti].pending = Pending::None;
-        let wait = now.saturating_sub(at);
-        let o = &mut self.objs[ci as usize];
-        o.acquisitions += 1;
-        o.wait.record(wait);
-        if ph == phase::FAIL && e.arg == ETIMEDOUT {
-            o.timeouts += 1;
-        }
-        let w = self.obj_waits.entry((ci, ti as u32)).or_default();
-        w.0 += 1;
-        w.1 += wait;
-        // DONE and FAIL (timeout) both return with the mutex re-acquired:
-        // a new critical section starts here, attributed to the wait's site.
-        self.objs[mutex as usize].settle(e.time);
-        let ss = self.ss(mutex, wsite);
-        let lt = self.lt(mutex, ti as u32);
-        self.take_ownership(mutex, ti, wsite, e.stack, false, now, ss, lt);
-    }
-
-    fn on_signal(&mut self, ti: usize, process: u32, op: Op, e: &Event) {
+    fn on_signal(&mut self, ti: usize, process: u32, op: Op, e: &lockscope_format::Event) {
         let site = self.site(process, e.site);
         let kind = Kind::of(op).unwrap_or(Kind::Cond);
         let oi = self.obj(process, kind, e.addr, site, e.time);
@@ -1321,141 +1096,16 @@ impl Model {
         }
     }
 
-    fn on_barrier(&mut self, ti: usize, process: u32, e: &Event) {
-        let site = self.site(process, e.site);
-        let bi = self.obj(process, Kind::Barrier, e.addr, site, e.time);
-        let me = ti as u32;
-        let begun = match self.threads[ti].pending {
-            Pending::Wait {
-                what: Blocked::Barrier,
-                at,
-                ..
-            } => Some(at),
-            _ => None,
-        };
-        if e.phase() == phase::BEGIN || begun.is_none() {
-            // An arrival (a DONE without BEGIN arrived and left at once).
-            let st = self.objs[bi as usize]
-                .barrier
-                .get_or_insert_with(Default::default);
-            let r = st.threads.entry(me).or_insert((0, 0));
-            let k = r.0;
-            r.0 += 1;
-            r.1 = e.time;
-            let last = st.last.entry(k).or_insert((e.time, me));
-            if e.time >= last.0 {
-                *last = (e.time, me);
-            }
-            // Forget rounds every participant has moved past.
-            if st.last.len() > 64 {
-                let min = st.threads.values().map(|v| v.0).min().unwrap_or(0);
-                st.last.retain(|&k, _| k + 1 >= min);
-            }
-        }
-        if e.phase() == phase::BEGIN {
-            let th = &mut self.threads[ti];
-            th.pending = Pending::Wait {
-                what: Blocked::Barrier,
-                obj: bi,
-                mutex: u32::MAX,
-                site,
-                at: th.now(),
-            };
-            return;
-        }
-        let now = self.threads[ti].now();
-        let wait = begun.map_or(0, |at| now.saturating_sub(at));
-        self.threads[ti].pending = Pending::None;
-        let o = &mut self.objs[bi as usize];
-        o.acquisitions += 1;
-        o.wait.record(wait);
-        let st = o.barrier.get_or_insert_with(Default::default);
-        let k = st.threads.get(&me).map_or(0, |v| v.0.saturating_sub(1));
-        let last = st.last.get(&k).map_or(u32::MAX, |v| v.1);
-        o.rounds = o.rounds.max(k + 1);
-        let w = self.obj_waits.entry((bi, me)).or_default();
-        w.0 += 1;
-        w.1 += wait;
-        if wait > 0 {
-            *self.barrier_blame.entry((bi, last)).or_default() += wait;
-        }
-    }
-
-    fn on_sem(&mut self, ti: usize, process: u32, op: Op, e: &Event) {
-        let site = self.site(process, e.site);
-        let si = self.obj(process, Kind::Semaphore, e.addr, site, e.time);
-        let ph = e.phase();
-        if ph == phase::BEGIN {
-            let th = &mut self.threads[ti];
-            th.pending = Pending::Wait {
-                what: Blocked::Sem,
-                obj: si,
-                mutex: u32::MAX,
-                site,
-                at: th.now(),
-            };
-            return;
-        }
-        let now = self.threads[ti].now();
-        let (waited, wait) = match self.threads[ti].pending {
-            Pending::Wait {
-                what: Blocked::Sem,
-                at,
-                ..
-            } => {
-                self.threads[ti].pending = Pending::None;
-                (true, now.saturating_sub(at))
-            }
-            _ => (false, 0),
-        };
-        let o = &mut self.objs[si as usize];
-        o.wait.record(wait);
-        if ph == phase::FAIL {
-            if op == Op::SemTrywait {
-                o.trylock_failures += 1;
-            } else if e.arg == ETIMEDOUT {
-                o.timeouts += 1;
-            } else {
-                o.errors += 1;
-            }
-        } else {
-            o.acquisitions += 1;
-            if waited {
-                o.contended += 1;
-            }
-        }
-        let w = self.obj_waits.entry((si, ti as u32)).or_default();
-        w.0 += 1;
-        w.1 += wait;
-    }
-
-    fn on_futex_wait(&mut self, ti: usize, process: u32, e: &Event) {
+    fn on_futex_wait_end(
+        &mut self,
+        ti: usize,
+        process: u32,
+        e: &lockscope_format::Event,
+        wait: u64,
+        failed: Option<u64>,
+    ) {
         let site = self.site(process, e.site);
         let fi = self.obj(process, Kind::Futex, e.addr, site, e.time);
-        if e.phase() == phase::BEGIN {
-            let o = &mut self.objs[fi as usize];
-            o.settle(e.time);
-            let ahead = o.waiters.len() as u32;
-            o.waiters.push(Waiter {
-                thread: ti as u32,
-                since: e.time,
-                charges: Vec::new(),
-            });
-            let th = &mut self.threads[ti];
-            th.pending = Pending::Acquire {
-                obj: fi,
-                at: th.now(),
-                ahead,
-            };
-            return;
-        }
-        let now = self.threads[ti].now();
-        let Pending::Acquire { at, .. } = self.threads[ti].pending else {
-            self.anomalies.unmatched_completions += 1;
-            return;
-        };
-        self.threads[ti].pending = Pending::None;
-        let wait = now.saturating_sub(at);
         let raw_begin;
         {
             let o = &mut self.objs[fi as usize];
@@ -1477,11 +1127,11 @@ impl Model {
         let lt = &mut self.lock_threads[lti as usize];
         lt.wait_ns += wait;
         lt.max_wait_ns = lt.max_wait_ns.max(wait);
-        let failed = e.phase() == phase::FAIL;
-        if failed && e.arg == ETIMEDOUT {
+        let timed_out = failed == Some(ETIMEDOUT);
+        if timed_out {
             o.timeouts += 1;
             lt.timeouts += 1;
-        } else if failed {
+        } else if failed.is_some() {
             // EAGAIN (the word changed before the thread could sleep) or
             // EINTR: a wait that did not get the lock, like a failed
             // trylock.
@@ -1498,15 +1148,15 @@ impl Model {
             o.last_owner = ti as u32;
         }
         let ss = &mut self.site_stats[ssi as usize];
-        if !failed {
+        if failed.is_none() {
             ss.acquisitions += 1;
             ss.contended += 1;
-        } else if e.arg != ETIMEDOUT {
+        } else if !timed_out {
             ss.trylock_failures += 1;
         }
         ss.wait_ns += wait;
         ss.max_wait_ns = ss.max_wait_ns.max(wait);
-        if e.stack != 0 && !failed {
+        if e.stack != 0 && failed.is_none() {
             let ps = self.by_path.entry((fi, e.stack)).or_default();
             ps.acquisitions += 1;
             ps.contended += 1;
@@ -1515,56 +1165,9 @@ impl Model {
         }
     }
 
-    fn on_join(&mut self, ti: usize, e: &Event) {
-        let th = &mut self.threads[ti];
-        if e.phase() == phase::BEGIN {
-            th.pending = Pending::Wait {
-                what: Blocked::Join,
-                obj: u32::MAX,
-                mutex: u32::MAX,
-                site: u32::MAX,
-                at: th.now(),
-            };
-        } else if let Pending::Wait {
-            what: Blocked::Join,
-            ..
-        } = th.pending
-        {
-            th.pending = Pending::None;
-        }
-    }
-
-    /// Closes every thread at its end time and every lock at the end of
-    /// the trace. `default_end` is used for threads with no known end.
-    pub fn finish(&mut self, default_end: u64) {
-        for ti in 0..self.threads.len() {
-            let th = &mut self.threads[ti];
-            if th.end <= th.start {
-                th.end = default_end;
-            }
-            let end = th.end.max(th.last_t);
-            th.end = end;
-            // The last interval, up to the thread's end, in the state the
-            // thread was left in (still waiting: Lock; holding: Hold).
-            let e = Event {
-                time: end,
-                ..Event::default()
-            };
-            let waiting = matches!(th.pending, Pending::Acquire { .. } | Pending::Wait { .. });
-            self.account(ti, &e, 0, waiting, false);
-            self.threads[ti].events -= 1;
-            let held: Vec<Held> = self.threads[ti].held.clone();
-            for h in held.iter().rev() {
-                self.anomalies.held_at_exit += 1;
-                self.release_hold(ti, h.obj, end);
-            }
-            if let Pending::Acquire { obj, .. } = self.threads[ti].pending {
-                let o = &mut self.objs[obj as usize];
-                o.settle(end);
-                o.take_waiter(ti as u32);
-            }
-            self.threads[ti].pending = Pending::None;
-        }
+    /// The configuration it was built with.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
     }
 
     /// Total overhead subtracted, ns.

@@ -245,10 +245,10 @@ impl Producer {
     }
 
     /// Makes a full ring wait for the consumer instead of dropping events
-    /// (see [`Producer::wait_for_room`]). On by default in the preload
+    /// (see `Producer::wait_for_room`). On by default in the preload
     /// library: a trace that silently lacks a sixth of the locks of a
     /// lock-heavy program cannot be trusted, and a wait is counted and
-    /// reported as perturbation ([`RingHeader::full_waits`]).
+    /// reported as perturbation (`RingHeader::full_waits`).
     pub fn set_wait_when_full(&mut self, on: bool) {
         self.wait_full = on;
     }
@@ -264,7 +264,7 @@ impl Producer {
         (self.mask + 1) / 4
     }
 
-    /// True when the cached view says less than [`Self::reserve`] slots
+    /// True when the cached view says less than `Self::reserve` slots
     /// are free: the caller then looks closer
     /// ([`Producer::headroom_slow`]). One subtraction and one compare
     /// against the cached `read`, no shared cache line touched: this runs

@@ -18,6 +18,9 @@
 //! - [`TraceReader`]: streams records; [`EventChunk::decode`] yields
 //!   [`Event`]s.
 //! - [`Trace::open`]: reads a whole file into memory (small traces, tests).
+//! - [`index`]: the chunk index ([`index::TraceIndex`]), random access to
+//!   one chunk ([`index::ChunkReader`]) and the time-ordered merge of all
+//!   threads' events ([`index::Merge`]).
 //!
 //! # Design constraints
 //! - Input is untrusted: every read is bounds-checked, every length is
@@ -31,10 +34,13 @@
 //!   version is refused with a message saying which versions this build
 //!   reads.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod codec;
 mod error;
 mod event;
+pub mod index;
 mod reader;
 mod record;
 mod wire;

@@ -37,6 +37,8 @@ mod common;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod futex;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod gpu;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod locks;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod procs;

@@ -147,6 +147,12 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
             lockscope_capture::session::ENV_ON_FULL,
             if cfg.wait_when_full { "wait" } else { "drop" },
         );
+    // GPU capture: the CUDA driver loads this library and calls its
+    // `InitializeInjection` when the program first uses CUDA. Someone
+    // else's injection (another profiler) wins: two cannot coexist.
+    if cfg.gpu && std::env::var_os("CUDA_INJECTION64_PATH").is_none() {
+        cmd.env("CUDA_INJECTION64_PATH", &cfg.preload_lib);
+    }
     // Outside an interactive terminal the program gets a process group of
     // its own, so that a signal sent to the recorder's group (`kill -INT
     // -PGID`, `timeout -s INT`, supervisors) reaches the program once,

@@ -540,11 +540,19 @@ impl<W: Write> Converter<W> {
                     }
                 }
             }
+            // A GPU activity carries its start and end on the GPU as TSC
+            // ticks (the preload library converted CUPTI's clock): they
+            // become trace nanoseconds like every timestamp.
+            let (addr, arg) = if h.op == Op::GpuActivity as u8 {
+                (clock.ns(h.addr), clock.ns(arg))
+            } else {
+                (h.addr, arg)
+            };
             let e = Event {
                 time: ns,
                 op: h.op,
                 flags: h.flags,
-                addr: h.addr,
+                addr,
                 site: h.site,
                 stack,
                 arg,

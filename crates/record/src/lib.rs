@@ -108,6 +108,12 @@ pub struct RecordConfig {
     /// Where to create the session directory; `None`: `/dev/shm`, else
     /// `$TMPDIR`, else `/tmp`.
     pub session_parent: Option<PathBuf>,
+    /// Attach NVIDIA CUPTI to the program's CUDA contexts (by pointing
+    /// `CUDA_INJECTION64_PATH` at the preload library) so that GPU
+    /// launches, waits and executions are recorded. On by default; a
+    /// program that does not use CUDA never loads CUPTI either way, and a
+    /// user's own `CUDA_INJECTION64_PATH` is left alone.
+    pub gpu: bool,
 }
 
 impl RecordConfig {
@@ -129,6 +135,7 @@ impl RecordConfig {
             ring_max_kb: lockscope_capture::session::DEFAULT_RING_MAX_KB,
             wait_when_full: true,
             session_parent: None,
+            gpu: true,
         }
     }
 }

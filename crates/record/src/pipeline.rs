@@ -106,6 +106,14 @@ impl Pipeline {
             path: output.to_path_buf(),
             source: FormatError::Io(e),
         })?;
+        // 0600: a trace holds command lines, paths and thread names. Set
+        // on the open file (it may have been created before, e.g. by the
+        // CLI claiming a free name), and only on a regular file: never
+        // chmod /dev/null or a FIFO given as the output.
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+        }
         // 10 ms of calibration before the program starts; refined while
         // recording (see Clock).
         let start_pair = tsc::pair();

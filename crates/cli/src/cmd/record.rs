@@ -70,6 +70,12 @@ pub struct Args {
     /// Print nothing unless events were lost.
     #[arg(short, long)]
     quiet: bool,
+    /// Do not attach NVIDIA CUPTI to CUDA programs. By default a program
+    /// that uses CUDA has its kernel launches, GPU waits and GPU
+    /// executions recorded too (for `lockscope gpu`), when libcupti is
+    /// installed; programs without CUDA are not affected either way.
+    #[arg(long)]
+    no_gpu: bool,
     /// The program to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -129,6 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.ring_kb = args.buffer_kb;
     cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
+    cfg.gpu = !args.no_gpu;
     match lockscope_record::record(cfg) {
         Ok(out) => {
             print_summary(&out, &program, args.quiet);
