@@ -180,6 +180,9 @@ pub struct Recommendation {
     pub command: Option<String>,
     /// Wait it could address, ns (the sort key).
     pub wait_addressed_ns: u64,
+    /// Model index of the lock (filters keep a lock's advice with it).
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// Quotes `s` for a POSIX shell when it needs it.
@@ -251,10 +254,12 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             continue;
         }
         let label = l.name.clone().unwrap_or_else(|| l.address.clone());
+        // By the lock's identity, not its name: after a fork the parent's
+        // and the child's copy of a static lock have the same name.
         let blocking: Vec<_> = report
             .blocking_sites
             .iter()
-            .filter(|b| b.lock_name == label)
+            .filter(|b| b.obj == l.obj)
             .collect();
         let no_holder_ns = blocking
             .iter()
@@ -286,6 +291,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             evidence_text: text,
             command: cmd,
             wait_addressed_ns: wait,
+            obj: l.obj,
         };
         if let Some((kind, advice, ev, text, cmd)) = algorithm(report, l, &f, facts) {
             out.push(mk(kind, advice, ev, text, cmd, f.wait_total));
@@ -300,7 +306,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             .max_by_key(|b| b.wait_caused_ns);
         if let Some(b) = top {
             let share = b.wait_caused_ns as f64 / f.wait_total as f64;
-            let site = l.sites.iter().find(|s| site_name(s) == b.site);
+            let site = l.sites.iter().find(|s| s.name == b.site);
             let site_hold = site
                 .filter(|s| s.acquisitions > 0 && s.hold_ns > 0)
                 .map(|s| s.hold_ns as f64 / s.acquisitions as f64);
@@ -310,7 +316,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             // the algorithm rules above cover.
             let long = match site_hold {
                 Some(h) => h >= LONG_HOLD_NS,
-                None => l.kind == "futex" || f.hold_mean >= LONG_HOLD_NS,
+                None => l.kind.starts_with("futex") || f.hold_mean >= LONG_HOLD_NS,
             };
             if share >= DOMINANT_SITE_SHARE && long {
                 let mut ev = Evidence::default();
@@ -318,7 +324,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
                 ev.put("site_wait_ns", b.wait_caused_ns as f64);
                 ev.put("site_share", share);
                 ev.put("site_waits", b.waits as f64);
-                let futex = l.kind == "futex";
+                let futex = l.kind.starts_with("futex");
                 let mut text = format!(
                     "{} of the {} wait on this lock ({} {}) is charged to {} at {}",
                     pct(share),
@@ -358,22 +364,6 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
         (b.wait_addressed_ns, a.kind, &a.lock).cmp(&(a.wait_addressed_ns, b.kind, &b.lock))
     });
     out
-}
-
-/// The text renderer's name of a site (the blame tables use the same).
-fn site_name(s: &crate::report::SiteOut) -> String {
-    let mut name = match (&s.function, &s.file, s.line) {
-        (Some(f), Some(file), Some(line)) => {
-            format!("{f} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-        }
-        (Some(f), _, _) => format!("{f} ({})", s.location),
-        _ => s.location.clone(),
-    };
-    if let Some(outer) = s.inlined.first() {
-        name.push_str(" in ");
-        name.push_str(outer);
-    }
-    name
 }
 
 type Algo = (AdviceKind, String, Evidence, String, Option<String>);

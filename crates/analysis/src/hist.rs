@@ -37,6 +37,9 @@ pub struct Histogram {
 pub struct Summary {
     /// Sum of all values, ns.
     pub total: u64,
+    /// Values that the mean, max and p99 are over (for lock waits: the
+    /// waits that took time, see [`Histogram::nonzero_summary`]).
+    pub count: u64,
     /// Mean value, ns (0 when empty).
     pub mean: f64,
     /// Largest value, ns (exact).
@@ -122,10 +125,69 @@ impl Histogram {
             return 0;
         }
         let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        self.value_at_rank(rank)
+    }
+
+    /// Total, mean, max and p99.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            total: self.total(),
+            count: self.count,
+            mean: if self.count == 0 {
+                0.0
+            } else {
+                self.total as f64 / self.count as f64
+            },
+            max: self.max,
+            p99: self.quantile(0.99),
+        }
+    }
+
+    /// Values equal to 0.
+    fn zeros(&self) -> u64 {
+        if self.spilled {
+            // Bucket 0 holds exactly the value 0 (buckets below
+            // SUB_BUCKETS are one value wide).
+            self.buckets.first().map_or(0, |&n| u64::from(n))
+        } else {
+            self.exact.iter().filter(|&&v| v == 0).count() as u64
+        }
+    }
+
+    /// Total, mean, max and p99 over the values above 0 only. A lock's
+    /// wait histogram holds one value per attempt, and an attempt that got
+    /// the lock at once waited 0 ns: with them the p99 of a lock taken
+    /// 20,000 times with 100 contended waits is 0 ns and the mean is
+    /// diluted by the uncontended majority. The mean and p99 a user wants
+    /// are those of the waits that happened. (The total is the same.)
+    pub fn nonzero_summary(&self) -> Summary {
+        let zeros = self.zeros();
+        let n = self.count - zeros.min(self.count);
+        if n == 0 {
+            return Summary {
+                total: self.total(),
+                ..Summary::default()
+            };
+        }
+        // The nearest rank among the non-zero values, shifted past the
+        // zeros (which sort first).
+        let rank = ((0.99 * n as f64).ceil() as u64).clamp(1, n);
+        Summary {
+            total: self.total(),
+            count: n,
+            mean: self.total as f64 / n as f64,
+            max: self.max,
+            p99: self.value_at_rank(zeros + rank),
+        }
+    }
+
+    /// The value of 1-based `rank` in sorted order (bucket upper bound,
+    /// clamped to the maximum, once spilled).
+    fn value_at_rank(&self, rank: u64) -> u64 {
         if !self.spilled {
             let mut v = self.exact.clone();
             v.sort_unstable();
-            return v[(rank - 1) as usize];
+            return v[(rank.clamp(1, v.len() as u64) - 1) as usize];
         }
         let mut seen = 0u64;
         for (b, &n) in self.buckets.iter().enumerate() {
@@ -135,20 +197,6 @@ impl Histogram {
             }
         }
         self.max
-    }
-
-    /// Total, mean, max and p99.
-    pub fn summary(&self) -> Summary {
-        Summary {
-            total: self.total(),
-            mean: if self.count == 0 {
-                0.0
-            } else {
-                self.total as f64 / self.count as f64
-            },
-            max: self.max,
-            p99: self.quantile(0.99),
-        }
     }
 }
 
@@ -180,6 +228,37 @@ mod tests {
         assert!((9_900..=9_900 + 9_900 / 64).contains(&p), "p99 {p}");
         assert_eq!(h.max(), 10_000);
         assert_eq!(h.count(), 10_000);
+    }
+
+    /// Issue 10: a lock taken 100,020 times of which 20 waited must show
+    /// the mean and p99 of those 20 waits, not 0 ns.
+    #[test]
+    fn issue10_nonzero_summary_is_over_contended_waits() {
+        for uncontended in [230u64, 100_000] {
+            let mut h = Histogram::new();
+            for _ in 0..uncontended {
+                h.record(0);
+            }
+            for v in 1..=20u64 {
+                h.record(v * 1000);
+            }
+            if uncontended > 99 * 20 {
+                assert_eq!(h.summary().p99, 0, "over all attempts the p99 is 0 ns");
+            }
+            let s = h.nonzero_summary();
+            assert_eq!(s.count, 20);
+            assert_eq!(s.total, 210_000);
+            assert_eq!(s.mean, 10_500.0);
+            assert_eq!(s.max, 20_000);
+            // Nearest rank ceil(0.99 * 20) = 20: the largest.
+            if uncontended < EXACT_SAMPLES as u64 {
+                assert_eq!(s.p99, 20_000);
+            } else {
+                assert!((19_700..=20_000).contains(&s.p99), "{}", s.p99);
+            }
+        }
+        let s = Histogram::new().nonzero_summary();
+        assert_eq!((s.count, s.total, s.p99), (0, 0, 0));
     }
 
     #[test]

@@ -10,11 +10,18 @@
 //! machine, per-lock state, blame), [`symbols`] and [`render`];
 //! [`advice`] turns it into recommendations (which lock to try).
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
+pub mod barriers;
 pub mod critical;
+pub mod deadwrites;
 pub mod detailed;
 mod error;
+pub mod gpu;
+pub mod hangs;
+pub mod hb;
 pub mod hist;
 pub mod input;
 pub mod lockset;
@@ -23,6 +30,7 @@ pub mod occ;
 pub mod render;
 pub mod replay;
 pub mod report;
+pub mod spin;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;

@@ -53,7 +53,38 @@ struct Table {
     head: Vec<&'static str>,
     /// true: right-aligned (numbers).
     right: Vec<bool>,
+    /// Per column: 0 = always shown; otherwise the column may be hidden
+    /// to fit the width, higher ranks first.
+    rank: Vec<u8>,
+    /// Column names for the "hidden" note (default: the headers).
+    label: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+}
+
+/// Narrowest a name column is elided to before columns are hidden.
+const MIN_NAME: usize = 16;
+
+/// Elides the middle of `s` to at most `w` characters (`head...tail`):
+/// the start of a name says what it is, the end its file and line.
+pub fn elide(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_string();
+    }
+    if w < 5 {
+        return s.chars().take(w).collect();
+    }
+    let tail = (w - 3) / 2;
+    let head = w - 3 - tail;
+    let mut out: String = s.chars().take(head).collect();
+    out.push_str("...");
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// True for a cell that says nothing (a zero count, time or ratio).
+fn is_zero(c: &str) -> bool {
+    matches!(c, "0" | "0 ns" | "0.0%" | "0 ns 0.0%" | "0.00" | "-" | "")
 }
 
 impl Table {
@@ -61,33 +92,105 @@ impl Table {
         Table {
             head: cols.iter().map(|c| c.0).collect(),
             right: cols.iter().map(|c| c.1).collect(),
+            rank: vec![0; cols.len()],
+            label: Vec::new(),
             rows: Vec::new(),
         }
+    }
+    fn extend(&mut self, cols: &[(&'static str, bool)]) {
+        self.head.extend(cols.iter().map(|c| c.0));
+        self.right.extend(cols.iter().map(|c| c.1));
+        self.rank.resize(self.head.len(), 0);
+    }
+    /// Names of the columns in the "hidden" note, where the headers
+    /// repeat (two `mean` columns).
+    fn labels(&mut self, l: &[&'static str]) {
+        debug_assert_eq!(l.len(), self.head.len());
+        self.label = l.to_vec();
+    }
+    /// Hiding order for narrow terminals, one rank per column.
+    fn ranks(&mut self, r: &[u8]) {
+        debug_assert_eq!(r.len(), self.head.len());
+        self.rank = r.to_vec();
     }
     fn row(&mut self, r: Vec<String>) {
         self.rows.push(r);
     }
-    fn render(&self, out: &mut String, indent: &str) {
-        let mut w: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
-        for r in &self.rows {
-            for (i, c) in r.iter().enumerate() {
-                w[i] = w[i].max(c.chars().count());
+    /// Renders the table within `width` columns (None: as wide as the
+    /// cells). To fit, name (left-aligned) columns are first elided down
+    /// to [`MIN_NAME`], then ranked columns are hidden, all-zero ones
+    /// first; a line under the table names the hidden columns.
+    fn render(&self, out: &mut String, indent: &str, width: Option<usize>) {
+        let n = self.head.len();
+        let natural: Vec<usize> = (0..n)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([self.head[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut w = natural.clone();
+        let mut shown = vec![true; n];
+        if let Some(width) = width {
+            // Hiding order: ranked columns, all-zero ones first, then by
+            // rank, highest first.
+            let mut order: Vec<usize> = (0..n).filter(|&i| self.rank[i] > 0).collect();
+            order.sort_by_key(|&i| {
+                let zero = self.rows.iter().all(|r| is_zero(&r[i]));
+                (std::cmp::Reverse(zero), std::cmp::Reverse(self.rank[i]))
+            });
+            let mut order = order.into_iter();
+            loop {
+                let total = |w: &[usize], shown: &[bool]| {
+                    let k = shown.iter().filter(|&&s| s).count();
+                    indent.len()
+                        + (0..n).filter(|&i| shown[i]).map(|i| w[i]).sum::<usize>()
+                        + 2 * k.saturating_sub(1)
+                };
+                w.clone_from(&natural);
+                let mut excess = total(&w, &shown).saturating_sub(width);
+                // Elide the widest name column, one character at a time.
+                while excess > 0 {
+                    let widest = (0..n)
+                        .filter(|&i| shown[i] && !self.right[i])
+                        .filter(|&i| w[i] > MIN_NAME.max(self.head[i].chars().count()))
+                        .max_by_key(|&i| w[i]);
+                    let Some(i) = widest else { break };
+                    w[i] -= 1;
+                    excess -= 1;
+                }
+                if excess == 0 {
+                    break;
+                }
+                match order.next() {
+                    Some(i) => shown[i] = false,
+                    None => break,
+                }
             }
         }
         let line = |cells: Vec<&str>, out: &mut String| {
             let mut s = String::from(indent);
+            let last_shown = (0..n).rev().find(|&i| shown[i]).unwrap_or(0);
+            let mut first = true;
             for (i, c) in cells.iter().enumerate() {
-                if i > 0 {
+                if !shown[i] {
+                    continue;
+                }
+                if !first {
                     s.push_str("  ");
                 }
+                first = false;
+                let c = elide(c, w[i]);
                 let pad = w[i] - c.chars().count();
-                let last = i + 1 == cells.len();
                 if self.right[i] {
                     s.push_str(&" ".repeat(pad));
-                    s.push_str(c);
+                    s.push_str(&c);
                 } else {
-                    s.push_str(c);
-                    if !last {
+                    s.push_str(&c);
+                    if i != last_shown {
                         s.push_str(&" ".repeat(pad));
                     }
                 }
@@ -99,7 +202,76 @@ impl Table {
         for r in &self.rows {
             line(r.iter().map(String::as_str).collect(), out);
         }
+        let hidden: Vec<&str> = (0..n)
+            .filter(|&i| !shown[i])
+            .map(|i| self.label.get(i).copied().unwrap_or(self.head[i]))
+            .collect();
+        if !hidden.is_empty() {
+            let _ = writeln!(
+                out,
+                "{indent}(hidden to fit the terminal: {}; --wide shows all)",
+                hidden.join(", ")
+            );
+        }
     }
+}
+
+/// Word-wraps every line longer than `width` (for text rendered
+/// elsewhere and appended to the report).
+pub fn fit_lines(text: &str, width: usize) -> String {
+    wrap_long_lines(text, width)
+}
+
+/// Word-wraps every line longer than `width` (prose: headers, notes,
+/// advice), continuing with the line's indentation plus 4; a word longer
+/// than a line is cut.
+fn wrap_long_lines(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.chars().count() <= width {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let lead = line.len() - line.trim_start().len();
+        let cont = " ".repeat((lead + 4).min(width / 2));
+        let mut cur = line[..lead].to_string();
+        let mut empty = true;
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            let mut word = word.to_string();
+            loop {
+                let have = cur.chars().count();
+                let need = word.chars().count() + usize::from(!empty);
+                if have + need <= width {
+                    if !empty {
+                        cur.push(' ');
+                    }
+                    cur.push_str(&word);
+                    empty = false;
+                    break;
+                }
+                if empty {
+                    // Longer than a whole line: cut it.
+                    let room = width.saturating_sub(have).max(1);
+                    let head: String = word.chars().take(room).collect();
+                    cur.push_str(&head);
+                    word = word.chars().skip(room).collect();
+                }
+                out.push_str(cur.trim_end());
+                out.push('\n');
+                cur.clone_from(&cont);
+                empty = true;
+                if word.is_empty() {
+                    break;
+                }
+            }
+        }
+        if !empty {
+            out.push_str(cur.trim_end());
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Options of the text rendering.
@@ -111,6 +283,12 @@ pub struct TextOptions {
     pub lock_threads: bool,
     /// Print the RECOMMENDATIONS section.
     pub advice: bool,
+    /// Call paths printed per lock and for the largest blame rows (0:
+    /// none).
+    pub paths: usize,
+    /// Fit every line into this many columns (None: the wide layout,
+    /// lines as long as their content).
+    pub width: Option<usize>,
 }
 
 impl Default for TextOptions {
@@ -119,14 +297,59 @@ impl Default for TextOptions {
             sites_per_lock: 3,
             lock_threads: false,
             advice: true,
+            paths: 0,
+            width: None,
         }
+    }
+}
+
+/// Why a futex word's row has dashes: the recorder sees a lock that
+/// bypasses pthreads (Rust std, Go, hand-made) only when a thread enters
+/// the kernel for it.
+pub const FUTEX_NOTE: &str = "futex: a raw futex word is seen only when a thread sleeps on it \
+    (FUTEX_WAIT) or wakes one: contended = waits that slept, try-fail = waits that returned at \
+    once, wait = time asleep; acquisitions, holds and hand-offs happen in user space, unseen (-)";
+
+/// `-` for what a futex word's row cannot know (see [`FUTEX_NOTE`]).
+fn dash(futex: bool, v: String) -> String {
+    if futex {
+        "-".to_string()
+    } else {
+        v
+    }
+}
+
+/// Whether the report covers more than one process (after a fork the
+/// parent's and the child's copies of a lock share its name and address,
+/// so every lock must then be named with its pid).
+fn several_processes(r: &Report) -> bool {
+    let mut pids = r
+        .threads
+        .iter()
+        .map(|t| t.pid)
+        .chain(r.locks.iter().map(|l| l.pid));
+    let first = pids.next();
+    pids.any(|p| Some(p) != first)
+}
+
+/// A lock's name for the text tables: qualified by its pid when the trace
+/// has several processes.
+fn lock_label(name: &str, pid: u32, several: bool) -> String {
+    if several {
+        format!("{name} (pid {pid})")
+    } else {
+        name.to_string()
     }
 }
 
 /// Terminal tables.
 pub fn text(r: &Report, o: &TextOptions) -> String {
+    let several = several_processes(r);
     let mut out = String::new();
     let _ = writeln!(out, "lockscope report: {}", r.command.join(" "));
+    if !r.verdict.text.is_empty() {
+        let _ = writeln!(out, "verdict: {}", r.verdict.text);
+    }
     let _ = writeln!(
         out,
         "duration {}, {} threads, {} events, {} lost",
@@ -154,14 +377,21 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let _ = writeln!(out, "recorder overhead: not subtracted");
     }
 
-    out.push_str("\nLOCKS (wait = attempt to acquired, per attempt; hold = acquired to release)\n");
+    hangs(r, several, o, &mut out);
+    out.push_str(
+        "\nLOCKS (wait = attempt to acquired; wait mean/max/p99 over the attempts that waited; \
+         hold = acquired to release)\n",
+    );
     if r.locks.is_empty() {
         out.push_str("  (none)\n");
     }
-    let mut t = Table::new(&[
-        ("#", true),
-        ("lock", false),
-        ("kind", false),
+    let mut cols = vec![("#", true), ("lock", false)];
+    if several {
+        cols.push(("pid", true));
+    }
+    cols.push(("kind", false));
+    let mut t = Table::new(&cols);
+    t.extend(&[
         ("acq", true),
         ("contended", true),
         ("cont%", true),
@@ -178,31 +408,73 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         ("p99", true),
         ("waiters", true),
     ]);
+    // Hidden first on a narrow terminal: failures and hand-off figures,
+    // then the tails of the distributions; never the name, counts and
+    // totals.
+    let mut ranks = vec![0, 0];
+    if several {
+        ranks.push(0);
+    }
+    ranks.extend([4, 0, 0, 5, 11, 12, 10, 0, 0, 7, 2, 0, 3, 8, 9, 6]);
+    t.ranks(&ranks);
+    let mut labels = vec!["#", "lock"];
+    if several {
+        labels.push("pid");
+    }
+    labels.extend([
+        "kind",
+        "acq",
+        "contended",
+        "cont%",
+        "owner-chg",
+        "try-fail",
+        "1st-try",
+        "wait total",
+        "wait mean",
+        "wait max",
+        "wait p99",
+        "hold total",
+        "hold mean",
+        "hold max",
+        "hold p99",
+        "waiters",
+    ]);
+    t.labels(&labels);
     for (i, l) in r.locks.iter().enumerate() {
         let name = l.name.clone().unwrap_or_else(|| l.address.clone());
-        t.row(vec![
-            (i + 1).to_string(),
-            name,
+        let mut row = vec![(i + 1).to_string(), name];
+        if several {
+            row.push(l.pid.to_string());
+        }
+        // A futex word shows only its waits (see FUTEX_NOTE): what it
+        // cannot know is "-", not a confident 0 or 100 %.
+        let futex = l.kind.starts_with("futex");
+        let unknown = |v: String| dash(futex, v);
+        row.extend([
             l.kind.to_string(),
-            count(l.acquisitions),
+            unknown(count(l.acquisitions)),
             count(l.contended),
-            pct(l.contended_ratio),
-            count(l.owner_changes),
+            unknown(pct(l.contended_ratio)),
+            unknown(count(l.owner_changes)),
             count(l.trylock_failures),
-            pct(l.first_attempt_ratio),
+            unknown(pct(l.first_attempt_ratio)),
             ns(l.wait_ns.total),
             nsf(l.wait_ns.mean),
             ns(l.wait_ns.max),
             ns(l.wait_ns.p99),
-            ns(l.hold_ns.total),
-            nsf(l.hold_ns.mean),
-            ns(l.hold_ns.max),
-            ns(l.hold_ns.p99),
-            format!("{:.2}", l.avg_waiters),
+            unknown(ns(l.hold_ns.total)),
+            unknown(nsf(l.hold_ns.mean)),
+            unknown(ns(l.hold_ns.max)),
+            unknown(ns(l.hold_ns.p99)),
+            unknown(format!("{:.2}", l.avg_waiters)),
         ]);
+        t.row(row);
     }
     if !r.locks.is_empty() {
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
+    }
+    if r.locks.iter().any(|l| l.kind.starts_with("futex")) {
+        let _ = writeln!(out, "  {FUTEX_NOTE}");
     }
     for (i, l) in r.locks.iter().enumerate() {
         if o.sites_per_lock == 0 {
@@ -210,13 +482,29 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         }
         let _ = writeln!(
             out,
-            "\n  #{} {} {} at {}, first used at {}; sites:",
+            "\n  #{} {} {} at {}{}, first used at {}{}; sites:",
             i + 1,
             l.kind,
             l.name.as_deref().unwrap_or("(no symbol)"),
             l.address,
-            l.first_use
+            if several {
+                format!(" in pid {}", l.pid)
+            } else {
+                String::new()
+            },
+            l.first_use,
+            if l.kind.starts_with("futex") {
+                format!(
+                    "; {} waits slept, {} returned at once, {} wakes",
+                    count(l.contended),
+                    count(l.trylock_failures),
+                    count(l.wakes)
+                )
+            } else {
+                String::new()
+            }
         );
+        let futex = l.kind.starts_with("futex");
         let mut st = Table::new(&[
             ("site", false),
             ("acq", true),
@@ -227,34 +515,43 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ("hold", true),
         ]);
         for s in l.sites.iter().take(o.sites_per_lock) {
-            let mut name = match (&s.function, &s.file, s.line) {
-                (Some(f), Some(file), Some(line)) => {
-                    format!("{f} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-                }
-                (Some(f), _, _) => format!("{f} ({})", s.location),
-                _ => s.location.clone(),
-            };
-            if let Some(outer) = s.inlined.first() {
-                name.push_str(" in ");
-                name.push_str(outer);
+            let mut name = s.name.clone();
+            if s.runtime_only {
+                name.push_str(" [no user frame]");
             }
             st.row(vec![
                 name,
-                count(s.acquisitions),
+                dash(futex, count(s.acquisitions)),
                 count(s.contended),
                 count(s.trylock_failures),
                 ns(s.wait_ns),
                 ns(s.max_wait_ns),
-                ns(s.hold_ns),
+                dash(futex, ns(s.hold_ns)),
             ]);
         }
-        st.render(&mut out, "    ");
+        st.render(&mut out, "    ", o.width);
         if l.sites.len() > o.sites_per_lock {
             let _ = writeln!(
                 out,
                 "    ... {} more sites",
                 l.sites.len() - o.sites_per_lock
             );
+        }
+        if o.paths > 0 && !l.call_paths.is_empty() {
+            let _ = writeln!(out, "    call paths (most wait first):");
+            for p in l.call_paths.iter().take(o.paths) {
+                let _ = writeln!(
+                    out,
+                    "      {} waited, {} acquisitions ({} contended):",
+                    ns(p.wait_ns),
+                    count(p.acquisitions),
+                    count(p.contended)
+                );
+                stack(&mut out, &p.frames, "        ");
+            }
+            if l.call_paths.len() > o.paths {
+                let _ = writeln!(out, "      ... {} more paths", l.call_paths.len() - o.paths);
+            }
         }
         if o.lock_threads {
             let mut tt = Table::new(&[
@@ -270,17 +567,18 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 tt.row(vec![
                     th.tid.to_string(),
                     th.name.clone(),
-                    count(th.acquisitions),
+                    dash(futex, count(th.acquisitions)),
                     count(th.contended),
                     count(th.trylock_failures),
                     ns(th.wait_ns),
-                    ns(th.hold_ns),
+                    dash(futex, ns(th.hold_ns)),
                 ]);
             }
-            tt.render(&mut out, "    ");
+            tt.render(&mut out, "    ", o.width);
         }
     }
 
+    cond_locks(r, several, o, &mut out);
     out.push_str("\nBLAME (each wait charged to the critical section holding the lock then)\n");
     if r.blame_matrix.is_empty() {
         out.push_str("  (no waiting)\n");
@@ -296,12 +594,37 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             t.row(vec![
                 ns(b.wait_ns),
                 count(b.waits),
-                b.lock_name.clone(),
+                lock_label(&b.lock_name, b.pid, several),
                 b.waiter_site.clone(),
                 b.holder_site.clone(),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
+        if o.paths > 0 {
+            let rows: Vec<_> = r
+                .blame
+                .iter()
+                .filter(|b| !b.holder_path.is_empty())
+                .take(o.paths)
+                .collect();
+            if !rows.is_empty() {
+                out.push_str("\n  holders' call paths (largest blame rows):\n");
+            }
+            for b in rows {
+                let _ = writeln!(
+                    out,
+                    "    {} ({} wait{}) on {}: thread {} at {} waited for thread {} in:",
+                    ns(b.wait_ns),
+                    count(b.waits),
+                    if b.waits == 1 { "" } else { "s" },
+                    lock_label(&b.lock_name, b.pid, several),
+                    b.waiter_tid,
+                    b.waiter_site,
+                    b.holder_tid.map_or("?".to_string(), |t| t.to_string()),
+                );
+                stack(&mut out, &b.holder_path, "      ");
+            }
+        }
         out.push_str("\n  blocking sites (wait caused):\n");
         let mut t = Table::new(&[
             ("wait caused", true),
@@ -314,12 +637,13 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(b.wait_caused_ns),
                 count(b.waits),
                 b.site.clone(),
-                b.lock_name.clone(),
+                lock_label(&b.lock_name, b.pid, several),
             ]);
         }
-        t.render(&mut out, "    ");
+        t.render(&mut out, "    ", o.width);
     }
 
+    inversions(r, several, &mut out);
     out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
     let mut t = Table::new(&[
         ("tid", true),
@@ -332,6 +656,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         ("unknown", true),
         ("blocked (cond/barrier/sem/join)", true),
     ]);
+    t.ranks(&[0, 0, 0, 1, 0, 5, 2, 6, 3]);
     for th in &r.threads {
         let lt = th.lifetime_ns;
         let cell = |v: u64| format!("{} {}", ns(v), share(v, lt));
@@ -347,7 +672,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ns(th.cond_wait_ns + th.barrier_wait_ns + th.sem_wait_ns + th.join_wait_ns),
         ]);
     }
-    t.render(&mut out, "  ");
+    t.render(&mut out, "  ", o.width);
 
     if !r.conds.is_empty() {
         out.push_str("\nCONDITION VARIABLES\n");
@@ -371,7 +696,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(c.wait_ns.max),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     if !r.barriers.is_empty() {
         out.push_str("\nBARRIERS (waiting blamed on the last thread to arrive)\n");
@@ -401,7 +726,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 per(&b.blamed_on),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     if !r.semaphores.is_empty() {
         out.push_str("\nSEMAPHORES\n");
@@ -427,7 +752,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
                 ns(s.wait_ns.max),
             ]);
         }
-        t.render(&mut out, "  ");
+        t.render(&mut out, "  ", o.width);
     }
     let a = &r.anomalies;
     let items = [
@@ -461,13 +786,181 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     if o.advice {
-        recommendations(r, &mut out);
+        recommendations(r, several, &mut out);
     }
-    out
+    match o.width {
+        Some(w) => wrap_long_lines(&out, w),
+        None => out,
+    }
+}
+
+/// DEADLOCK and STILL BLOCKED sections, first after the header: a hang
+/// is the first thing to see.
+fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
+    for d in &r.deadlocks {
+        let _ = writeln!(
+            out,
+            "\nDEADLOCK: {} threads{} wait for each other (still blocked when the trace ended)",
+            d.threads.len(),
+            if several {
+                format!(" of pid {}", d.pid)
+            } else {
+                String::new()
+            }
+        );
+        for s in &d.threads {
+            let _ = writeln!(
+                out,
+                "  thread {} ({}) waits for {} at {}, since {}",
+                s.tid,
+                s.thread,
+                s.waits_for,
+                s.wait_site,
+                ns(s.since_ns)
+            );
+            if o.paths > 0 {
+                stack(out, &s.wait_path, "      ");
+            }
+            match &s.holder_site {
+                Some(h) => {
+                    let _ = writeln!(out, "    held by thread {}, taken at {h}", s.held_by);
+                    if o.paths > 0 {
+                        stack(out, &s.holder_path, "      ");
+                    }
+                }
+                None => {
+                    let _ = writeln!(out, "    thread {} has not exited", s.held_by);
+                }
+            }
+        }
+    }
+    if !r.hangs.is_empty() {
+        out.push_str("\nSTILL BLOCKED WHEN THE TRACE ENDED (waits that never returned)\n");
+        let mut t = Table::new(&[
+            ("tid", true),
+            ("thread", false),
+            ("waited", true),
+            ("in", false),
+            ("on", false),
+            ("held by", false),
+            ("at", false),
+        ]);
+        for h in &r.hangs {
+            let held: Vec<String> = h.held_by.iter().map(|t| t.to_string()).collect();
+            t.row(vec![
+                h.tid.to_string(),
+                h.thread.clone(),
+                ns(h.waited_ns),
+                h.waiting_in.to_string(),
+                lock_label(&h.object, h.pid, several),
+                held.join(","),
+                h.site.clone(),
+            ]);
+        }
+        t.render(out, "  ", o.width);
+        if !r.open_holds.is_empty() {
+            out.push_str("  locks still held:\n");
+            let mut t = Table::new(&[
+                ("tid", true),
+                ("held", true),
+                ("lock", false),
+                ("taken at", false),
+            ]);
+            for h in &r.open_holds {
+                t.row(vec![
+                    h.tid.to_string(),
+                    ns(h.held_ns),
+                    lock_label(&h.lock, h.pid, several),
+                    h.site.clone(),
+                ]);
+            }
+            t.render(out, "    ", o.width);
+        }
+    }
+}
+
+/// Condition variables used as locks, with their waits charged to the
+/// signal that ended them (summed over threads, by waiter and signaller
+/// site).
+fn cond_locks(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
+    if r.cond_locks.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nCONDITION VARIABLES USED AS LOCKS (their waits outweigh every lock's; each wait \
+         charged to the signal that ended it)\n",
+    );
+    for c in &r.cond_locks {
+        let _ = writeln!(
+            out,
+            "  {}: {} waits, {} ({} of thread time)",
+            lock_label(&c.name, c.pid, several),
+            count(c.waits),
+            ns(c.wait_ns),
+            pct(c.share_of_thread_time)
+        );
+        let mut by: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
+        for b in &c.blame {
+            let e = by
+                .entry((b.waiter_site.as_str(), b.signaller_site.as_str()))
+                .or_default();
+            e.0 += b.wait_ns;
+            e.1 += b.waits;
+        }
+        let mut rows: Vec<_> = by.into_iter().collect();
+        rows.sort_by_key(|(_, v)| std::cmp::Reverse(v.0));
+        let mut t = Table::new(&[
+            ("wait", true),
+            ("waits", true),
+            ("waiter site", false),
+            ("<- signalled at", false),
+        ]);
+        for ((ws, ss), (ns_, n)) in rows.into_iter().take(o.sites_per_lock.max(3)) {
+            t.row(vec![ns(ns_), count(n), ws.to_string(), ss.to_string()]);
+        }
+        t.render(out, "    ", o.width);
+    }
+}
+
+/// POTENTIAL DEADLOCKS: lock pairs taken in both orders.
+fn inversions(r: &Report, several: bool, out: &mut String) {
+    if r.potential_deadlocks.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nPOTENTIAL DEADLOCKS (two locks taken in both orders; threads doing both at once \
+         deadlock)\n",
+    );
+    for i in &r.potential_deadlocks {
+        let (a, b) = (
+            lock_label(&i.lock_a, i.pid, several),
+            lock_label(&i.lock_b, i.pid, several),
+        );
+        let _ = writeln!(out, "  {a} and {b}:");
+        let _ = writeln!(
+            out,
+            "    thread {} took {b} at {} while holding {a} (taken at {})",
+            i.a_then_b.tid, i.a_then_b.acquired_at, i.a_then_b.held_at
+        );
+        let _ = writeln!(
+            out,
+            "    thread {} took {a} at {} while holding {b} (taken at {})",
+            i.b_then_a.tid, i.b_then_a.acquired_at, i.b_then_a.held_at
+        );
+    }
+}
+
+/// A call path as an indented stack, innermost frame first (the frames
+/// are user frames unless `--frames all`, see [`crate::symbols`]).
+fn stack(out: &mut String, frames: &[String], indent: &str) {
+    for (i, f) in frames.iter().enumerate() {
+        let arrow = if i == 0 { "" } else { "<- " };
+        let _ = writeln!(out, "{indent}{arrow}{f}");
+    }
 }
 
 /// The RECOMMENDATIONS section (see [`crate::advice`]).
-fn recommendations(r: &Report, out: &mut String) {
+fn recommendations(r: &Report, several: bool, out: &mut String) {
     out.push_str("\nRECOMMENDATIONS (largest addressable wait first)\n");
     if r.recommendations.is_empty() {
         out.push_str("  (none: no lock met a rule's thresholds)\n");
@@ -478,7 +971,7 @@ fn recommendations(r: &Report, out: &mut String) {
             "  {}. {} {}: {}",
             i + 1,
             a.kind.name(),
-            a.lock,
+            lock_label(&a.lock, a.pid, several),
             a.advice
         );
         let _ = writeln!(out, "     evidence: {}", a.evidence_text);

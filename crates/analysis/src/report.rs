@@ -84,6 +84,10 @@ pub struct ReportConfig {
     pub lock_filter: Option<String>,
     /// Keep only threads whose tid equals, or name contains, this.
     pub thread_filter: Option<String>,
+    /// Name sites by their innermost frame even when it is runtime code
+    /// (libc, libstdc++, Rust std, lockscope); default: by the innermost
+    /// user frame ([`crate::symbols::Location::user_view`]).
+    pub frames_all: bool,
 }
 
 impl Default for ReportConfig {
@@ -96,6 +100,7 @@ impl Default for ReportConfig {
             min_wait_ns: 0,
             lock_filter: None,
             thread_filter: None,
+            frames_all: false,
         }
     }
 }
@@ -141,6 +146,211 @@ pub struct Report {
     /// What to try, per lock, with the evidence ([`crate::advice`]); sorted
     /// by the wait each could address. Empty with `--no-advice`.
     pub recommendations: Vec<crate::advice::Recommendation>,
+    /// The one-line summary of the whole trace (before any filter).
+    pub verdict: Verdict,
+    /// Threads waiting for each other when the trace ended (wait-for
+    /// cycles; [`crate::hangs`]).
+    pub deadlocks: Vec<DeadlockOut>,
+    /// Waits still open when the trace ended (blocked until exit, kill).
+    pub hangs: Vec<HangOut>,
+    /// Locks still held when the trace ended.
+    pub open_holds: Vec<OpenHoldOut>,
+    /// Lock-order inversions: pairs of locks taken in both orders.
+    pub potential_deadlocks: Vec<InversionOut>,
+    /// Condition variables used as locks (Python's GIL): their waits
+    /// dominate, so they are shown with the locks, blamed on the signaller.
+    pub cond_locks: Vec<CondLockOut>,
+}
+
+/// A condition variable whose waits are a lock's waits: at least
+/// [`COND_LOCK_MIN_SHARE`] of the threads' time and more than the wait on
+/// every lock together (a lock built from a flag, a mutex and a condition
+/// variable, like Python's GIL: the waiters wait for the flag's holder,
+/// and the signal is its release).
+#[derive(Clone, Debug, Serialize)]
+pub struct CondLockOut {
+    /// Address.
+    pub address: String,
+    /// OS pid.
+    pub pid: u32,
+    /// Symbol or address.
+    pub name: String,
+    /// Completed waits.
+    pub waits: u64,
+    /// Their total, ns.
+    pub wait_ns: u64,
+    /// Of all threads' time.
+    pub share_of_thread_time: f64,
+    /// Waits charged to the thread and site whose signal ended them.
+    pub blame: Vec<CondBlameOut>,
+}
+
+/// Condition waits charged to one signaller.
+#[derive(Clone, Debug, Serialize)]
+pub struct CondBlameOut {
+    /// Waiting thread's tid.
+    pub waiter_tid: u32,
+    /// Where it waited.
+    pub waiter_site: String,
+    /// Tid of the thread whose signal ended the waits (null: none did,
+    /// a timeout or spurious wake-up).
+    pub signaller_tid: Option<u32>,
+    /// Where it signalled (the release of the cond-built lock).
+    pub signaller_site: String,
+    /// Wait, ns.
+    pub wait_ns: u64,
+    /// Waits.
+    pub waits: u64,
+}
+
+/// A condition variable is a lock of its own when its waits are at least
+/// 1 % of all threads' time (the advice threshold,
+/// [`crate::advice::MIN_WAIT_SHARE`]) and more than the wait on all locks
+/// together.
+pub const COND_LOCK_MIN_SHARE: f64 = crate::advice::MIN_WAIT_SHARE;
+
+/// A wait still open at the end of the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct HangOut {
+    /// OS tid.
+    pub tid: u32,
+    /// OS pid.
+    pub pid: u32,
+    /// Thread name.
+    pub thread: String,
+    /// lock | condition variable | join | semaphore | barrier | futex.
+    pub waiting_in: &'static str,
+    /// The lock or object (symbol or address), or `thread N` for a join.
+    pub object: String,
+    /// When the wait began, ns since the trace start.
+    pub since_ns: u64,
+    /// How long it had waited when the trace (or its process) ended, ns.
+    pub waited_ns: u64,
+    /// Where it waits (user frame).
+    pub site: String,
+    /// Its call path, if recorded.
+    pub path: Vec<String>,
+    /// Threads (tids) holding the lock waited for.
+    pub held_by: Vec<u32>,
+}
+
+/// A lock still held at the end of the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenHoldOut {
+    /// OS tid of the holder.
+    pub tid: u32,
+    /// OS pid.
+    pub pid: u32,
+    /// The lock (symbol or address).
+    pub lock: String,
+    /// Acquired at, ns since the trace start.
+    pub since_ns: u64,
+    /// Held until the end, ns.
+    pub held_ns: u64,
+    /// Where it was acquired.
+    pub site: String,
+    /// Acquisition call path, if recorded.
+    pub path: Vec<String>,
+}
+
+/// A deadlock: each thread waits for the next (the last for the first).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeadlockOut {
+    /// OS pid.
+    pub pid: u32,
+    /// The threads of the cycle.
+    pub threads: Vec<DeadlockStepOut>,
+}
+
+/// One thread of a deadlock.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeadlockStepOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Thread name.
+    pub thread: String,
+    /// What it waits for: a lock (symbol or address) or `join of thread N`.
+    pub waits_for: String,
+    /// Where it waits.
+    pub wait_site: String,
+    /// Its call path, if recorded.
+    pub wait_path: Vec<String>,
+    /// Since when, ns since the trace start.
+    pub since_ns: u64,
+    /// The thread it waits for (holder of the lock, or the joined one).
+    pub held_by: u32,
+    /// Where the holder acquired the lock (null for a join).
+    pub holder_site: Option<String>,
+    /// The holder's acquisition call path, if recorded.
+    pub holder_path: Vec<String>,
+}
+
+/// Two locks taken in both orders: a potential deadlock.
+#[derive(Clone, Debug, Serialize)]
+pub struct InversionOut {
+    /// OS pid.
+    pub pid: u32,
+    /// First lock (symbol or address).
+    pub lock_a: String,
+    /// Second lock.
+    pub lock_b: String,
+    /// `lock_b` acquired while holding `lock_a`.
+    pub a_then_b: OrderOut,
+    /// `lock_a` acquired while holding `lock_b`.
+    pub b_then_a: OrderOut,
+}
+
+/// One acquisition made while holding another lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderOut {
+    /// OS tid.
+    pub tid: u32,
+    /// Where the held lock was taken.
+    pub held_at: String,
+    /// Where the second lock was taken.
+    pub acquired_at: String,
+    /// Call path of the second acquisition, if recorded.
+    pub path: Vec<String>,
+}
+
+/// Where the threads' time went, in one line: the share of thread time
+/// spent waiting for locks and blocked otherwise, and the lock (and its
+/// site) that dominates the lock waiting. Computed on the whole trace.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verdict {
+    /// Sum of all threads' lifetimes, ns.
+    pub thread_time_ns: u64,
+    /// Of it, waiting to acquire locks (the threads' `lock_ns`), ns.
+    pub lock_wait_ns: u64,
+    /// Blocked on condition variables, ns.
+    pub cond_wait_ns: u64,
+    /// Blocked at barriers, ns.
+    pub barrier_wait_ns: u64,
+    /// Blocked on semaphores, ns.
+    pub sem_wait_ns: u64,
+    /// Blocked in pthread_join, ns.
+    pub join_wait_ns: u64,
+    /// The lock with the largest total wait, if any thread waited.
+    pub top_lock: Option<VerdictLock>,
+    /// The sentence printed at the top of the text report.
+    pub text: String,
+}
+
+/// The lock that dominates the waiting.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerdictLock {
+    /// Symbol, else address.
+    pub name: String,
+    /// Address, `0x...`.
+    pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
+    /// Its total wait, ns.
+    pub wait_ns: u64,
+    /// Its share of the wait on all locks.
+    pub share_of_lock_wait: f64,
+    /// Its site with the most wait (user frame), if known.
+    pub site: Option<String>,
 }
 
 /// Overhead correction applied.
@@ -195,7 +405,9 @@ pub struct LockOut {
     pub first_attempt_ratio: f64,
     /// Mean number of waiters while held.
     pub avg_waiters: f64,
-    /// Wait per attempt.
+    /// Wait: `total` over all attempts; `count`, `mean`, `max` and `p99`
+    /// over the attempts that waited (an uncontended attempt's 0 ns would
+    /// make the p99 0 for nearly every lock).
     pub wait_ns: Summary,
     /// Hold per critical section.
     pub hold_ns: Summary,
@@ -211,11 +423,21 @@ pub struct LockOut {
     pub call_paths: Vec<PathOut>,
     /// Per thread.
     pub threads: Vec<LockThreadOut>,
+    /// Index of the lock in the model (joins blame rows and advice to the
+    /// lock without comparing display strings).
+    #[serde(skip)]
+    pub(crate) obj: u32,
+    /// A futex word waited on from Rust std's futex RwLock.
+    #[serde(skip)]
+    pub(crate) rust_rwlock: bool,
 }
 
 /// One acquisition site of one lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct SiteOut {
+    /// The site as the text report, blame rows and advice name it
+    /// (`function (file:line)`, with ` in caller` when inlined).
+    pub name: String,
     /// Function, if known.
     pub function: Option<String>,
     /// Source file, if known.
@@ -224,8 +446,19 @@ pub struct SiteOut {
     pub line: Option<u32>,
     /// `module+0xoffset`.
     pub location: String,
-    /// Inlined frames, innermost first, as `function (file:line)`.
+    /// Inlined frames, innermost first, as `function (file:line)`: the
+    /// callers of the frame named by `function` within one return address.
     pub inlined: Vec<String>,
+    /// Runtime frames inside the named one (libstdc++ headers, Rust std),
+    /// innermost first, that the user-frame rule skipped; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_frames: Vec<String>,
+    /// No user frame was found for these acquisitions: the return address
+    /// is runtime code and no call path was recorded for them (only
+    /// contended acquisitions carry one unless recorded with
+    /// `--stacks all`). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_only: bool,
     /// Successful acquisitions.
     pub acquisitions: u64,
     /// Of which had to wait.
@@ -274,6 +507,9 @@ pub struct LockThreadOut {
     pub max_wait_ns: u64,
     /// Hold, ns.
     pub hold_ns: u64,
+    /// Model index of the thread (for `--thread`).
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// Wait charged from a waiter site to a holder's critical section.
@@ -281,6 +517,8 @@ pub struct LockThreadOut {
 pub struct BlameOut {
     /// Lock address.
     pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Waiting thread's tid.
@@ -297,11 +535,21 @@ pub struct BlameOut {
     pub wait_ns: u64,
     /// Waits that received a share.
     pub waits: u64,
+    #[serde(skip)]
+    pub(crate) obj: u32,
+    #[serde(skip)]
+    pub(crate) waiter_thread: u32,
+    #[serde(skip)]
+    pub(crate) holder_thread: Option<u32>,
 }
 
 /// Waiter site x holder site.
 #[derive(Clone, Debug, Serialize)]
 pub struct MatrixOut {
+    /// Lock address.
+    pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Where threads waited.
@@ -319,12 +567,18 @@ pub struct MatrixOut {
 pub struct BlockingOut {
     /// Holder site.
     pub site: String,
+    /// Lock address.
+    pub lock: String,
+    /// OS pid of the lock's process.
+    pub pid: u32,
     /// Lock name or first use.
     pub lock_name: String,
     /// Wait charged to it, ns.
     pub wait_caused_ns: u64,
     /// Waits that received a share.
     pub waits: u64,
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// One thread's time breakdown. free + lock + unlock + hold + unknown =
@@ -365,6 +619,8 @@ pub struct ThreadOut {
     pub events: u64,
     /// Events lost.
     pub lost_events: u64,
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// One condition variable.
@@ -372,6 +628,8 @@ pub struct ThreadOut {
 pub struct CondOut {
     /// Address.
     pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
     /// Symbol or first use.
     pub name: String,
     /// Completed waits.
@@ -397,6 +655,8 @@ pub struct ObjThreadOut {
     pub waits: u64,
     /// Wait, ns.
     pub wait_ns: u64,
+    #[serde(skip)]
+    pub(crate) thread: u32,
 }
 
 /// One barrier.
@@ -457,8 +717,31 @@ pub fn analyze(
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Report, AnalysisError> {
     let meta = index(path, &mut |d, t| progress(d, t, 0))?;
-    let mut model = build_model(path, &meta, cfg, progress)?;
-    Ok(build_report(&meta, &mut model, cfg))
+    // Hangs and deadlocks come from their own pass over the events, on
+    // a third thread beside the model's two.
+    let (model, hangs) = std::thread::scope(|s| {
+        let h = s.spawn(|| crate::hangs::scan(path, &meta));
+        let model = build_model(path, &meta, cfg, progress);
+        let hangs = h.join().unwrap_or_else(|_| {
+            Err(AnalysisError::Config(
+                "the hang analysis failed (a bug): no hang report".into(),
+            ))
+        });
+        (model, hangs)
+    });
+    let mut model = model?;
+    // The model read the same events: an error only here is a bug of
+    // this pass, and must not cost the user the rest of the report.
+    let (hangs, problem) = match hangs {
+        Ok(h) => (h, None),
+        Err(e) => ((crate::hangs::Findings::default(), 0), Some(e)),
+    };
+    let mut r = build_report_with(&meta, &mut model, cfg, &hangs);
+    if let Some(e) = problem {
+        r.notes
+            .push(format!("hangs and deadlocks not analysed: {e}"));
+    }
+    Ok(r)
 }
 
 /// Runs the timing model over a trace (exposed for other analyses).
@@ -478,14 +761,30 @@ pub fn build_model(
     )
 }
 
+/// Symbolization with caches, for one report.
 struct Names<'a> {
     sym: Symbolizer,
     model: &'a Model,
     meta: &'a Meta,
     sites: HashMap<u32, Location>,
+    code: HashMap<(u32, u64), Location>,
+    /// `--frames all`: no user-frame selection.
+    frames_all: bool,
+    /// Call paths of each lock by their innermost return address: (lock,
+    /// pc) -> stacks.
+    lock_paths: HashMap<(u32, u64), Vec<u32>>,
 }
 
 impl Names<'_> {
+    fn code(&mut self, process: u32, pc: u64) -> Location {
+        if let Some(l) = self.code.get(&(process, pc)) {
+            return l.clone();
+        }
+        let l = self.sym.code(process, pc);
+        self.code.insert((process, pc), l.clone());
+        l
+    }
+    /// A site's raw location (innermost frame first).
     fn site(&mut self, s: u32) -> Location {
         if s == u32::MAX {
             return Location {
@@ -497,71 +796,133 @@ impl Names<'_> {
             return l.clone();
         }
         let (p, pc) = self.model.sites[s as usize];
-        let l = self.sym.code(p, pc);
+        let l = self.code(p, pc);
         self.sites.insert(s, l.clone());
         l
     }
-    fn site_str(&mut self, s: u32) -> String {
-        if s == u32::MAX {
-            return "(no holder: hand-off / wake-up latency)".into();
+    /// The location as shown: its user view, or itself with `--frames
+    /// all`; `None` when it is runtime code only.
+    fn view(&self, loc: &Location) -> Option<Location> {
+        if self.frames_all {
+            Some(loc.clone())
+        } else {
+            loc.user_view()
         }
-        self.site(s).short()
     }
+    /// The shown location of a site, falling back to the first user frame
+    /// of `stack` (a call path of the same event) when the return address
+    /// is runtime code (an out-of-line `std::mutex::lock()`, Rust std's
+    /// futex mutex), and to the raw location when neither has one.
+    fn site_view(&mut self, s: u32, process: u32, stack: u32) -> Location {
+        let loc = self.site(s);
+        if let Some(v) = self.view(&loc) {
+            return v;
+        }
+        if stack != 0 {
+            if let Some(v) = self.path_user_frame(process, stack) {
+                return v;
+            }
+        }
+        loc
+    }
+    /// The shown name of site `s` of lock `oi` where the event's own call
+    /// path is not at hand (a waiter's site in blame, a first use): as
+    /// [`Self::site_view`], and when the return address is runtime code,
+    /// the user frame that all of the lock's recorded call paths through
+    /// that address agree on (several different ones: none is right for
+    /// every event, and the runtime frame stays).
+    fn site_str(&mut self, oi: u32, s: u32) -> String {
+        if s == u32::MAX {
+            return NO_HOLDER.into();
+        }
+        let raw = self.site(s);
+        if let Some(v) = self.view(&raw) {
+            return v.short();
+        }
+        let o = &self.model.objs[oi as usize];
+        let process = o.process;
+        let pc = self.model.sites[s as usize].1;
+        let stacks = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        let mut agreed: Option<String> = None;
+        for st in stacks {
+            let Some(v) = self.path_user_frame(process, st) else {
+                return raw.short();
+            };
+            let name = v.short();
+            match &agreed {
+                Some(a) if *a != name => return raw.short(),
+                _ => agreed = Some(name),
+            }
+        }
+        agreed.unwrap_or_else(|| raw.short())
+    }
+    fn site_str_via(&mut self, oi: u32, s: u32, stack: u32) -> String {
+        if s == u32::MAX {
+            return NO_HOLDER.into();
+        }
+        if stack == 0 {
+            return self.site_str(oi, s);
+        }
+        let process = self.model.objs[oi as usize].process;
+        self.site_view(s, process, stack).short()
+    }
+    /// A call path as text, innermost first. Runtime frames are left out
+    /// (lockscope's thread trampoline, libc's start_thread, std's lock
+    /// internals) unless `--frames all` or nothing else is left.
     fn path(&mut self, process: u32, stack: u32) -> Vec<String> {
         let Some(st) = self.meta.stacks.get(&stack) else {
             return Vec::new();
         };
         let p = if st.process != 0 { st.process } else { process };
-        st.frames
+        let frames = st.frames.clone();
+        let locs: Vec<Location> = frames.iter().map(|&pc| self.code(p, pc)).collect();
+        let user: Vec<String> = locs
             .iter()
-            .map(|&pc| self.sym.code(p, pc).short())
-            .collect()
+            .filter_map(|l| self.view(l))
+            .map(|l| l.short())
+            .collect();
+        if user.is_empty() {
+            locs.iter().map(Location::short).collect()
+        } else {
+            user
+        }
     }
-    /// The first frame of a call path that is the program's own code, not
-    /// the runtime's lock implementation (std, core, libc, the dynamic
-    /// loader). A futex word's wait is always called from inside std's
-    /// mutex, so its return address names std, not the program.
-    fn program_frame(&mut self, process: u32, stack: u32) -> Option<Location> {
+    /// The first user frame of a call path: walking outwards from the
+    /// innermost return address, the first whose user view exists. A
+    /// futex word's wait is always called from inside std's mutex (its
+    /// return address names std, not the program), and an out-of-line
+    /// `std::mutex::lock()` is the return address of every site at -O0.
+    fn path_user_frame(&mut self, process: u32, stack: u32) -> Option<Location> {
         let st = self.meta.stacks.get(&stack)?;
         let p = if st.process != 0 { st.process } else { process };
         let frames = st.frames.clone();
-        let runtime_fn = |f: &str| {
-            [
-                "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "syscall", "__",
-            ]
-            .iter()
-            .any(|x| f.starts_with(x))
-        };
-        for pc in frames {
-            let loc = self.sym.code(p, pc);
-            if ["libc.", "libpthread", "ld-linux", "liblockscope"]
-                .iter()
-                .any(|m| loc.module.starts_with(m))
-            {
-                continue;
-            }
-            // Inlined frames count: std's lock() is usually inlined into
-            // the program's function, which is then an outer frame of the
-            // same return address.
-            let own = loc
-                .frames
-                .iter()
-                .position(|f| f.function.as_deref().is_some_and(|n| !runtime_fn(n)));
-            if let Some(k) = own {
-                return Some(Location {
-                    module: loc.module.clone(),
-                    offset: loc.offset,
-                    frames: loc.frames[k..].to_vec(),
-                });
+        frames
+            .into_iter()
+            .find_map(|pc| self.code(p, pc).user_view())
+    }
+    /// A code address (call site) as shown: its user view, else the first
+    /// user frame of `stack`, else the raw location.
+    fn pc_str(&mut self, process: u32, pc: u64, stack: u32) -> String {
+        let raw = self.code(process, pc);
+        if let Some(v) = self.view(&raw) {
+            return v.short();
+        }
+        if stack != 0 {
+            if let Some(v) = self.path_user_frame(process, stack) {
+                return v.short();
             }
         }
-        None
+        raw.short()
+    }
+    /// (the innermost frame of a call path, if any).
+    fn path_first_pc(&self, stack: u32) -> Option<u64> {
+        self.meta.stacks.get(&stack)?.frames.first().copied()
     }
     fn obj_name(&mut self, oi: u32) -> (Option<String>, String) {
         let o = &self.model.objs[oi as usize];
         let (p, a, fs) = (o.process, o.addr, o.first_site);
         let name = self.sym.data(p, a);
-        let first = self.site(fs).short();
+        let first = self.site_str(oi, fs);
         (name, first)
     }
     /// Short name: the symbol of a static object, else its address (the
@@ -573,9 +934,33 @@ impl Names<'_> {
     }
 }
 
-/// An empty site row for a resolved location.
-fn site_out(loc: &Location) -> SiteOut {
+/// The holder site of waits that nobody's critical section explains.
+pub const NO_HOLDER: &str = "(no holder: hand-off / wake-up latency)";
+
+/// An empty site row for a shown location (`raw`: the innermost frames
+/// it was selected from, for `skipped_frames`).
+fn site_out(loc: &Location, raw: &Location) -> SiteOut {
+    let skipped = if raw.module == loc.module && raw.offset == loc.offset {
+        raw.frames.len().saturating_sub(loc.frames.len())
+    } else {
+        0
+    };
     SiteOut {
+        name: loc.short(),
+        skipped_frames: raw.frames[..skipped]
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    f.function.as_deref().unwrap_or("?"),
+                    f.file
+                        .as_deref()
+                        .map_or("?", |p| p.rsplit('/').next().unwrap_or(p)),
+                    f.line.unwrap_or(0)
+                )
+            })
+            .collect(),
+        runtime_only: false,
         function: loc.function().map(str::to_string),
         file: loc.file_line().map(|(f, _)| f.to_string()),
         line: loc.file_line().map(|(_, l)| l),
@@ -604,9 +989,6 @@ fn site_out(loc: &Location) -> SiteOut {
     }
 }
 
-/// (lock, waiter tid, waiter site, holder tid, holder site, holder path).
-type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
-
 fn pid_of(meta: &Meta, process: u32) -> u32 {
     meta.processes.get(&process).map_or(0, |p| p.pid)
 }
@@ -617,84 +999,413 @@ fn gen_of(meta: &Meta, process: u32) -> u32 {
         .map_or(0, |p| p.exec_generation)
 }
 
-/// Turns a finished model into the report (symbolizes, sorts, filters).
+fn is_lock(k: Kind) -> bool {
+    matches!(k, Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex)
+}
+
+/// Turns a finished model into the report, in three stages:
+///
+/// 1. `full_report`: every lock, blame row, thread and object the model
+///    knows, symbolized, unfiltered;
+/// 2. findings on that full report ([`crate::advice::advise`]), so that
+///    what is recommended never depends on `--top`, `--min-wait` or the
+///    output format (text shows 20 locks by default, JSON all);
+/// 3. `filtered_view`: the filters, sort and `--top` of `cfg`.
 pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Report {
+    build_report_with(meta, model, cfg, &(Default::default(), 0))
+}
+
+/// [`build_report`] with the findings of [`crate::hangs::scan`] (and the
+/// time of the trace's last event).
+pub fn build_report_with(
+    meta: &Meta,
+    model: &mut Model,
+    cfg: &ReportConfig,
+    hangs: &(crate::hangs::Findings, u64),
+) -> Report {
     let model: &Model = model;
     let mut names = Names {
         sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), cfg.symbolize),
         model,
         meta,
         sites: HashMap::new(),
+        code: HashMap::new(),
+        frames_all: cfg.frames_all,
+        lock_paths: HashMap::new(),
     };
-    let thread_ok = |ti: u32| -> bool {
-        let Some(f) = &cfg.thread_filter else {
-            return true;
-        };
-        let Some(t) = model.threads.get(ti as usize) else {
-            return false;
-        };
-        f.parse::<u32>().ok() == Some(t.tid) || t.name.contains(f.as_str())
-    };
-
-    // ---- locks ----
-    let mut order: Vec<u32> = (0..model.objs.len() as u32)
-        .filter(|&i| {
-            let o = &model.objs[i as usize];
-            matches!(
-                o.kind,
-                Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex
-            )
-        })
-        .filter(|&i| model.objs[i as usize].wait.total() >= cfg.min_wait_ns)
-        .filter(|&i| {
-            cfg.thread_filter.is_none()
-                || model.objs[i as usize]
-                    .per_thread
-                    .keys()
-                    .any(|&t| thread_ok(t))
-        })
-        .collect();
-    let mut labels: HashMap<u32, (Option<String>, String)> = HashMap::new();
-    for &i in &order {
-        labels.insert(i, names.obj_name(i));
+    for &(oi, stack) in model.by_path.keys() {
+        if let Some(&pc) = meta.stacks.get(&stack).and_then(|s| s.frames.first()) {
+            names.lock_paths.entry((oi, pc)).or_default().push(stack);
+        }
     }
-    if let Some(f) = &cfg.lock_filter {
-        order.retain(|i| {
-            let o = &model.objs[*i as usize];
-            let addr = format!("{:#x}", o.addr);
-            let (n, first) = &labels[i];
-            addr.contains(f.as_str())
-                || n.as_deref().is_some_and(|n| n.contains(f.as_str()))
-                || first.contains(f.as_str())
+    for v in names.lock_paths.values_mut() {
+        v.sort_unstable();
+    }
+    let mut full = full_report(meta, model, &mut names, cfg);
+    full.recommendations = crate::advice::advise(
+        &full,
+        &crate::advice::MachineFacts::from_header(&meta.header),
+    );
+    hang_rows(meta, &mut names, hangs, &mut full);
+    full.verdict = verdict(&full);
+    filtered_view(full, model, cfg)
+}
+
+/// Stage 1: the whole model as report rows, nothing filtered.
+fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig) -> Report {
+    let mut locks = lock_rows(meta, model, names);
+    let mut blame = blame_rows(meta, model, names);
+    merge_rust_rwlocks(&mut locks, &mut blame);
+    let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
+    let threads = thread_rows(meta, model);
+    let (conds, barriers, semaphores) = object_rows(meta, model, names);
+    let overhead = overhead_out(model, cfg);
+    let mut notes: Vec<String> = names
+        .sym
+        .problems()
+        .iter()
+        .map(|p| format!("symbols: {p}"))
+        .collect();
+    if !cfg.symbolize {
+        notes.push("symbolization disabled: sites are module+offset".into());
+    }
+    // Loss records and in-stream Lost annotations may describe the same
+    // drops: take the largest account rather than their sum.
+    let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
+    let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
+    Report {
+        schema: SCHEMA,
+        command: meta.header.command.clone(),
+        duration_ns: meta.footer.as_ref().map_or_else(
+            || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
+            |f| f.duration_ns,
+        ),
+        events: meta.events,
+        lost_events: meta
+            .footer
+            .as_ref()
+            .map_or(0, |f| f.lost)
+            .max(lost_records)
+            .max(lost_annot),
+        truncated: meta.truncated.clone(),
+        overhead,
+        locks,
+        blame,
+        blame_matrix,
+        blocking_sites,
+        threads,
+        conds,
+        barriers,
+        semaphores,
+        anomalies: model.anomalies.clone(),
+        notes,
+        recommendations: Vec::new(),
+        verdict: Verdict::default(),
+        deadlocks: Vec::new(),
+        hangs: Vec::new(),
+        open_holds: Vec::new(),
+        potential_deadlocks: Vec::new(),
+        cond_locks: Vec::new(),
+    }
+}
+
+/// Hangs, open holds, deadlocks and inversions as report rows.
+fn hang_rows(
+    meta: &Meta,
+    names: &mut Names,
+    (f, last): &(crate::hangs::Findings, u64),
+    r: &mut Report,
+) {
+    use crate::hangs::WaitKind;
+    let trace_end = meta
+        .footer
+        .as_ref()
+        .map_or(*last, |x| x.duration_ns.max(*last));
+    let thread = |id: u32| meta.threads.get(&id);
+    let process_of = |id: u32| thread(id).map_or(0, |t| t.process);
+    let tid_of = |id: u32| thread(id).map_or(0, |t| t.tid);
+    let name_of = |id: u32| {
+        meta.thread_names
+            .get(&id)
+            .cloned()
+            .or_else(|| thread(id).map(|t| t.name.clone()))
+            .unwrap_or_default()
+    };
+    // A blocked thread lives until its process ended (exit, kill) or,
+    // when that was not seen, the trace did.
+    let end_of = |process: u32| {
+        meta.process_ends
+            .get(&process)
+            .map_or(trace_end, |p| p.end_ns)
+    };
+    let lock = |names: &mut Names, process: u32, addr: u64| -> String {
+        names
+            .sym
+            .data(process, addr)
+            .unwrap_or_else(|| format!("{addr:#x}"))
+    };
+    for w in &f.open_waits {
+        let p = process_of(w.thread);
+        let held_by: Vec<u32> = if w.kind == WaitKind::Lock {
+            f.open_holds
+                .iter()
+                .filter(|(t, h)| h.addr == w.addr && process_of(*t) == p && *t != w.thread)
+                .map(|(t, _)| tid_of(*t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        r.hangs.push(HangOut {
+            tid: tid_of(w.thread),
+            pid: pid_of(meta, p),
+            thread: name_of(w.thread),
+            waiting_in: w.kind.name(),
+            object: if w.kind == WaitKind::Join {
+                format!("thread {}", w.addr)
+            } else {
+                lock(names, p, w.addr)
+            },
+            since_ns: w.since,
+            waited_ns: end_of(p).saturating_sub(w.since),
+            site: names.pc_str(p, w.site, w.stack),
+            path: names.path(p, w.stack),
+            held_by,
         });
     }
-    let key_name = |i: &u32| -> String {
-        let (n, _) = &labels[i];
-        n.clone()
-            .unwrap_or_else(|| format!("~{:016x}", model.objs[*i as usize].addr))
+    r.hangs
+        .sort_by_key(|h| (std::cmp::Reverse(h.waited_ns), h.pid, h.tid));
+    for (t, h) in &f.open_holds {
+        let p = process_of(*t);
+        r.open_holds.push(OpenHoldOut {
+            tid: tid_of(*t),
+            pid: pid_of(meta, p),
+            lock: lock(names, p, h.addr),
+            since_ns: h.since,
+            held_ns: end_of(p).saturating_sub(h.since),
+            site: names.pc_str(p, h.site, h.stack),
+            path: names.path(p, h.stack),
+        });
+    }
+    r.open_holds
+        .sort_by_key(|h| (std::cmp::Reverse(h.held_ns), h.pid, h.tid));
+    // Condition variables used as locks.
+    let thread_time: u64 = r.threads.iter().map(|t| t.lifetime_ns).sum();
+    let lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
+    for c in &r.conds {
+        let w = c.wait_ns.total;
+        if (w as f64) < COND_LOCK_MIN_SHARE * thread_time as f64 || w <= lock_wait {
+            continue;
+        }
+        let Ok(addr) = u64::from_str_radix(c.address.trim_start_matches("0x"), 16) else {
+            continue;
+        };
+        let mut blame: Vec<CondBlameOut> = Vec::new();
+        for &((p, a, wt, ws, sig), (ns, n)) in &f.cond_blame {
+            if a != addr || pid_of(meta, p) != c.pid {
+                continue;
+            }
+            blame.push(CondBlameOut {
+                waiter_tid: tid_of(wt),
+                waiter_site: names.pc_str(p, ws, 0),
+                signaller_tid: sig.map(|(t, _)| tid_of(t)),
+                signaller_site: match sig {
+                    Some((_, site)) => names.pc_str(p, site, 0),
+                    None => "(no signal: timed out or woke spuriously)".into(),
+                },
+                wait_ns: ns,
+                waits: n,
+            });
+        }
+        blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
+        r.cond_locks.push(CondLockOut {
+            address: c.address.clone(),
+            pid: c.pid,
+            name: c.name.clone(),
+            waits: c.waits,
+            wait_ns: w,
+            share_of_thread_time: ratio(w, thread_time),
+            blame,
+        });
+    }
+    for cycle in &f.deadlocks {
+        let p = cycle.first().map_or(0, |s| process_of(s.wait.thread));
+        let threads = cycle
+            .iter()
+            .map(|s| DeadlockStepOut {
+                tid: tid_of(s.wait.thread),
+                thread: name_of(s.wait.thread),
+                waits_for: if s.wait.kind == WaitKind::Join {
+                    format!("join of thread {}", s.wait.addr)
+                } else {
+                    lock(names, p, s.wait.addr)
+                },
+                wait_site: names.pc_str(p, s.wait.site, s.wait.stack),
+                wait_path: names.path(p, s.wait.stack),
+                since_ns: s.wait.since,
+                held_by: tid_of(s.holder),
+                holder_site: s.held.as_ref().map(|h| names.pc_str(p, h.site, h.stack)),
+                holder_path: s
+                    .held
+                    .as_ref()
+                    .map_or(Vec::new(), |h| names.path(p, h.stack)),
+            })
+            .collect();
+        r.deadlocks.push(DeadlockOut {
+            pid: pid_of(meta, p),
+            threads,
+        });
+    }
+    for i in &f.inversions {
+        let p = i.process;
+        let order = |names: &mut Names, w: &crate::hangs::OrderWitness| OrderOut {
+            tid: tid_of(w.thread),
+            held_at: names.pc_str(p, w.held_site, 0),
+            acquired_at: names.pc_str(p, w.acquire_site, w.stack),
+            path: names.path(p, w.stack),
+        };
+        r.potential_deadlocks.push(InversionOut {
+            pid: pid_of(meta, p),
+            lock_a: lock(names, p, i.a),
+            lock_b: lock(names, p, i.b),
+            a_then_b: order(names, &i.a_then_b),
+            b_then_a: order(names, &i.b_then_a),
+        });
+    }
+}
+
+fn share_str(a: u64, b: u64) -> String {
+    format!("{:.1}%", ratio(a, b) * 100.0)
+}
+
+/// Stage 2 finding: the verdict line on the full report.
+fn verdict(r: &Report) -> Verdict {
+    let sum = |f: fn(&ThreadOut) -> u64| r.threads.iter().map(f).sum::<u64>();
+    let mut v = Verdict {
+        thread_time_ns: sum(|t| t.lifetime_ns),
+        lock_wait_ns: sum(|t| t.lock_ns),
+        cond_wait_ns: sum(|t| t.cond_wait_ns),
+        barrier_wait_ns: sum(|t| t.barrier_wait_ns),
+        sem_wait_ns: sum(|t| t.sem_wait_ns),
+        join_wait_ns: sum(|t| t.join_wait_ns),
+        top_lock: None,
+        text: String::new(),
     };
-    match cfg.sort {
-        SortKey::Name => order.sort_by_key(|i| key_name(i)),
-        k => order.sort_by_key(|&i| {
-            let o = &model.objs[i as usize];
-            let v = match k {
-                SortKey::Hold => o.hold.total(),
-                SortKey::Acquisitions => o.acquisitions,
-                SortKey::Contended => o.contended,
-                SortKey::OwnerChanges => o.owner_changes,
-                SortKey::MaxWait => o.wait.max(),
-                _ => o.wait.total(),
+    let all_lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
+    let several = {
+        let mut pids = r.threads.iter().map(|t| t.pid);
+        let first = pids.next();
+        pids.any(|p| Some(p) != first)
+    };
+    if let Some(l) = r
+        .locks
+        .iter()
+        .filter(|l| l.wait_ns.total > 0)
+        .max_by_key(|l| (l.wait_ns.total, std::cmp::Reverse(l.obj)))
+    {
+        v.top_lock = Some(VerdictLock {
+            name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+            address: l.address.clone(),
+            pid: l.pid,
+            wait_ns: l.wait_ns.total,
+            share_of_lock_wait: ratio(l.wait_ns.total, all_lock_wait),
+            site: l
+                .sites
+                .iter()
+                .filter(|s| s.wait_ns > 0)
+                .max_by_key(|s| s.wait_ns)
+                .map(|s| s.name.clone()),
+        });
+    }
+    let t = v.thread_time_ns;
+    let mut text = if v.lock_wait_ns > 0 || v.top_lock.is_some() {
+        let mut s = format!(
+            "threads waited for locks {} of their time ({} of {})",
+            share_str(v.lock_wait_ns, t),
+            crate::render::ns(v.lock_wait_ns),
+            crate::render::ns(t)
+        );
+        if let Some(top) = &v.top_lock {
+            let pid = if several {
+                format!(" (pid {})", top.pid)
+            } else {
+                String::new()
             };
-            (
-                std::cmp::Reverse(v),
-                std::cmp::Reverse(o.acquisitions),
-                o.addr,
-            )
-        }),
+            s.push_str(&format!(
+                ", {:.1}% of it on {}{pid}",
+                top.share_of_lock_wait * 100.0,
+                top.name
+            ));
+            if let Some(site) = &top.site {
+                s.push_str(&format!(", most at {site}"));
+            }
+        }
+        s
+    } else {
+        "no thread waited for a mutex, rwlock or spinlock".to_string()
+    };
+    let blocked: Vec<String> = [
+        ("condition variables", v.cond_wait_ns),
+        ("barriers", v.barrier_wait_ns),
+        ("semaphores", v.sem_wait_ns),
+        ("join", v.join_wait_ns),
+    ]
+    .iter()
+    .filter(|(_, ns)| *ns > 0 && ratio(*ns, t) >= 0.001)
+    .map(|(what, ns)| format!("{what} {}", share_str(*ns, t)))
+    .collect();
+    if !blocked.is_empty() {
+        text.push_str(&format!("; blocked otherwise: {}", blocked.join(", ")));
     }
-    if let Some(n) = cfg.top {
-        order.truncate(n);
+    if let Some(c) = r.cond_locks.first() {
+        let top = c
+            .blame
+            .iter()
+            .filter(|b| b.signaller_tid.is_some())
+            .max_by_key(|b| b.wait_ns);
+        text.push_str(&format!(
+            "; condition variable {} is used as a lock: its waits are {:.1}% of the threads' time{}",
+            c.name,
+            c.share_of_thread_time * 100.0,
+            top.map_or(String::new(), |b| format!(
+                ", most ended by signals at {}",
+                b.signaller_site
+            ))
+        ));
     }
+    // A hang outranks everything: the figures above count only waits
+    // that ended, and a deadlocked thread's never does.
+    if let Some(d) = r.deadlocks.first() {
+        let tids: Vec<String> = d.threads.iter().map(|s| s.tid.to_string()).collect();
+        let on: Vec<&str> = d.threads.iter().map(|s| s.waits_for.as_str()).collect();
+        let longest = r.hangs.iter().map(|h| h.waited_ns).max().unwrap_or(0);
+        text = format!(
+            "DEADLOCK: threads {} wait for each other ({}){}, blocked up to {} when the trace \
+             ended",
+            tids.join(", "),
+            on.join(", "),
+            if r.deadlocks.len() > 1 {
+                format!(" and {} more cycles", r.deadlocks.len() - 1)
+            } else {
+                String::new()
+            },
+            crate::render::ns(longest)
+        );
+    } else if let Some(h) = r.hangs.first() {
+        text.push_str(&format!(
+            "; {} thread{} still blocked when the trace ended (longest: {} in {} at {})",
+            r.hangs.len(),
+            if r.hangs.len() == 1 { "" } else { "s" },
+            crate::render::ns(h.waited_ns),
+            h.waiting_in,
+            h.site
+        ));
+    }
+    v.text = text;
+    v
+}
+
+/// Every lock of the model, in model order.
+fn lock_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<LockOut> {
     // Group site and path stats by lock once.
     let mut sites_of: HashMap<u32, Vec<(u32, &crate::model::SiteStats)>> = HashMap::new();
     for (&(o, s), &i) in &model.by_site {
@@ -707,203 +1418,367 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
     for (&(o, s), st) in &model.by_path {
         paths_of.entry(o).or_default().push((s, st));
     }
-    let mut locks = Vec::new();
-    for &i in &order {
-        let o = &model.objs[i as usize];
-        let (name, first_use) = labels[&i].clone();
-        // Several return addresses can be the same source line (and a
-        // site without line info is its module+offset): merge by that.
-        let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
-        for &(s, st) in sites_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
-            if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
-                continue;
-            }
-            let loc = names.site(s);
-            let key = loc.key();
-            let e = merged.entry(key).or_insert_with(|| site_out(&loc));
-            e.acquisitions += st.acquisitions;
-            e.contended += st.contended;
-            e.trylock_failures += st.trylock_failures;
-            e.wait_ns += st.wait_ns;
-            e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
-            e.hold_ns += st.hold_ns;
-        }
-        // Futex words: sites from call paths (the program's frame), when
-        // the recorder took them: see `program_frame`.
-        if o.kind == Kind::Futex {
-            let mut by_caller: BTreeMap<String, SiteOut> = BTreeMap::new();
-            for &(stack, st) in paths_of.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
-                if stack == 0 || st.acquisitions + st.contended == 0 {
-                    continue;
-                }
-                let Some(loc) = names.program_frame(o.process, stack) else {
-                    continue;
-                };
-                let e = by_caller.entry(loc.key()).or_insert_with(|| site_out(&loc));
-                e.acquisitions += st.acquisitions;
-                e.contended += st.contended;
-                e.wait_ns += st.wait_ns;
-                e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
-            }
-            let covered: u64 = by_caller.values().map(|s| s.acquisitions).sum();
-            if covered == o.acquisitions && covered > 0 {
-                merged = by_caller;
-            }
-        }
-        let mut sites: Vec<SiteOut> = merged.into_values().collect();
-        sites.sort_by(|a, b| {
-            (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
-        });
-        let mut call_paths: Vec<PathOut> = paths_of
-            .get(&i)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
-            .map(|&(s, st)| PathOut {
-                frames: names.path(o.process, s),
-                acquisitions: st.acquisitions,
-                contended: st.contended,
-                wait_ns: st.wait_ns,
-            })
-            .collect();
-        call_paths.sort_by(|a, b| (b.wait_ns, &a.frames).cmp(&(a.wait_ns, &b.frames)));
-        let mut threads: Vec<LockThreadOut> = o
-            .per_thread
-            .iter()
-            .filter(|(&t, _)| thread_ok(t))
-            .map(|(&t, &lti)| {
-                let lt = &model.lock_threads[lti as usize];
-                let th = &model.threads[t as usize];
-                LockThreadOut {
-                    tid: th.tid,
-                    name: th.name.clone(),
-                    acquisitions: lt.acquisitions,
-                    contended: lt.contended,
-                    trylock_failures: lt.trylock_failures,
-                    timeouts: lt.timeouts,
-                    wait_ns: lt.wait_ns,
-                    max_wait_ns: lt.max_wait_ns,
-                    hold_ns: lt.hold_ns,
-                }
-            })
-            .collect();
-        threads.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
-        locks.push(LockOut {
-            address: format!("{:#x}", o.addr),
-            pid: pid_of(meta, o.process),
-            exec_generation: gen_of(meta, o.process),
-            kind: o.kind.name(),
-            name,
-            first_use,
-            acquisitions: o.acquisitions,
-            contended: o.contended,
-            read_acquisitions: (o.kind == Kind::Rwlock).then_some(o.shared_acquisitions),
-            contended_ratio: ratio(o.contended, o.acquisitions),
-            trylock_failures: o.trylock_failures,
-            timeouts: o.timeouts,
-            owner_changes: o.owner_changes,
-            first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
-            avg_waiters: o.avg_waiters(),
-            wait_ns: o.wait.summary(),
-            hold_ns: o.hold.summary(),
-            slow_unlocks: o.slow_unlocks,
-            unlock_ns: o.unlock_ns,
-            wakes: if o.kind == Kind::Futex { o.signals } else { 0 },
-            sites,
-            call_paths,
-            threads,
-        });
-    }
+    (0..model.objs.len() as u32)
+        .filter(|&i| is_lock(model.objs[i as usize].kind))
+        .map(|i| {
+            let sites = sites_of.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            let paths = paths_of.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            lock_out(meta, model, names, i, sites, paths)
+        })
+        .collect()
+}
 
-    // ---- blame ----
-    let kept: std::collections::HashSet<u32> = order.iter().copied().collect();
-    let mut blame_rows: BTreeMap<BlameKey, (u64, u64)> = BTreeMap::new();
-    let mut blocking: BTreeMap<(String, u32), (u64, u64)> = BTreeMap::new();
-    let mut matrix: BTreeMap<(u32, String, String), (u64, u64)> = BTreeMap::new();
-    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
-        if !kept.contains(&oi) || ns == 0 {
+type Stats<'a> = [(u32, &'a crate::model::SiteStats)];
+
+/// One lock's row: figures, sites, call paths and threads.
+fn lock_out(
+    meta: &Meta,
+    model: &Model,
+    names: &mut Names,
+    i: u32,
+    site_stats: &Stats,
+    path_stats: &Stats,
+) -> LockOut {
+    let o = &model.objs[i as usize];
+    let (name, first_use) = names.obj_name(i);
+    // Rust std's RwLock is two futex words (readers wait on the state,
+    // writers on `writer_notify` 4 bytes after it): found by the wait's
+    // own return address, in std's RwLock code.
+    let rust_rwlock = o.kind == Kind::Futex
+        && site_stats.iter().any(|&(s, _)| {
+            names.site(s).frames.iter().any(|f| {
+                f.function
+                    .as_deref()
+                    .is_some_and(|n| n.contains("sync::rwlock::futex::RwLock"))
+            })
+        });
+    // Sites by their user frame (see `Location::user_view`). Several
+    // return addresses can be the same source line (and a site without
+    // line info is its module+offset): merged by that.
+    let mut merged: BTreeMap<String, SiteOut> = BTreeMap::new();
+    let add = |merged: &mut BTreeMap<String, SiteOut>,
+               shown: &Location,
+               raw: &Location,
+               st: &crate::model::SiteStats| {
+        let e = merged
+            .entry(shown.key())
+            .or_insert_with(|| site_out(shown, raw));
+        e.acquisitions += st.acquisitions;
+        e.contended += st.contended;
+        e.trylock_failures += st.trylock_failures;
+        e.wait_ns += st.wait_ns;
+        e.max_wait_ns = e.max_wait_ns.max(st.max_wait_ns);
+        e.hold_ns += st.hold_ns;
+    };
+    for &(s, st) in site_stats {
+        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
             continue;
         }
-        if cfg.thread_filter.is_some()
-            && !thread_ok(wthread)
-            && !(c != Culprit::NONE && thread_ok(c.thread))
+        let raw = names.site(s);
+        if let Some(shown) = names.view(&raw) {
+            add(&mut merged, &shown, &raw, st);
+            continue;
+        }
+        // The return address is runtime code only: attribute what the
+        // call paths through it cover to their user frames, and keep the
+        // rest (acquisitions without a path) under the runtime frame,
+        // marked as such.
+        let pc = model.sites[s as usize].1;
+        let mut rest = st.clone();
+        for &(stack, ps) in path_stats {
+            if stack == 0 || names.path_first_pc(stack) != Some(pc) {
+                continue;
+            }
+            let Some(shown) = names.path_user_frame(o.process, stack) else {
+                continue;
+            };
+            let raw_path = names.code(o.process, pc);
+            add(&mut merged, &shown, &raw_path, ps);
+            rest.acquisitions = rest.acquisitions.saturating_sub(ps.acquisitions);
+            rest.contended = rest.contended.saturating_sub(ps.contended);
+            rest.trylock_failures = rest.trylock_failures.saturating_sub(ps.trylock_failures);
+            rest.timeouts = rest.timeouts.saturating_sub(ps.timeouts);
+            rest.wait_ns = rest.wait_ns.saturating_sub(ps.wait_ns);
+            rest.hold_ns = rest.hold_ns.saturating_sub(ps.hold_ns);
+        }
+        if rest.acquisitions + rest.contended + rest.trylock_failures + rest.timeouts > 0 {
+            if rest.contended == 0 {
+                rest.wait_ns = 0;
+                rest.max_wait_ns = 0;
+            }
+            let key = format!("runtime:{}", raw.key());
+            let e = merged.entry(key).or_insert_with(|| SiteOut {
+                runtime_only: true,
+                ..site_out(&raw, &raw)
+            });
+            e.acquisitions += rest.acquisitions;
+            e.contended += rest.contended;
+            e.trylock_failures += rest.trylock_failures;
+            e.wait_ns += rest.wait_ns;
+            e.max_wait_ns = e.max_wait_ns.max(rest.max_wait_ns);
+            e.hold_ns += rest.hold_ns;
+        }
+    }
+    let mut sites: Vec<SiteOut> = merged.into_values().collect();
+    sites.sort_by(|a, b| {
+        (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
+    });
+    let mut call_paths: Vec<PathOut> = path_stats
+        .iter()
+        .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
+        .map(|&(s, st)| PathOut {
+            frames: names.path(o.process, s),
+            acquisitions: st.acquisitions,
+            contended: st.contended,
+            wait_ns: st.wait_ns,
+        })
+        .collect();
+    call_paths.sort_by(|a, b| (b.wait_ns, &a.frames).cmp(&(a.wait_ns, &b.frames)));
+    let mut threads: Vec<LockThreadOut> = o
+        .per_thread
+        .iter()
+        .map(|(&t, &lti)| {
+            let lt = &model.lock_threads[lti as usize];
+            let th = &model.threads[t as usize];
+            LockThreadOut {
+                tid: th.tid,
+                name: th.name.clone(),
+                acquisitions: lt.acquisitions,
+                contended: lt.contended,
+                trylock_failures: lt.trylock_failures,
+                timeouts: lt.timeouts,
+                wait_ns: lt.wait_ns,
+                max_wait_ns: lt.max_wait_ns,
+                hold_ns: lt.hold_ns,
+                thread: t,
+            }
+        })
+        .collect();
+    threads.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+    LockOut {
+        address: format!("{:#x}", o.addr),
+        pid: pid_of(meta, o.process),
+        exec_generation: gen_of(meta, o.process),
+        kind: o.kind.name(),
+        name,
+        first_use,
+        acquisitions: o.acquisitions,
+        contended: o.contended,
+        read_acquisitions: (o.kind == Kind::Rwlock).then_some(o.shared_acquisitions),
+        contended_ratio: ratio(o.contended, o.acquisitions),
+        trylock_failures: o.trylock_failures,
+        timeouts: o.timeouts,
+        owner_changes: o.owner_changes,
+        first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
+        avg_waiters: o.avg_waiters(),
+        wait_ns: o.wait.nonzero_summary(),
+        hold_ns: o.hold.summary(),
+        slow_unlocks: o.slow_unlocks,
+        unlock_ns: o.unlock_ns,
+        wakes: if o.kind == Kind::Futex { o.signals } else { 0 },
+        sites,
+        call_paths,
+        threads,
+        obj: i,
+        rust_rwlock,
+    }
+}
+
+/// Merges the two futex words of each Rust std RwLock (state at `a`,
+/// writer_notify at `a + 4`, both waited on from std's RwLock code) into
+/// one row of kind `futex-rwlock` at `a`, and points the second word's
+/// blame rows at it. The merged wait p99 is the larger of the two (an
+/// upper bound: the histograms are not kept).
+fn merge_rust_rwlocks(locks: &mut Vec<LockOut>, blame: &mut [BlameOut]) {
+    let addr = |l: &LockOut| u64::from_str_radix(l.address.trim_start_matches("0x"), 16).ok();
+    let mut at: HashMap<(u32, u32, u64), usize> = HashMap::new();
+    for (i, l) in locks.iter().enumerate() {
+        if let (true, Some(a)) = (l.rust_rwlock, addr(l)) {
+            at.insert((l.pid, l.exec_generation, a), i);
+        }
+    }
+    let mut gone: Vec<usize> = Vec::new();
+    let mut pairs: Vec<(usize, usize)> = at
+        .iter()
+        .filter_map(|(&(p, g, a), &i)| at.get(&(p, g, a + 4)).map(|&j| (i, j)))
+        .collect();
+    pairs.sort_unstable();
+    for (i, j) in pairs {
+        if gone.contains(&i) || gone.contains(&j) {
+            continue;
+        }
+        let b = locks[j].clone();
+        let a = &mut locks[i];
+        a.kind = "futex-rwlock";
+        a.contended += b.contended;
+        a.trylock_failures += b.trylock_failures;
+        a.timeouts += b.timeouts;
+        a.wakes += b.wakes;
+        let (wa, wb) = (a.wait_ns, b.wait_ns);
+        a.wait_ns.total = wa.total + wb.total;
+        a.wait_ns.count = wa.count + wb.count;
+        a.wait_ns.mean = if a.wait_ns.count == 0 {
+            0.0
+        } else {
+            a.wait_ns.total as f64 / a.wait_ns.count as f64
+        };
+        a.wait_ns.max = wa.max.max(wb.max);
+        a.wait_ns.p99 = wa.p99.max(wb.p99);
+        for s in b.sites {
+            match a.sites.iter_mut().find(|x| x.name == s.name) {
+                Some(x) => {
+                    x.contended += s.contended;
+                    x.trylock_failures += s.trylock_failures;
+                    x.wait_ns += s.wait_ns;
+                    x.max_wait_ns = x.max_wait_ns.max(s.max_wait_ns);
+                }
+                None => a.sites.push(s),
+            }
+        }
+        a.sites
+            .sort_by(|x, y| (y.wait_ns, &x.name).cmp(&(x.wait_ns, &y.name)));
+        a.call_paths.extend(b.call_paths);
+        a.call_paths
+            .sort_by(|x, y| (y.wait_ns, &x.frames).cmp(&(x.wait_ns, &y.frames)));
+        for t in b.threads {
+            match a.threads.iter_mut().find(|x| x.thread == t.thread) {
+                Some(x) => {
+                    x.contended += t.contended;
+                    x.trylock_failures += t.trylock_failures;
+                    x.wait_ns += t.wait_ns;
+                    x.max_wait_ns = x.max_wait_ns.max(t.max_wait_ns);
+                }
+                None => a.threads.push(t),
+            }
+        }
+        a.threads
+            .sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
+        let label = a.name.clone().unwrap_or_else(|| a.address.clone());
+        for r in blame
+            .iter_mut()
+            .filter(|r| r.obj == b.obj || r.obj == a.obj)
         {
+            r.obj = a.obj;
+            r.lock.clone_from(&a.address);
+            r.lock_name.clone_from(&label);
+        }
+        gone.push(j);
+    }
+    gone.sort_unstable();
+    for j in gone.into_iter().rev() {
+        locks.remove(j);
+    }
+}
+
+/// (lock, waiter tid, waiter site, holder tid, holder site, holder path).
+type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
+
+/// Every blame entry of the model, summed per waiter thread and site and
+/// holder thread, site and path; largest first.
+fn blame_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<BlameOut> {
+    // Value: wait, waits, waiter thread index, holder thread index.
+    let mut rows: BTreeMap<BlameKey, (u64, u64, u32, Option<u32>)> = BTreeMap::new();
+    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
+        if ns == 0 {
             continue;
         }
         let process = model.objs[oi as usize].process;
         let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
-        let ws = names.site_str(wsite);
-        let (htid, hs, hp) = if c == Culprit::NONE {
-            (None, names.site_str(u32::MAX), Vec::new())
+        let ws = names.site_str(oi, wsite);
+        let (hthread, htid, hs, hp) = if c == Culprit::NONE {
+            (None, None, NO_HOLDER.to_string(), Vec::new())
         } else {
             (
+                Some(c.thread),
                 model.threads.get(c.thread as usize).map(|t| t.tid),
-                names.site_str(c.site),
+                names.site_str_via(oi, c.site, c.stack),
                 names.path(process, c.stack),
             )
         };
-        let m = matrix.entry((oi, ws.clone(), hs.clone())).or_default();
-        m.0 += ns;
-        m.1 += n;
-        let e = blame_rows
-            .entry((oi, wtid, ws, htid, hs.clone(), hp))
-            .or_default();
+        let e = rows
+            .entry((oi, wtid, ws, htid, hs, hp))
+            .or_insert((0, 0, wthread, hthread));
         e.0 += ns;
         e.1 += n;
-        let b = blocking.entry((hs, oi)).or_default();
-        b.0 += ns;
-        b.1 += n;
     }
-    let mut blame: Vec<BlameOut> = blame_rows
+    let mut blame: Vec<BlameOut> = rows
         .into_iter()
-        .map(|((oi, wtid, ws, htid, hs, hp), (ns, n))| BlameOut {
-            lock: format!("{:#x}", model.objs[oi as usize].addr),
-            lock_name: names.label(oi),
-            waiter_tid: wtid,
-            waiter_site: ws,
-            holder_tid: htid,
-            holder_site: hs,
-            holder_path: hp,
-            wait_ns: ns,
-            waits: n,
+        .map(|((oi, wtid, ws, htid, hs, hp), (ns, n, wt, ht))| {
+            let o = &model.objs[oi as usize];
+            BlameOut {
+                lock: format!("{:#x}", o.addr),
+                pid: pid_of(meta, o.process),
+                lock_name: names.label(oi),
+                waiter_tid: wtid,
+                waiter_site: ws,
+                holder_tid: htid,
+                holder_site: hs,
+                holder_path: hp,
+                wait_ns: ns,
+                waits: n,
+                obj: oi,
+                waiter_thread: wt,
+                holder_thread: ht,
+            }
         })
         .collect();
     blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
-    let mut blocking_sites: Vec<BlockingOut> = blocking
-        .into_iter()
-        .map(|((site, oi), (ns, n))| BlockingOut {
-            site,
-            lock_name: names.label(oi),
-            wait_caused_ns: ns,
-            waits: n,
-        })
-        .collect();
-    blocking_sites.sort_by_key(|b| std::cmp::Reverse(b.wait_caused_ns));
+    blame
+}
+
+/// The blame rows summed over threads: (waiter site x holder site, holder
+/// sites), each largest first.
+fn aggregate_blame(blame: &[BlameOut]) -> (Vec<MatrixOut>, Vec<BlockingOut>) {
+    // Keyed by (lock, sites) then summed; the first row of a key gives
+    // the lock's names.
+    let mut matrix: BTreeMap<(u32, &str, &str), (u64, u64, &BlameOut)> = BTreeMap::new();
+    let mut blocking: BTreeMap<(&str, u32), (u64, u64, &BlameOut)> = BTreeMap::new();
+    for b in blame {
+        let m = matrix
+            .entry((b.obj, &b.waiter_site, &b.holder_site))
+            .or_insert((0, 0, b));
+        m.0 += b.wait_ns;
+        m.1 += b.waits;
+        let k = blocking.entry((&b.holder_site, b.obj)).or_insert((0, 0, b));
+        k.0 += b.wait_ns;
+        k.1 += b.waits;
+    }
     let mut blame_matrix: Vec<MatrixOut> = matrix
         .into_iter()
-        .map(|((oi, ws, hs), (ns, n))| MatrixOut {
-            lock_name: names.label(oi),
-            waiter_site: ws,
-            holder_site: hs,
+        .map(|((_, ws, hs), (ns, n, b))| MatrixOut {
+            lock: b.lock.clone(),
+            pid: b.pid,
+            lock_name: b.lock_name.clone(),
+            waiter_site: ws.to_string(),
+            holder_site: hs.to_string(),
             wait_ns: ns,
             waits: n,
         })
         .collect();
     blame_matrix.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
-    if let Some(n) = cfg.top {
-        blame.truncate(n);
-        blocking_sites.truncate(n);
-        blame_matrix.truncate(n);
-    }
+    let mut blocking_sites: Vec<BlockingOut> = blocking
+        .into_iter()
+        .map(|((site, obj), (ns, n, b))| BlockingOut {
+            site: site.to_string(),
+            lock: b.lock.clone(),
+            pid: b.pid,
+            lock_name: b.lock_name.clone(),
+            wait_caused_ns: ns,
+            waits: n,
+            obj,
+        })
+        .collect();
+    blocking_sites.sort_by_key(|b| std::cmp::Reverse(b.wait_caused_ns));
+    (blame_matrix, blocking_sites)
+}
 
-    // ---- threads ----
+/// Every thread's time breakdown, by pid then tid.
+fn thread_rows(meta: &Meta, model: &Model) -> Vec<ThreadOut> {
     let mut threads: Vec<ThreadOut> = model
         .threads
         .iter()
         .enumerate()
-        .filter(|(i, _)| thread_ok(*i as u32))
-        .map(|(_, t)| ThreadOut {
+        .map(|(i, t)| ThreadOut {
             tid: t.tid,
             pid: pid_of(meta, t.process),
             exec_generation: gen_of(meta, t.process),
@@ -921,24 +1796,30 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
             overhead_ns: t.overhead_ns,
             events: t.events,
             lost_events: t.lost,
+            thread: i as u32,
         })
         .collect();
     threads.sort_by_key(|t| (t.pid, t.tid));
+    threads
+}
 
-    // ---- other objects ----
+/// Condition variables, barriers and semaphores, each by total wait.
+fn object_rows(
+    meta: &Meta,
+    model: &Model,
+    names: &mut Names,
+) -> (Vec<CondOut>, Vec<BarrierOut>, Vec<SemOut>) {
     let mut obj_threads: HashMap<u32, Vec<ObjThreadOut>> = HashMap::new();
     for (&(oi, ti), &(n, ns)) in &model.obj_waits {
-        if !thread_ok(ti) {
-            continue;
-        }
         obj_threads.entry(oi).or_default().push(ObjThreadOut {
             tid: model.threads[ti as usize].tid,
             waits: n,
             wait_ns: ns,
+            thread: ti,
         });
     }
     for v in obj_threads.values_mut() {
-        v.sort_by_key(|t| t.tid);
+        v.sort_by_key(|t| (t.tid, t.thread));
     }
     let mut conds = Vec::new();
     let mut barriers = Vec::new();
@@ -949,6 +1830,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         match o.kind {
             Kind::Cond => conds.push(CondOut {
                 address: format!("{:#x}", o.addr),
+                pid: pid_of(meta, o.process),
                 name: names.label(i),
                 waits: o.acquisitions,
                 timeouts: o.timeouts,
@@ -966,6 +1848,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
                         tid: model.threads.get(*t as usize).map_or(0, |t| t.tid),
                         waits: 0,
                         wait_ns: ns,
+                        thread: *t,
                     })
                     .collect();
                 blamed_on.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
@@ -996,8 +1879,11 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
     conds.sort_by_key(|c| std::cmp::Reverse(c.wait_ns.total));
     barriers.sort_by_key(|b| std::cmp::Reverse(b.wait_ns.total));
     semaphores.sort_by_key(|s| std::cmp::Reverse(s.wait_ns.total));
+    (conds, barriers, semaphores)
+}
 
-    // ---- overhead ----
+/// The recorder overhead that was (or could have been) subtracted.
+fn overhead_out(model: &Model, cfg: &ReportConfig) -> OverheadOut {
     let n = model.overhead.len().max(1) as f64;
     let total_ns = model.overhead_total();
     let raw_time: u64 = model
@@ -1005,44 +1891,129 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         .iter()
         .map(|t| t.lifetime() + t.overhead_ns)
         .sum();
-    let overhead = OverheadOut {
+    OverheadOut {
         subtracted: cfg.correct_overhead && !model.overhead.is_empty(),
         acquire_ns: model.overhead.iter().map(|o| o.acquire_ns).sum::<f64>() / n,
         release_ns: model.overhead.iter().map(|o| o.release_ns).sum::<f64>() / n,
         event_ns: model.overhead.iter().map(|o| o.event_ns).sum::<f64>() / n,
         total_ns,
         share_of_thread_time: ratio(total_ns, raw_time),
-    };
-
-    let mut notes: Vec<String> = names
-        .sym
-        .problems()
-        .iter()
-        .map(|p| format!("symbols: {p}"))
-        .collect();
-    if !cfg.symbolize {
-        notes.push("symbolization disabled: sites are module+offset".into());
     }
-    // Loss records and in-stream Lost annotations may describe the same
-    // drops: take the largest account rather than their sum.
-    let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();
-    let lost_annot: u64 = model.threads.iter().map(|t| t.lost).sum();
-    let mut report = Report {
-        schema: SCHEMA,
-        command: meta.header.command.clone(),
-        duration_ns: meta.footer.as_ref().map_or_else(
-            || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
-            |f| f.duration_ns,
-        ),
-        events: meta.events,
-        lost_events: meta
-            .footer
-            .as_ref()
-            .map_or(0, |f| f.lost)
-            .max(lost_records)
-            .max(lost_annot),
-        truncated: meta.truncated.clone(),
-        overhead,
+}
+
+/// Stage 3: what `cfg` asks to see. Locks pass `--min-wait`, `--lock` and
+/// `--thread` (a lock some selected thread used), are sorted by
+/// `cfg.sort` and cut to `--top`; blame rows are those of kept locks that
+/// involve a selected thread (as waiter or holder), summed again into the
+/// matrix and blocking sites; recommendations are kept for locks that
+/// pass `--lock` and `--thread` (not `--top` or `--min-wait`: advice was
+/// decided on the full model and is the same in every output format).
+fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
+    let thread_ok = |ti: u32| -> bool {
+        let Some(f) = &cfg.thread_filter else {
+            return true;
+        };
+        let Some(t) = model.threads.get(ti as usize) else {
+            return false;
+        };
+        f.parse::<u32>().ok() == Some(t.tid) || t.name.contains(f.as_str())
+    };
+    let selected = |l: &LockOut| -> bool {
+        let by_lock = match cfg.lock_filter.as_deref() {
+            None => true,
+            Some(f) => {
+                l.address.contains(f)
+                    || l.name.as_deref().is_some_and(|n| n.contains(f))
+                    || l.first_use.contains(f)
+            }
+        };
+        let by_thread =
+            cfg.thread_filter.is_none() || l.threads.iter().any(|t| thread_ok(t.thread));
+        by_lock && by_thread
+    };
+    let mut full = full;
+    let all_locks = std::mem::take(&mut full.locks);
+    let all_blame = std::mem::take(&mut full.blame);
+    let threads = std::mem::take(&mut full.threads);
+    let mut conds = std::mem::take(&mut full.conds);
+    let mut barriers = std::mem::take(&mut full.barriers);
+    let mut semaphores = std::mem::take(&mut full.semaphores);
+    let recommendations = std::mem::take(&mut full.recommendations);
+    let chosen: std::collections::HashSet<u32> = all_locks
+        .iter()
+        .filter(|l| selected(l))
+        .map(|l| l.obj)
+        .collect();
+    let recommendations: Vec<_> = recommendations
+        .into_iter()
+        .filter(|r| chosen.contains(&r.obj))
+        .collect();
+
+    let mut locks: Vec<LockOut> = all_locks
+        .into_iter()
+        .filter(|l| chosen.contains(&l.obj) && l.wait_ns.total >= cfg.min_wait_ns)
+        .collect();
+    let key_name = |l: &LockOut| -> String {
+        l.name
+            .clone()
+            .unwrap_or_else(|| format!("~{:016x}", model.objs[l.obj as usize].addr))
+    };
+    match cfg.sort {
+        SortKey::Name => locks.sort_by_key(key_name),
+        k => locks.sort_by_key(|l| {
+            let v = match k {
+                SortKey::Hold => l.hold_ns.total,
+                SortKey::Acquisitions => l.acquisitions,
+                SortKey::Contended => l.contended,
+                SortKey::OwnerChanges => l.owner_changes,
+                SortKey::MaxWait => l.wait_ns.max,
+                _ => l.wait_ns.total,
+            };
+            (
+                std::cmp::Reverse(v),
+                std::cmp::Reverse(l.acquisitions),
+                model.objs[l.obj as usize].addr,
+            )
+        }),
+    }
+    if let Some(n) = cfg.top {
+        locks.truncate(n);
+    }
+    for l in &mut locks {
+        l.threads.retain(|t| thread_ok(t.thread));
+    }
+
+    let kept: std::collections::HashSet<u32> = locks.iter().map(|l| l.obj).collect();
+    let mut blame: Vec<BlameOut> = all_blame
+        .into_iter()
+        .filter(|b| kept.contains(&b.obj))
+        .filter(|b| {
+            cfg.thread_filter.is_none()
+                || thread_ok(b.waiter_thread)
+                || b.holder_thread.is_some_and(thread_ok)
+        })
+        .collect();
+    let (mut blame_matrix, mut blocking_sites) = aggregate_blame(&blame);
+    if let Some(n) = cfg.top {
+        blame.truncate(n);
+        blocking_sites.truncate(n);
+        blame_matrix.truncate(n);
+    }
+
+    let threads = threads
+        .into_iter()
+        .filter(|t| thread_ok(t.thread))
+        .collect();
+    for v in conds.iter_mut().map(|c| &mut c.threads) {
+        v.retain(|t| thread_ok(t.thread));
+    }
+    for b in &mut barriers {
+        b.threads.retain(|t| thread_ok(t.thread));
+    }
+    for s in &mut semaphores {
+        s.threads.retain(|t| thread_ok(t.thread));
+    }
+    Report {
         locks,
         blame,
         blame_matrix,
@@ -1051,13 +2022,7 @@ pub fn build_report(meta: &Meta, model: &mut Model, cfg: &ReportConfig) -> Repor
         conds,
         barriers,
         semaphores,
-        anomalies: model.anomalies.clone(),
-        notes,
-        recommendations: Vec::new(),
-    };
-    report.recommendations = crate::advice::advise(
-        &report,
-        &crate::advice::MachineFacts::from_header(&meta.header),
-    );
-    report
+        recommendations,
+        ..full
+    }
 }

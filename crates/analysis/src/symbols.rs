@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use lockscope_format::MapEntry;
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// One frame of a resolved code address (innermost inlined frame first).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -105,6 +105,109 @@ impl Location {
     }
 }
 
+/// Modules whose code is never the user's: the C library and dynamic
+/// loader, the C++ runtimes, libgcc's unwinder and lockscope's own
+/// injected libraries. Matched on the file's base name.
+pub const RUNTIME_MODULES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "libpthread",
+    "ld-linux",
+    "ld-musl",
+    "libstdc++",
+    "libc++",
+    "libgcc_s",
+    "liblockscope",
+    "[vdso]",
+];
+
+/// Function name prefixes of runtime code compiled into the user's own
+/// binary: Rust's std, core and alloc (also as `<std::... as Trait>`
+/// impls), libstdc++/libc++ (`std::`, `std::__1::`, `__gnu_cxx::`,
+/// gthreads), glibc internals and lockscope's hooks.
+pub const RUNTIME_FUNCTIONS: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "<std::",
+    "<core::",
+    "<alloc::",
+    "__gnu_cxx::",
+    "__cxxabiv1::",
+    "__gthread",
+    "__pthread",
+    "__lll_",
+    "__futex",
+    "pthread_",
+    "syscall",
+    "lockscope_",
+];
+
+/// Source paths of runtime code inlined into the user's binary: system
+/// and compiler headers (libstdc++'s `<mutex>` lives under
+/// `/usr/include/c++/`, gthreads under `/usr/include/<triple>/c++/`) and
+/// the Rust standard library (`/rustc/<hash>/library/...` in a release
+/// toolchain, `library/std/src/...` in a local one).
+pub const RUNTIME_PATHS: &[&str] = &[
+    "/usr/include/",
+    "/usr/lib/gcc/",
+    "/include/c++/",
+    "/rustc/",
+    "library/std/src/",
+    "library/core/src/",
+    "library/alloc/src/",
+];
+
+/// True for a module that holds no user code ([`RUNTIME_MODULES`]).
+pub fn is_runtime_module(module: &str) -> bool {
+    RUNTIME_MODULES.iter().any(|m| module.starts_with(m))
+}
+
+/// True for a frame of runtime code: its function matches
+/// [`RUNTIME_FUNCTIONS`] or its source file [`RUNTIME_PATHS`]. A frame
+/// with neither name nor file is not runtime (nothing says so).
+pub fn is_runtime_frame(f: &Frame) -> bool {
+    f.function
+        .as_deref()
+        .is_some_and(|n| RUNTIME_FUNCTIONS.iter().any(|p| n.starts_with(p)))
+        || f.file
+            .as_deref()
+            .is_some_and(|p| RUNTIME_PATHS.iter().any(|r| p.contains(r)))
+}
+
+impl Location {
+    /// The location seen from the user's code: the innermost (possibly
+    /// inlined) frame that is not runtime code and its callers, with the
+    /// runtime frames inside it dropped. `None` when the address is
+    /// entirely runtime code (in a runtime module, or every frame of its
+    /// inlining chain is). An address with no frames at all (no symbols)
+    /// in a user module is kept as it is.
+    ///
+    /// This is the rule every site, blame row and recommendation follows
+    /// unless `--frames all` is given (docs/report.md).
+    pub fn user_view(&self) -> Option<Location> {
+        if is_runtime_module(&self.module) {
+            return None;
+        }
+        if self.frames.is_empty() {
+            return Some(self.clone());
+        }
+        let k = self.frames.iter().position(|f| !is_runtime_frame(f))?;
+        // Runtime frames the user frame is inlined into (Rust's thread
+        // start `__rust_begin_short_backtrace`) are dropped too: the
+        // ` in caller` of a user site names user code or nothing.
+        Some(Location {
+            module: self.module.clone(),
+            offset: self.offset,
+            frames: self.frames[k..]
+                .iter()
+                .filter(|f| !is_runtime_frame(f))
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
 fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -116,6 +219,8 @@ const MAX_MODULE_BYTES: u64 = 2 << 30;
 struct Module {
     /// (vaddr, size, name) of defined symbols, sorted by address.
     symbols: Vec<(u64, u64, String)>,
+    /// Static arrays known from DWARF: (vaddr, size, element size), sorted.
+    arrays: Vec<(u64, u64, u64)>,
     /// (file offset, size in file, size in memory, vaddr) of loadable
     /// segments. The size in memory covers `.bss`, which the kernel maps
     /// anonymously right after the file-backed part.
@@ -124,7 +229,9 @@ struct Module {
 }
 
 impl Module {
-    fn load(path: &str, want_build_id: &[u8]) -> Result<Module, String> {
+    /// Reads a module's symbols, segments and DWARF; the note says why
+    /// names will be missing (a stripped file without debug file).
+    fn load(path: &str, want_build_id: &[u8]) -> Result<(Module, Option<String>), String> {
         // Mapped files are not all binaries (data files, shared memory):
         // check the ELF magic and the size before reading a file whole.
         let mut f = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
@@ -171,7 +278,29 @@ impl Module {
             }
         };
         add(&mut symbols, file.symbols());
+        // A stripped binary: its separate debug file (build-id directory
+        // or .gnu_debuglink) has the full symbol table and the DWARF.
+        let has_dwarf = file.section_by_name(".debug_info").is_some();
+        let debug = if symbols.is_empty() || !has_dwarf {
+            find_debug_file(path, &file)
+        } else {
+            DebugFile::default()
+        };
+        let debug_data = match &debug.path {
+            Some(p) => std::fs::read(p).ok(),
+            None => None,
+        };
+        let debug_obj = debug_data
+            .as_deref()
+            .and_then(|d| object::File::parse(d).ok());
         if symbols.is_empty() {
+            if let Some(d) = &debug_obj {
+                add(&mut symbols, d.symbols());
+            }
+        }
+        if symbols.is_empty() {
+            // Last resort: the exported names (functions and data that
+            // the dynamic linker sees).
             add(&mut symbols, file.dynamic_symbols());
         }
         symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
@@ -184,12 +313,32 @@ impl Module {
             })
             .collect();
         // DWARF is optional: a stripped binary still gives symbols.
-        let dwarf = addr2line::Loader::new(path).ok();
-        Ok(Module {
+        let dwarf_path = match (&debug.path, has_dwarf) {
+            (Some(p), false) => p.to_string_lossy().into_owned(),
+            _ => path.to_string(),
+        };
+        let dwarf = addr2line::Loader::new(&dwarf_path).ok();
+        let arrays = match (&debug_obj, has_dwarf) {
+            (Some(d), false) => static_arrays(d),
+            (_, true) => static_arrays(&file),
+            _ => Vec::new(),
+        };
+        // Say why names are missing, and what would bring them.
+        let note = (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
+            format!(
+                "{path}: no debug info (stripped) and no separate debug file found \
+                 (looked for {}); install its debug package (-dbgsym / -dbg) for \
+                 function names and lines",
+                debug.looked.join(", ")
+            )
+        });
+        let module = Module {
+            arrays,
             symbols,
             segments,
             dwarf,
-        })
+        };
+        Ok((module, note))
     }
 
     fn vaddr_of(&self, file_off: u64) -> Option<u64> {
@@ -210,6 +359,13 @@ impl Module {
         Some(seg.3 + (file_off - seg.0))
     }
 
+    /// The static array (start, size, element size) containing `va`.
+    fn array_at(&self, va: u64) -> Option<(u64, u64, u64)> {
+        let i = self.arrays.partition_point(|a| a.0 <= va);
+        let a = *self.arrays.get(i.checked_sub(1)?)?;
+        (va - a.0 < a.1).then_some(a)
+    }
+
     /// Symbol containing `va`; a symbol of size 0 matches only its own address.
     fn symbol(&self, va: u64) -> Option<(&str, u64)> {
         let i = self.symbols.partition_point(|s| s.0 <= va);
@@ -217,6 +373,208 @@ impl Module {
         let inside = va - start < (*size).max(1);
         inside.then_some((name.as_str(), va - start))
     }
+}
+
+/// Where a stripped module's debug file was found, and where it was
+/// looked for (for the report's note when it was not).
+#[derive(Default)]
+struct DebugFile {
+    path: Option<std::path::PathBuf>,
+    looked: Vec<String>,
+}
+
+/// Roots of separate debug files: `$LOCKSCOPE_DEBUG_DIRS` (colon
+/// separated) before the system's `/usr/lib/debug`, where Debian's
+/// `-dbgsym` and Fedora's `-debuginfo` packages install them.
+fn debug_roots() -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::env::var_os("LOCKSCOPE_DEBUG_DIRS")
+        .map(|s| std::env::split_paths(&s).collect())
+        .unwrap_or_default();
+    v.push("/usr/lib/debug".into());
+    v
+}
+
+/// Finds the separate debug file of `path` as gdb does: by GNU build-id
+/// (`ROOT/.build-id/ab/cdef....debug`, the debug file must carry the same
+/// build-id), then by `.gnu_debuglink` (its name next to the file, in
+/// `.debug/` beside it, or under `ROOT/<the file's directory>/`; the CRC
+/// of the debug file must match the link's).
+fn find_debug_file(path: &str, file: &object::File<'_>) -> DebugFile {
+    let mut out = DebugFile::default();
+    let roots = debug_roots();
+    if let Ok(Some(id)) = file.build_id() {
+        if id.len() >= 2 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            for root in &roots {
+                let p = root
+                    .join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..]));
+                out.looked.push(p.display().to_string());
+                let same_id = std::fs::read(&p).ok().is_some_and(|d| {
+                    object::File::parse(&*d)
+                        .ok()
+                        .and_then(|f| f.build_id().ok().flatten().map(|b| b == id))
+                        .unwrap_or(false)
+                });
+                if same_id {
+                    out.path = Some(p);
+                    return out;
+                }
+            }
+        }
+    }
+    if let Ok(Some((name, crc))) = file.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
+        let mut cands = vec![dir.join(&name), dir.join(".debug").join(&name)];
+        for root in &roots {
+            cands.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        }
+        for p in cands {
+            out.looked.push(p.display().to_string());
+            // The link names a file, not a build: a CRC mismatch is a
+            // debug file of another build of the same program.
+            if p.as_path() != Path::new(path)
+                && std::fs::read(&p).is_ok_and(|d| crc32fast::hash(&d) == crc)
+            {
+                out.path = Some(p);
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// Static arrays from DWARF: (address, total size, element size) of every
+/// variable with a fixed address whose type is an array, so that a lock
+/// inside one is named `name[i]` (`lru_locks[12]`). Only unit-level
+/// variables with a `DW_OP_addr` location; sorted by address.
+fn static_arrays(file: &object::File<'_>) -> Vec<(u64, u64, u64)> {
+    use addr2line::gimli;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<'_, [u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(std::borrow::Cow::Borrowed(&[])))
+    };
+    let Ok(sections) = gimli::DwarfSections::load(load) else {
+        return Vec::new();
+    };
+    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
+        };
+        let mut entries = unit.entries();
+        while let Ok(Some(e)) = entries.next_dfs() {
+            if e.tag() != gimli::DW_TAG_variable {
+                continue;
+            }
+            let Some(addr) = var_address(&unit, e) else {
+                continue;
+            };
+            if let Some((total, elem)) = array_type(&unit, e) {
+                out.push((addr, total, elem));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+type Slice<'a> = addr2line::gimli::EndianSlice<'a, addr2line::gimli::RunTimeEndian>;
+
+/// A variable's static address (`DW_AT_location` = one `DW_OP_addr`).
+fn var_address(
+    unit: &addr2line::gimli::Unit<Slice<'_>>,
+    e: &addr2line::gimli::DebuggingInformationEntry<Slice<'_>>,
+) -> Option<u64> {
+    use addr2line::gimli;
+    let gimli::AttributeValue::Exprloc(expr) = e.attr_value(gimli::DW_AT_location)? else {
+        return None;
+    };
+    let mut ops = expr.operations(unit.encoding());
+    match ops.next().ok()?? {
+        gimli::Operation::Address { address } => match ops.next() {
+            Ok(None) => Some(address),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// (total size, element size) when the entry's type is a one-level array
+/// (through typedefs and qualifiers) whose element type has a byte size.
+fn array_type(
+    unit: &addr2line::gimli::Unit<Slice<'_>>,
+    e: &addr2line::gimli::DebuggingInformationEntry<Slice<'_>>,
+) -> Option<(u64, u64)> {
+    use addr2line::gimli;
+    let type_of =
+        |e: &gimli::DebuggingInformationEntry<Slice<'_>>| match e.attr_value(gimli::DW_AT_type)? {
+            gimli::AttributeValue::UnitRef(o) => Some(o),
+            _ => None,
+        };
+    let size_of = |mut off: gimli::UnitOffset| -> Option<u64> {
+        for _ in 0..16 {
+            let t = unit.entry(off).ok()?;
+            if let Some(v) = t.attr_value(gimli::DW_AT_byte_size) {
+                return v.udata_value();
+            }
+            off = type_of(&t)?;
+        }
+        None
+    };
+    let mut off = type_of(e)?;
+    for _ in 0..16 {
+        let t = unit.entry(off).ok()?;
+        match t.tag() {
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_atomic_type => off = type_of(&t)?,
+            gimli::DW_TAG_array_type => {
+                let elem = size_of(type_of(&t)?)?;
+                // The total: the array's own byte size, else the element
+                // size times the first dimension's count (C arrays carry
+                // DW_AT_upper_bound or DW_AT_count in a subrange child).
+                let total = match t.attr_value(gimli::DW_AT_byte_size) {
+                    Some(v) => v.udata_value()?,
+                    None => {
+                        let mut tree = unit.entries_tree(Some(off)).ok()?;
+                        let root = tree.root().ok()?;
+                        let mut kids = root.children();
+                        let mut n: Option<u64> = None;
+                        while let Ok(Some(k)) = kids.next() {
+                            let k = k.entry();
+                            if k.tag() != gimli::DW_TAG_subrange_type {
+                                continue;
+                            }
+                            let dim = if let Some(c) = k.attr_value(gimli::DW_AT_count) {
+                                c.udata_value()?
+                            } else {
+                                k.attr_value(gimli::DW_AT_upper_bound)?.udata_value()? + 1
+                            };
+                            n = Some(n.unwrap_or(1) * dim);
+                        }
+                        n? * elem
+                    }
+                };
+                return (elem > 0 && total >= elem).then_some((total, elem));
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn demangle(name: &str) -> String {
@@ -290,7 +648,10 @@ impl Symbolizer {
         if !self.modules.contains_key(&key) {
             let m = if self.enabled && Path::new(path).is_absolute() {
                 match Module::load(path, build_id) {
-                    Ok(m) => Some(m),
+                    Ok((m, note)) => {
+                        self.problems.extend(note);
+                        Some(m)
+                    }
                     Err(e) => {
                         self.problems.push(e);
                         None
@@ -373,12 +734,28 @@ impl Symbolizer {
     }
 
     /// Name of a data address (a static lock): the symbol containing it,
-    /// with `+offset` when it is inside a larger object. `None` for heap,
-    /// stack and anonymous memory, or when the file cannot be read.
+    /// as `name[i]` inside a static array whose element size DWARF gives
+    /// (`lru_locks[12]`, `+0x..` when inside element i), else with
+    /// `+offset` when it is inside a larger object; `module+0xoffset` in a
+    /// module's data that no symbol covers (a stripped binary's `.bss`).
+    /// `None` for heap, stack and anonymous memory, or when the file
+    /// cannot be read.
     pub fn data(&mut self, process: u32, addr: u64) -> Option<String> {
-        let (_, _, resolved) = self.locate(process, addr);
+        let (module, file_off, resolved) = self.locate(process, addr);
         let (md, va) = resolved?;
-        let (name, off) = md.symbol(va)?;
+        let Some((name, off)) = md.symbol(va) else {
+            return Some(format!("{module}+{file_off:#x}"));
+        };
+        if let Some((start, _, elem)) = md.array_at(va) {
+            if start == va - off {
+                let (i, within) = (off / elem, off % elem);
+                return Some(if within == 0 {
+                    format!("{name}[{i}]")
+                } else {
+                    format!("{name}[{i}]+{within:#x}")
+                });
+            }
+        }
         Some(if off == 0 {
             name.to_string()
         } else {
@@ -390,6 +767,93 @@ impl Symbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frame(f: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            function: Some(f.into()),
+            file: Some(file.into()),
+            line: Some(line),
+        }
+    }
+
+    /// Issue 10 item 1: the user frame of an inlined std::mutex::lock()
+    /// (libstdc++ 12, -O2) and of Rust std's Mutex::lock; none inside
+    /// libc or a chain that is all runtime.
+    #[test]
+    fn issue10_user_view_skips_runtime_frames() {
+        let cxx = Location {
+            module: "app".into(),
+            offset: 0x1234,
+            frames: vec![
+                frame(
+                    "__gthread_mutex_lock",
+                    "/usr/include/x86_64-linux-gnu/c++/12/bits/gthr-default.h",
+                    749,
+                ),
+                frame(
+                    "std::mutex::lock()",
+                    "/usr/include/c++/12/bits/std_mutex.h",
+                    100,
+                ),
+                frame(
+                    "std::lock_guard<std::mutex>::lock_guard(std::mutex&)",
+                    "/usr/include/c++/12/bits/std_mutex.h",
+                    229,
+                ),
+                frame("by_guard(int)", "/src/app.cpp", 27),
+                frame("worker()", "/src/app.cpp", 60),
+            ],
+        };
+        let v = cxx.user_view().unwrap();
+        assert_eq!(
+            v.short(),
+            "by_guard(int) (app.cpp:27) in worker() (app.cpp:60)"
+        );
+        assert_eq!(v.frames.len(), 2);
+        let rust = Location {
+            module: "app".into(),
+            offset: 0x99,
+            frames: vec![
+                frame(
+                    "std::sys::sync::mutex::futex::Mutex::lock",
+                    "/rustc/abc/library/std/src/sys/sync/mutex/futex.rs",
+                    28,
+                ),
+                frame("app::worker", "src/main.rs", 12),
+            ],
+        };
+        assert_eq!(
+            rust.user_view().unwrap().short(),
+            "app::worker (main.rs:12)"
+        );
+        let mut thread_start = rust.clone();
+        thread_start.frames.push(frame(
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+            "/rustc/abc/library/std/src/sys/backtrace.rs",
+            166,
+        ));
+        assert_eq!(
+            thread_start.user_view().unwrap().short(),
+            "app::worker (main.rs:12)"
+        );
+        let all_std = Location {
+            frames: vec![cxx.frames[0].clone(), cxx.frames[1].clone()],
+            ..cxx.clone()
+        };
+        assert_eq!(all_std.user_view(), None);
+        let libc = Location {
+            module: "libc.so.6".into(),
+            offset: 1,
+            frames: vec![frame("start_thread", "pthread_create.c", 442)],
+        };
+        assert_eq!(libc.user_view(), None);
+        let bare = Location {
+            module: "app".into(),
+            offset: 7,
+            frames: vec![],
+        };
+        assert_eq!(bare.user_view().unwrap().short(), "app+0x7");
+    }
 
     #[test]
     fn unknown_address_degrades_to_module_offset() {

@@ -14,7 +14,11 @@
 //!    counting shim (tests/programs/bench/count_shim.c).
 //! 5. Bytes per event on disk over the record fixtures.
 //!
-//! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes]...`.
+//! 6. fluid_like (fluidanimate-like) in default mode: events offered/s,
+//!    drained/s, lost, back-pressure waits.
+//! 7. 1000 short threads: wall-time ratio and peak RSS.
+//!
+//! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes|fluid|threads]...`.
 //! Needs gcc, and `lockscope` and `liblockscope_preload.so` next to this
 //! binary (build the workspace in release mode first), or LOCKSCOPE_BIN
 //! naming the lockscope binary. `LOCKSCOPE_BASE_BIN=<another build's
@@ -116,6 +120,9 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
     };
     // SAFETY: fresh zeroed mapping.
     let mut p = unsafe { Producer::init(rb, len, &id) }.unwrap();
+    // Waiting: the producer sleeps on the ring's futex until the drain
+    // makes room, as the preload library does by default.
+    p.set_wait_when_full(wait_for_room);
     let stop = AtomicBool::new(false);
     let mut elapsed = 0.0;
     let outcome = std::thread::scope(|s| {
@@ -130,9 +137,7 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
                 op: if i & 1 == 0 { 1 } else { 4 },
                 ..Head::default()
             };
-            while !p.push(head, None, &[]) && wait_for_room {
-                std::hint::spin_loop();
-            }
+            p.push(head, None, &[]);
         }
         elapsed = t0.elapsed().as_secs_f64();
         stop.store(true, Ordering::Release);
@@ -149,7 +154,39 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
 struct Recorded {
     wall_s: f64,
     stdout: String,
+    stderr: String,
     trace: PathBuf,
+}
+
+/// `lockscope record` of `bin`, with the peak RSS (KiB) of the recorder
+/// process itself (`wait4` on it; the program is its child, not ours).
+// The child is reaped with wait4 (for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn run_recorded_rss(tmp: &Path, bin: &Path, args: &[&str]) -> (Recorded, i64) {
+    let trace = tmp.join("bench.lstrace");
+    let t0 = Instant::now();
+    let child = Command::new(lockscope_bin())
+        .args(["record", "--quiet", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lockscope record");
+    let mut status = 0;
+    // SAFETY: wait4 on our own child with valid out-pointers.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    let r = Recorded {
+        wall_s: t0.elapsed().as_secs_f64(),
+        stdout: String::new(),
+        stderr: String::new(),
+        trace,
+    };
+    (r, ru.ru_maxrss)
 }
 
 fn run_plain(bin: &Path, args: &[&str], env: &[(&str, &Path)]) -> (f64, String, String) {
@@ -207,6 +244,7 @@ fn run_recorded_with(
     Recorded {
         wall_s: t0.elapsed().as_secs_f64(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         trace,
     }
 }
@@ -254,15 +292,16 @@ fn main() {
         let n = if quick { 20_000_000 } else { 100_000_000 };
         let (rate, got, lost) = drain_throughput(n, true);
         println!(
-        "producer waits for room: {:.1} M events/s sustained ({got} events written, {lost} pushes found the ring full)",
-        rate / 1e6
-    );
+            "producer waits for room: {:.1} M events/s drained (sustained), {got} events written, {lost} lost",
+            rate / 1e6
+        );
         let (rate, got, lost) = drain_throughput(n, false);
         println!(
-        "producer never waits:    {:.1} M events/s offered, {got} written, {lost} lost ({:.2}%)",
-        rate / 1e6,
-        lost as f64 * 100.0 / n as f64
-    );
+            "producer never waits:    {:.1} M events/s offered, {:.1} M events/s drained, {got} written, {lost} lost ({:.2}%)",
+            rate / 1e6,
+            rate / 1e6 * got as f64 / n as f64,
+            lost as f64 * 100.0 / n as f64
+        );
     }
 
     let unc = tmp.join("uncontended");
@@ -355,6 +394,66 @@ fn main() {
                 );
             }
         }
+    }
+
+    if want("fluid") {
+        // A real program's rate, default settings: every event must
+        // arrive (the test asserts it); here the rates and the cost.
+        println!(
+            "\n## 6. fluid_like (fluidanimate-like: 2 threads, 4096 mutexes), default settings"
+        );
+        let fl = tmp.join("fluid_like");
+        gcc(&progs.join("fluid_like.c"), &fl, &[]);
+        let steps = if quick { "1000000" } else { "3000000" };
+        let args = ["2", steps, "60"];
+        println!("| run | unrecorded s | recorded s | ratio | events offered/s | drained/s | lost | waits (ms) |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for k in 0..reps {
+            let (pw, _, _) = run_plain(&fl, &args, &[]);
+            let r = run_recorded(&tmp, &fl, &args, &[]);
+            let t = Trace::open(&r.trace).expect("trace");
+            let lost = t.footer.as_ref().map_or(0, |f| f.lost);
+            let events = t.event_count() as u64;
+            let prog_s = field(&r.stdout, "seconds").unwrap_or(f64::NAN);
+            let waits = r
+                .stderr
+                .split("waited ")
+                .nth(1)
+                .and_then(|x| x.split('(').nth(1))
+                .and_then(|x| x.split(" in total").next())
+                .unwrap_or("0")
+                .to_string();
+            println!(
+                "| {k} | {pw:.3} | {:.3} | {:.2}x | {:.1} M | {:.1} M | {lost} | {waits} |",
+                r.wall_s,
+                r.wall_s / pw,
+                (events + lost) as f64 / prog_s / 1e6,
+                events as f64 / r.wall_s / 1e6,
+            );
+        }
+    }
+
+    if want("threads") {
+        println!("\n## 7. 1000 short threads (short_threads.c: 100 pairs each, 16 alive at once)");
+        let st = tmp.join("short_threads");
+        gcc(&progs.join("short_threads.c"), &st, &[]);
+        let args = ["1000", "100"];
+        let (mut pw, mut rw, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+        let mut lost_all = 0;
+        for _ in 0..reps {
+            pw.push(run_plain(&st, &args, &[]).0);
+            let (r, maxrss_kb) = run_recorded_rss(&tmp, &st, &args);
+            rw.push(r.wall_s);
+            rss.push(maxrss_kb as f64 / 1024.0);
+            let t = Trace::open(&r.trace).expect("trace");
+            lost_all += t.footer.as_ref().map_or(0, |f| f.lost);
+        }
+        let (p, r) = (median(pw), median(rw));
+        println!(
+            "unrecorded {p:.3} s, recorded {r:.3} s: ratio {:.2}x; recorder peak RSS {:.0} MB (median); events lost {lost_all}",
+            r / p,
+            median(rss)
+        );
     }
 
     if want("bytes") {

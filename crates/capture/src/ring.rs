@@ -36,6 +36,14 @@ pub const MAX_BACKOFF: u32 = 256;
 /// producer starts backing off.
 const EAGER_RELOADS: u32 = 16;
 
+/// Longest single sleep of a producer waiting for room, ns: bounds the
+/// cost of a lost wake-up.
+const WAIT_SLICE_NS: i64 = 10_000_000;
+/// Sleeps without any progress of the consumer after which a waiting
+/// producer gives up for good (~2 s: the recorder is gone or stuck; a
+/// dead recorder must never hang the program).
+const WAIT_GIVE_UP: u32 = 200;
+
 /// Bytes a ring file of `capacity` slots needs.
 pub fn file_bytes(capacity: u64) -> usize {
     HEADER_BYTES + capacity as usize * SLOT_BYTES
@@ -77,9 +85,13 @@ pub struct Producer {
     skip: u32,
     /// Consecutive failed reloads (0 once there was room again).
     backoff: u32,
-    /// Wait for the consumer instead of dropping when full (opt-in,
-    /// `lockscope record --on-full wait`).
+    /// Wait for the consumer instead of dropping when full (the default
+    /// since issue 8; `lockscope record --on-full drop` turns it off).
     wait_full: bool,
+    /// Head-room checks to skip after one found the ring nearly full but
+    /// could not wait (the thread held a lock): bounds the cross-core
+    /// reloads of `read` while the recorder catches up.
+    headroom_skip: u32,
 }
 
 impl Producer {
@@ -94,6 +106,7 @@ impl Producer {
         skip: 0,
         backoff: 0,
         wait_full: false,
+        headroom_skip: 0,
     };
 
     /// True if this producer has a ring.
@@ -109,37 +122,43 @@ impl Producer {
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the producer is used, aligned to a page, and zero-filled.
     pub unsafe fn init(base: *mut u8, len: usize, id: &RingIdentity) -> Option<Producer> {
-        if len < HEADER_BYTES + 64 * SLOT_BYTES {
-            return None;
+        // SAFETY: the unsafe operations below rely only on this function's own
+        // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+        // it interposes), which the caller upholds.
+        unsafe {
+            if len < HEADER_BYTES + 64 * SLOT_BYTES {
+                return None;
+            }
+            let cap = {
+                let slots = ((len - HEADER_BYTES) / SLOT_BYTES) as u64;
+                1u64 << (63 - slots.leading_zeros())
+            };
+            let hdr = base as *mut RingHeader;
+            // Plain writes: the consumer validates `magic` last (see below).
+            (*hdr).version = 1;
+            (*hdr).slot_bytes = SLOT_BYTES as u32;
+            (*hdr).capacity = cap;
+            (*hdr).pid = id.pid;
+            (*hdr).tid = id.tid;
+            (*hdr).exec_generation = id.exec_generation;
+            (*hdr).parent_tid = id.parent_tid;
+            (*hdr).start_tsc = id.start_tsc;
+            (*hdr).name = id.name;
+            // Publish the header: a consumer that sees the magic sees the rest.
+            core::sync::atomic::fence(Ordering::Release);
+            core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
+            Some(Producer {
+                hdr,
+                slots: base.add(HEADER_BYTES) as *mut Slot,
+                mask: cap - 1,
+                write: 0,
+                read_cache: 0,
+                skip: 0,
+                backoff: 0,
+                wait_full: false,
+                headroom_skip: 0,
+            })
         }
-        let cap = {
-            let slots = ((len - HEADER_BYTES) / SLOT_BYTES) as u64;
-            1u64 << (63 - slots.leading_zeros())
-        };
-        let hdr = base as *mut RingHeader;
-        // Plain writes: the consumer validates `magic` last (see below).
-        (*hdr).version = 1;
-        (*hdr).slot_bytes = SLOT_BYTES as u32;
-        (*hdr).capacity = cap;
-        (*hdr).pid = id.pid;
-        (*hdr).tid = id.tid;
-        (*hdr).exec_generation = id.exec_generation;
-        (*hdr).parent_tid = id.parent_tid;
-        (*hdr).start_tsc = id.start_tsc;
-        (*hdr).name = id.name;
-        // Publish the header: a consumer that sees the magic sees the rest.
-        core::sync::atomic::fence(Ordering::Release);
-        core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
-        Some(Producer {
-            hdr,
-            slots: base.add(HEADER_BYTES) as *mut Slot,
-            mask: cap - 1,
-            write: 0,
-            read_cache: 0,
-            skip: 0,
-            backoff: 0,
-            wait_full: false,
-        })
     }
 
     /// The ring header (for the thread-exit stamp and loss counter).
@@ -148,7 +167,8 @@ impl Producer {
     /// The producer must be attached.
     #[inline]
     pub unsafe fn header(&self) -> &RingHeader {
-        &*self.hdr
+        // SAFETY: the caller guarantees the producer is attached: `hdr` points to a live header.
+        unsafe { &*self.hdr }
     }
 
     /// Appends one event. Returns false (and counts a loss) if the ring is
@@ -157,7 +177,26 @@ impl Producer {
     /// Hot path: no allocation, no syscall, no lock; in the common case one
     /// comparison, 1-3 slot stores and one release store.
     #[inline]
-    pub fn push(&mut self, mut head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+    pub fn push(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+        self.push_with(head, args, frames, true)
+    }
+
+    /// Like [`Producer::push`], but a full ring returns false at once:
+    /// no waiting, nothing counted (the caller may grow the ring and
+    /// retry, then fall back to [`Producer::push`]).
+    #[inline]
+    pub fn try_push(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+        self.push_with(head, args, frames, false)
+    }
+
+    #[inline(always)]
+    fn push_with(
+        &mut self,
+        mut head: Head,
+        args: Option<(u64, u64)>,
+        frames: &[u64],
+        on_full: bool,
+    ) -> bool {
         if self.hdr.is_null() {
             return false;
         }
@@ -170,8 +209,14 @@ impl Producer {
         };
         let n = head.slots() as u64;
         let cap = self.mask + 1;
-        if self.write - self.read_cache + n > cap && !self.room_after_reload(n) {
-            return false;
+        if self.write - self.read_cache + n > cap {
+            if on_full {
+                if !self.room_after_reload(n) {
+                    return false;
+                }
+            } else if !self.reload_has_room(n) {
+                return false;
+            }
         }
         // SAFETY: indices are masked into the ring; the slots between
         // `write` and `read + cap` belong to the producer until published.
@@ -200,10 +245,80 @@ impl Producer {
     }
 
     /// Makes a full ring wait for the consumer instead of dropping events
-    /// (see [`Producer::wait_for_room`]). Off by default: the default
-    /// promise is that the recorder never blocks the program.
+    /// (see `Producer::wait_for_room`). On by default in the preload
+    /// library: a trace that silently lacks a sixth of the locks of a
+    /// lock-heavy program cannot be trusted, and a wait is counted and
+    /// reported as perturbation (`RingHeader::full_waits`).
     pub fn set_wait_when_full(&mut self, on: bool) {
         self.wait_full = on;
+    }
+
+    /// Slots kept free for a thread that holds locks: below this much
+    /// room a thread that holds no lock waits for the recorder *before*
+    /// its next operation ([`Producer::make_headroom`]), so that the wait
+    /// falls outside every critical section; a thread inside one goes on
+    /// into the reserve. A quarter of the ring: at ~10M events/s per
+    /// thread that is milliseconds of events, more than one drain pass.
+    #[inline(always)]
+    fn reserve(&self) -> u64 {
+        (self.mask + 1) / 4
+    }
+
+    /// True when the cached view says less than `Self::reserve` slots
+    /// are free: the caller then looks closer
+    /// ([`Producer::headroom_slow`]). One subtraction and one compare
+    /// against the cached `read`, no shared cache line touched: this runs
+    /// at the start of every hooked call.
+    #[inline(always)]
+    pub fn low_on_room(&self) -> bool {
+        self.write - self.read_cache + self.reserve() > self.mask + 1 && !self.hdr.is_null()
+    }
+
+    /// The slow half of the head-room check, called when
+    /// [`Producer::low_on_room`]: reloads `read`; if less than the reserve
+    /// is really free, asks `grow` for a larger ring (which replaces this
+    /// producer: the caller's business), else, when `may_wait` (the
+    /// thread holds no lock, so no other thread can be waiting on it) and
+    /// the ring waits when full, waits for the consumer *before* the hooked
+    /// call: back-pressure outside critical sections instead of inflated
+    /// hold times. Returns true if the caller should grow the ring.
+    #[cold]
+    #[inline(never)]
+    pub fn headroom_slow(&mut self, may_wait: bool, can_grow: bool) -> bool {
+        if self.headroom_skip > 0 {
+            self.headroom_skip -= 1;
+            return false;
+        }
+        // SAFETY: attached (checked by low_on_room).
+        self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+        let need = self.reserve();
+        if self.write - self.read_cache + need <= self.mask + 1 {
+            return false;
+        }
+        if may_wait && can_grow {
+            return true;
+        }
+        if may_wait && self.wait_full {
+            self.wait_for_room(need);
+        } else {
+            // Bounds the cross-core reloads of `read` while the thread
+            // stays inside critical sections and the recorder catches up.
+            self.headroom_skip = 32;
+        }
+        false
+    }
+
+    /// Capacity in slots.
+    #[inline]
+    pub fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// True if a full ring makes this producer wait (see
+    /// [`Producer::set_wait_when_full`]).
+    #[inline]
+    pub fn waits_when_full(&self) -> bool {
+        self.wait_full
     }
 
     /// Waits until the consumer has freed room for `n` slots. Spins
@@ -215,12 +330,30 @@ impl Producer {
     /// the program.
     #[cold]
     fn wait_for_room(&mut self, n: u64) -> bool {
+        let t0 = crate::tsc::now();
+        let ok = self.wait_for_room_inner(n);
+        // Every wait is perturbation of the program's timing: counted in
+        // the header (single writer: load + store) and reported.
+        // SAFETY: attached (checked by the callers).
+        let h = unsafe { &*self.hdr };
+        let t = crate::tsc::now().saturating_sub(t0);
+        h.full_waits
+            .store(h.full_waits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        h.full_wait_ticks.store(
+            h.full_wait_ticks.load(Ordering::Relaxed) + t,
+            Ordering::Relaxed,
+        );
+        ok
+    }
+
+    fn wait_for_room_inner(&mut self, n: u64) -> bool {
         let cap = self.mask + 1;
         let mut last_read = self.read_cache;
         let mut idle = 0u32;
+        // SAFETY: attached (checked by the callers).
+        let h = unsafe { &*self.hdr };
         loop {
-            // SAFETY: attached (checked by push).
-            self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+            self.read_cache = h.read.load(Ordering::Acquire);
             if self.write - self.read_cache + n <= cap {
                 return true;
             }
@@ -233,17 +366,46 @@ impl Producer {
                 core::hint::spin_loop();
                 continue;
             }
-            if idle > 64 + 25_000 {
+            if idle > 64 + WAIT_GIVE_UP {
                 self.wait_full = false;
                 return false;
             }
+            // Sleep on the header's futex word until the consumer frees
+            // slots and wakes us. Polling with short sleeps (the first
+            // version: 20 us nanosleeps) cost a syscall and a context switch
+            // every 20 us per waiting thread, CPU the recorder needed to
+            // make room. SeqCst on both sides: either the consumer sees
+            // `waiting` after its `read` store and wakes us, or we see its
+            // new `read` here before sleeping. The timeout bounds a lost
+            // wake-up and detects a recorder that is gone.
+            h.waiting.store(1, Ordering::SeqCst);
+            if self.write - h.read.load(Ordering::SeqCst) + n <= cap {
+                h.waiting.store(0, Ordering::Relaxed);
+                continue;
+            }
             let ts = libc::timespec {
                 tv_sec: 0,
-                tv_nsec: 20_000,
+                tv_nsec: WAIT_SLICE_NS,
             };
-            // SAFETY: valid timespec; a signal interrupting it just loops.
-            unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+            // SAFETY: FUTEX_WAIT on a u32 in a live shared mapping, with a
+            // valid relative timeout; EINTR/EAGAIN/ETIMEDOUT just loop.
+            unsafe {
+                futex(
+                    h.waiting.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    1,
+                    &ts as *const libc::timespec as usize,
+                );
+            }
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reload_has_room(&mut self, n: u64) -> bool {
+        // SAFETY: attached (checked by push_with).
+        self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+        self.write - self.read_cache + n <= self.mask + 1
     }
 
     /// The cached `read` says the ring is full: reload it (unless backing
@@ -281,6 +443,59 @@ impl Producer {
         let lost = unsafe { &(*self.hdr).lost };
         lost.store(lost.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         false
+    }
+}
+
+/// The futex system call, made directly: the preload library interposes
+/// `syscall(3)` (futex-level capture), and the recorder's own waits must
+/// not go through its hooks (they would be counted as skipped nested
+/// events).
+///
+/// # Safety
+/// `uaddr` must point to a live u32; `timeout` is 0 or the address of a
+/// valid `timespec` (FUTEX_WAIT).
+unsafe fn futex(uaddr: *mut u32, op: i32, val: u32, timeout: usize) -> i64 {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let ret: i64;
+        // SAFETY: the x86-64 Linux system-call convention (rax = number,
+        // rdi, rsi, rdx, r10 = arguments; rcx and r11 are clobbered); the
+        // caller guarantees the pointers.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") libc::SYS_futex => ret,
+                in("rdi") uaddr,
+                in("rsi") op as i64,
+                in("rdx") val as u64,
+                in("r10") timeout,
+                in("r8") 0usize,
+                in("r9") 0usize,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_futex, uaddr, op, val, timeout, 0usize, 0u32) as i64 }
+    }
+}
+
+/// Wakes the ring's producer if it sleeps waiting for room (call after
+/// storing a new `read`). The common case is one load of a line nobody
+/// writes.
+fn wake_producer(h: &RingHeader) {
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if h.waiting.load(Ordering::SeqCst) != 0 {
+        h.waiting.store(0, Ordering::SeqCst);
+        // SAFETY: FUTEX_WAKE on a u32 inside the live mapping.
+        unsafe {
+            futex(h.waiting.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+        }
     }
 }
 
@@ -425,6 +640,7 @@ impl Consumer {
                 break;
             }
             for i in 0..k {
+                // SAFETY: masked index inside the ring; slot memory is plain data.
                 buf[i as usize] = unsafe { *slots.add(((read + i) & mask) as usize) };
             }
             if let Some(ev) = RawEvent::decode(&buf[..k as usize]) {
@@ -434,6 +650,7 @@ impl Consumer {
             read += k;
         }
         h.read.store(read, Ordering::Release);
+        wake_producer(h);
         (n, corrupt)
     }
 }
@@ -471,11 +688,15 @@ impl Consumer {
         let start = (read & mask) as usize;
         let first = (n as usize).min(self.cap as usize - start);
         out.reserve(n as usize);
+        // SAFETY: [start, start+first) and [0, n-first) lie inside the ring;
+        // that region is published and not written by the producer until
+        // `read` moves past it.
         unsafe {
             out.extend_from_slice(core::slice::from_raw_parts(slots.add(start), first));
             out.extend_from_slice(core::slice::from_raw_parts(slots, n as usize - first));
         }
         h.read.store(write, Ordering::Release);
+        wake_producer(h);
         (n, 0)
     }
 }
@@ -483,16 +704,13 @@ impl Consumer {
 impl Consumer {
     /// [`Consumer::copy_out`] into caller-provided memory: copies every
     /// published slot to the start of `dst` and frees them in the ring.
-    /// Returns (slots copied, slots found corrupt). `dst` must hold at
-    /// least [`Consumer::capacity`] slots; a shorter one gets nothing
-    /// (returns (0, 0)) and the ring is left as it is.
+    /// Returns (slots copied, slots found corrupt). A `dst` shorter than
+    /// what is published gets the events that fit whole (the rest stays
+    /// in the ring for the next call).
     ///
     /// For a consumer that manages its own buffers (the recorder backs
     /// them with huge pages, which a `Vec` cannot ask for).
     pub fn copy_out_to(&mut self, dst: &mut [Slot]) -> (u64, u64) {
-        if (dst.len() as u64) < self.cap {
-            return (0, 0);
-        }
         let h = self.header();
         let write = h.write.load(Ordering::Acquire);
         let read = h.read.load(Ordering::Relaxed);
@@ -504,16 +722,41 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
-        // SAFETY: as in copy_out; `dst` holds at least `cap >= n` slots.
+        // SAFETY: the slots follow the header page inside the mapping.
         let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
         let mask = self.cap - 1;
+        let n = if n > dst.len() as u64 {
+            // Only what fits, cut at an event boundary: walk the heads
+            // (most events are one slot). A head claiming more slots than
+            // an event can have means a scribbled ring: stop there and let
+            // the next call report it.
+            let mut k = 0u64;
+            while k < n {
+                // SAFETY: masked index inside the ring.
+                let head = Head::from_slot(unsafe { &*slots.add(((read + k) & mask) as usize) });
+                let len = head.slots() as u64;
+                if head.nframes as usize > MAX_FRAMES || k + len > dst.len() as u64 {
+                    break;
+                }
+                k += len;
+            }
+            if k == 0 {
+                return (0, 0);
+            }
+            k
+        } else {
+            n
+        };
+        let write = read + n;
         let start = (read & mask) as usize;
         let first = (n as usize).min(self.cap as usize - start);
+        // SAFETY: as in copy_out; `dst` holds at least `n` slots.
         unsafe {
             core::ptr::copy_nonoverlapping(slots.add(start), dst.as_mut_ptr(), first);
             core::ptr::copy_nonoverlapping(slots, dst.as_mut_ptr().add(first), n as usize - first);
         }
         h.read.store(write, Ordering::Release);
+        wake_producer(h);
         (n, 0)
     }
 }
@@ -545,6 +788,7 @@ mod tests {
             .unwrap();
         let len = file_bytes(capacity_for_kib(kib));
         f.set_len(len as u64).unwrap();
+        // SAFETY: mapping a file we just created and sized to `len`.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
@@ -568,6 +812,7 @@ mod tests {
             start_tsc: 5,
             ..Default::default()
         };
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         let mut got = Vec::new();
@@ -603,6 +848,7 @@ mod tests {
     #[test]
     fn copy_out_across_the_wrap_matches_drain() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         let mut slots = Vec::new();
@@ -654,9 +900,23 @@ mod tests {
             }
         }
         let pending = c.pending();
-        let mut small = vec![Slot::default(); cap - 1];
-        assert_eq!(c.copy_out_to(&mut small), (0, 0));
-        assert_eq!(c.pending(), pending);
+        assert!(pending > 1);
+        let mut small = vec![Slot::default(); pending as usize - 1];
+        assert_eq!(c.copy_out_to(&mut small), (pending - 1, 0));
+        assert_eq!(c.pending(), 1);
+        let mut one = [Slot::default()];
+        assert_eq!(c.copy_out_to(&mut one), (1, 0));
+        let first_part = Head::from_slot(&small[0]).tsc;
+        for i in 0..pending {
+            assert!(p.push(
+                Head {
+                    tsc: first_part + pending + i,
+                    ..Head::default()
+                },
+                None,
+                &[]
+            ));
+        }
         let mut big = vec![Slot::default(); cap];
         assert_eq!(c.copy_out_to(&mut big), (pending, 0));
         assert_eq!(c.pending(), 0);
@@ -670,8 +930,44 @@ mod tests {
     }
 
     #[test]
+    fn copy_out_to_a_short_buffer_cuts_at_an_event_boundary() {
+        let (path, base, len) = temp_ring(64);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        // Events of 1, 2 and 3 slots (0, 4 and 8 frames).
+        for i in 0..30u64 {
+            let frames: Vec<u64> = (0..(i % 3) * 4).collect();
+            let head = Head {
+                tsc: i,
+                ..Head::default()
+            };
+            assert!(p.push(head, None, &frames));
+        }
+        let mut got = Vec::new();
+        let mut buf = [Slot::default(); 4];
+        loop {
+            let (n, corrupt) = c.copy_out_to(&mut buf);
+            assert_eq!(corrupt, 0);
+            if n == 0 {
+                break;
+            }
+            let mut i = 0;
+            while i < n as usize {
+                let e = RawEvent::decode(&buf[i..n as usize]).expect("whole events only");
+                i += e.head.slots();
+                got.push(e.head.tsc);
+            }
+        }
+        assert_eq!(got, (0..30).collect::<Vec<_>>());
+        assert_eq!(c.pending(), 0);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
     fn full_ring_drops_and_counts_never_blocks() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let cap = capacity_for_kib(2);
         let mut ok = 0;
@@ -702,6 +998,7 @@ mod tests {
     #[test]
     fn long_overflow_backs_off_counts_every_drop_and_recovers() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let cap = capacity_for_kib(2);
         let mut failed = 0u64;

@@ -29,8 +29,16 @@ pub const ENV_RING_KB: &str = "LOCKSCOPE_RING_KB";
 pub const ENV_ON_FULL: &str = "LOCKSCOPE_ON_FULL";
 /// Environment variable: `contended`, `all` or `none` (call paths).
 pub const ENV_STACKS: &str = "LOCKSCOPE_STACKS";
-/// Default ring size per thread, KiB.
-pub const DEFAULT_RING_KB: u64 = 4096;
+/// Environment variable: largest ring a hot thread may grow to, KiB.
+pub const ENV_RING_MAX_KB: &str = "LOCKSCOPE_RING_MAX_KB";
+/// Size of a thread's first ring, KiB. Small (issue 8): 1000 threads
+/// with 4 MiB rings took 4 GB and 1.8 ms each to create; a thread that
+/// runs hot gets a larger ring on demand (see [`DEFAULT_RING_MAX_KB`]).
+pub const DEFAULT_RING_KB: u64 = 64;
+/// Largest ring a hot thread grows to, KiB: at ~6M events/s per thread
+/// a 16 MiB ring holds ~80 ms of events, longer than the drain is
+/// descheduled on a busy 2-CPU machine (gaps up to ~45 ms measured).
+pub const DEFAULT_RING_MAX_KB: u64 = 16384;
 /// Size of the header page of a ring or process file.
 pub const HEADER_BYTES: usize = 4096;
 /// Magic of a ring file ("LSRING01").
@@ -71,11 +79,27 @@ pub struct RingHeader {
     pub lost: AtomicU64,
     /// TSC when the thread exited, 0 while it runs.
     pub end_tsc: AtomicU64,
-    _pad1: [u64; 5],
+    /// Times the thread waited for the recorder to make room (back-pressure:
+    /// perturbation of the program's timing, reported).
+    pub full_waits: AtomicU64,
+    /// TSC ticks spent in those waits.
+    pub full_wait_ticks: AtomicU64,
+    /// 0 while this ring is the thread's current one; else the sequence
+    /// number of the larger ring the thread moved to when this one ran
+    /// short (`T<pid>-<gen>-<tid>-<seq>.ring`). Published (Release) after
+    /// the producer's last write here and after the successor exists.
+    pub next_seq: AtomicU64,
+    _pad1: [u64; 2],
     // ---- line 2: written by the consumer ----
     /// Slots consumed.
     pub read: AtomicU64,
     _pad2: [u64; 7],
+    // ---- line 3: written by both sides, only while the producer waits ----
+    /// Futex word: 1 while the producer sleeps waiting for room; the
+    /// consumer clears it and wakes the producer after freeing slots.
+    /// (A process-shared futex: the ring is a `MAP_SHARED` file.)
+    pub waiting: AtomicU32,
+    _pad3: [u32; 15],
 }
 
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
@@ -116,6 +140,17 @@ pub struct ProcessHeader {
     pub end_tsc: AtomicU64,
     /// Exit code passed to exit(), valid when `end_tsc` != 0.
     pub exit_code: AtomicU32,
+    /// Ring files that could not be created or grown because the session
+    /// file system was full (ENOSPC: /dev/shm is often only 64 MB in
+    /// containers). The thread then got a smaller ring, or kept its
+    /// current one and waited for the recorder.
+    pub space_exhausted: AtomicU32,
+    /// Rings that were grown because their thread ran hot.
+    pub rings_grown: AtomicU32,
+    /// Hooked calls made while the same thread was already inside the
+    /// recorder (a signal handler interrupting the recording code): not
+    /// recorded, counted here as lost.
+    pub nested_skipped: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);
@@ -128,6 +163,15 @@ pub fn proc_file_name(pid: u32, gen: u32) -> String {
 /// File name of a ring file.
 pub fn ring_file_name(pid: u32, gen: u32, tid: u32) -> String {
     format!("T{pid}-{gen}-{tid}.ring")
+}
+
+/// File name of a thread's `seq`-th ring (0: its first one).
+pub fn ring_seq_file_name(pid: u32, gen: u32, tid: u32, seq: u32) -> String {
+    if seq == 0 {
+        ring_file_name(pid, gen, tid)
+    } else {
+        format!("T{pid}-{gen}-{tid}-{seq}.ring")
+    }
 }
 
 /// File name of the `k`-th maps snapshot of a process image.
@@ -163,6 +207,19 @@ pub enum SessionFile {
         /// tid
         tid: u32,
     },
+    /// `T<pid>-<gen>-<tid>-<seq>.ring` (seq >= 1): a larger ring the
+    /// thread moved to; reached through the previous ring's
+    /// [`RingHeader::next_seq`], not by listing.
+    RingNext {
+        /// pid
+        pid: u32,
+        /// exec generation
+        gen: u32,
+        /// tid
+        tid: u32,
+        /// sequence number
+        seq: u32,
+    },
 }
 
 /// Parses a session file name; `None` for anything else.
@@ -174,10 +231,18 @@ pub fn parse_file_name(name: &str) -> Option<SessionFile> {
             it.next()?.parse().ok()?,
             it.next()?.parse().ok()?,
         );
-        return it
-            .next()
-            .is_none()
-            .then_some(SessionFile::Ring { pid, gen, tid });
+        return match it.next() {
+            None => Some(SessionFile::Ring { pid, gen, tid }),
+            Some(seq) => {
+                let seq: u32 = seq.parse().ok()?;
+                (seq > 0 && it.next().is_none()).then_some(SessionFile::RingNext {
+                    pid,
+                    gen,
+                    tid,
+                    seq,
+                })
+            }
+        };
     }
     let rest = name.strip_prefix('P')?;
     let (pg, kind) = rest.split_once('.')?;
@@ -217,6 +282,18 @@ mod tests {
             })
         );
         assert_eq!(parse_file_name("T1-2.ring"), None);
+        assert_eq!(
+            parse_file_name(&ring_seq_file_name(12, 1, 13, 2)),
+            Some(SessionFile::RingNext {
+                pid: 12,
+                gen: 1,
+                tid: 13,
+                seq: 2
+            })
+        );
+        assert_eq!(ring_seq_file_name(12, 1, 13, 0), ring_file_name(12, 1, 13));
+        assert_eq!(parse_file_name("T1-2-3-0.ring"), None);
+        assert_eq!(parse_file_name("T1-2-3-4-5.ring"), None);
         assert_eq!(parse_file_name("junk"), None);
     }
 }

@@ -68,6 +68,11 @@ pub(crate) struct ThreadState {
     parent_tid: u32,
     /// Highest address of the thread's stack (0: unknown, no walks).
     stack_hi: u64,
+    /// Sequence number of the current ring (0: the first one).
+    seq: u32,
+    /// 1 once growing the ring failed or reached the maximum: no more
+    /// attempts (the thread waits for the recorder instead).
+    no_grow: u8,
 }
 
 impl ThreadState {
@@ -79,6 +84,8 @@ impl ThreadState {
         locks_held: 0,
         parent_tid: 0,
         stack_hi: 0,
+        seq: 0,
+        no_grow: 0,
     };
 }
 
@@ -154,6 +161,12 @@ pub fn recorder() -> Option<Guard> {
     // handlers running on it, which see `busy`) touches it.
     unsafe {
         if (*st).busy != 0 {
+            // A hook reached while this thread is inside the recorder: a
+            // signal handler that interrupted the recording code (the
+            // guard is released around the real blocking calls, see
+            // Guard::unguarded). Not recorded, but counted: never a
+            // silent loss.
+            process::count_nested_skipped();
             return None;
         }
         (*st).busy = 1;
@@ -162,6 +175,12 @@ pub fn recorder() -> Option<Guard> {
         compiler_fence(Ordering::SeqCst);
         if (*st).ring == RING_NONE {
             attach(st);
+        }
+        // Room for what follows, before the hooked call and only outside
+        // critical sections: grow the ring or wait (see
+        // Producer::headroom_slow).
+        if (*st).prod.low_on_room() {
+            headroom(&mut *st);
         }
     }
     Some(Guard { st })
@@ -277,13 +296,10 @@ impl Guard {
     #[inline(always)]
     pub fn emit(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
         let st = self.st();
-        if st.prod.push(head, args, frames) {
+        if st.prod.try_push(head, args, frames) {
             return true;
         }
-        if st.ring != RING_OK {
-            process::count_lost_no_ring();
-        }
-        false
+        emit_full(st, head, args, frames)
     }
 
     /// The compact form of [`Guard::emit`]: one 32-byte slot, `arg` in
@@ -304,6 +320,25 @@ impl Guard {
             None,
             &[],
         )
+    }
+
+    /// Runs `f`, a call to the real function, with the guard released:
+    /// a signal handler that runs on this thread during the call (the
+    /// real call may block for long) records its own events instead of
+    /// having them skipped. Safe because nothing of the ring is in the
+    /// middle of an update while `f` runs.
+    #[inline(always)]
+    pub fn unguarded<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state.
+        unsafe { (*self.st).busy = 0 };
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: this thread's state; a nested hook has left it again.
+        unsafe { (*self.st).busy = 1 };
+        compiler_fence(Ordering::SeqCst);
+        r
     }
 
     /// OS thread id of the calling thread (0 if its ring could not be
@@ -369,7 +404,10 @@ impl Guard {
         // it and the stack top is live stack, hence mapped.
         let marker = 0u8;
         let lo = core::ptr::addr_of!(marker) as u64;
-        1 + walk_frames(fp, lo, hi, &mut out[1..])
+        // SAFETY: [lo, hi) is the live part of this thread's stack: from
+        // our own frame to the top read from pthread_getattr_np (0 when
+        // unknown: an empty range, no reads).
+        1 + unsafe { walk_frames(fp, lo, hi, &mut out[1..]) }
     }
 
     /// Offers this thread's ring for unmapping by whoever joins it (see
@@ -409,6 +447,89 @@ impl Guard {
                 .store(tsc, Ordering::Release);
         }
     }
+}
+
+/// The ring is full (or missing): grow it if possible, else wait or drop
+/// as configured (drops counted).
+#[cold]
+#[inline(never)]
+fn emit_full(st: &mut ThreadState, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+    if st.ring == RING_OK && grow(st) && st.prod.try_push(head, args, frames) {
+        return true;
+    }
+    if st.prod.push(head, args, frames) {
+        return true;
+    }
+    if st.ring != RING_OK {
+        process::count_lost_no_ring();
+    }
+    false
+}
+
+/// Less than a reserve of room left in the ring at the start of a hooked
+/// call: grow it, or wait for the recorder (outside critical sections).
+#[cold]
+#[inline(never)]
+fn headroom(st: &mut ThreadState) {
+    // Growing creates a ring: inside a panic guard (see `attach`).
+    let p = st as *mut ThreadState as usize;
+    // SAFETY: this thread's state, exclusively ours while busy.
+    let ok = std::panic::catch_unwind(|| headroom_inner(unsafe { &mut *(p as *mut ThreadState) }));
+    if ok.is_err() {
+        process::disable();
+    }
+}
+
+fn headroom_inner(st: &mut ThreadState) {
+    let may_wait = st.locks_held == 0;
+    let can_grow = st.ring == RING_OK && st.no_grow == 0;
+    if st.prod.headroom_slow(may_wait, can_grow) && !grow(st) {
+        // Could not grow: wait (or skip) as for a ring at its maximum.
+        st.prod.headroom_slow(may_wait, false);
+    }
+}
+
+/// Moves the thread to a ring four times larger (up to the configured
+/// maximum): creates `T<pid>-<gen>-<tid>-<seq+1>.ring`, then tells the
+/// recorder through the old header's `next_seq`, then unmaps the old
+/// ring (the recorder drains it through its own mapping and removes the
+/// file). A thread that runs hot pays a few such growths once; a thread
+/// that never does keeps its small first ring. Returns false when the
+/// ring cannot grow (at the maximum, or no space: counted in the process
+/// header), and then never tries again.
+fn grow(st: &mut ThreadState) -> bool {
+    if st.no_grow != 0 {
+        return false;
+    }
+    let cur = st.prod.capacity();
+    let Some(cap) = process::next_ring_capacity(cur) else {
+        st.no_grow = 1;
+        return false;
+    };
+    // SAFETY: errno is saved around the file operations (the program must
+    // not see them); create_ring has no other precondition.
+    let new = unsafe {
+        let saved_errno = *libc::__errno_location();
+        let p = process::create_ring(st.tid, st.parent_tid, st.seq + 1, cap);
+        *libc::__errno_location() = saved_errno;
+        p
+    };
+    let Some(new) = new else {
+        st.no_grow = 1;
+        return false;
+    };
+    let old = core::mem::replace(&mut st.prod, new);
+    st.seq += 1;
+    // SAFETY: `old` is attached (RING_OK); nothing writes its slots after
+    // this point, so the Release store publishes every event in it.
+    let base = unsafe {
+        let h = old.header();
+        h.next_seq.store(u64::from(st.seq), Ordering::Release);
+        h as *const _ as usize
+    };
+    process::count_ring_grown();
+    unmap_ring(base);
+    true
 }
 
 /// Rings of threads whose start routine has returned, keyed by
@@ -477,14 +598,21 @@ pub(crate) fn forget_retired_after_fork() {
 
 /// Walks a frame-pointer chain starting at `fp`, writing return addresses
 /// to `out`; only reads 16-byte frame records inside `[lo, hi)`.
-pub fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
+///
+/// # Safety
+/// Every address in `[lo, hi)` must be readable for the whole call (in
+/// practice: the live part of the calling thread's stack, from the current
+/// stack pointer to its top, which is what [`Guard::call_path`] passes).
+/// The chain itself may be garbage: records outside the range, misaligned
+/// or not increasing end the walk.
+pub unsafe fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
     let mut n = 0;
     while n < out.len() {
         if fp < lo || fp & 7 != 0 || fp.saturating_add(16) > hi {
             break;
         }
-        // SAFETY: [fp, fp+16) lies inside the live part of this thread's
-        // stack (checked above), which is mapped and readable.
+        // SAFETY: [fp, fp+16) lies inside [lo, hi) (checked above), which
+        // the caller guarantees readable.
         let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
         if ret < 4096 {
             break;
@@ -499,51 +627,73 @@ pub fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
     n
 }
 
-/// Creates the calling thread's ring (cold path, first event).
+/// Creates the calling thread's ring (cold path, first event), inside a
+/// panic guard: it runs before the hook's own `catch_unwind`, and a panic
+/// must disable the recorder, never unwind into the program.
 #[cold]
 #[inline(never)]
 unsafe fn attach(st: *mut ThreadState) {
     // The program must not see our file operations in errno.
-    let saved_errno = *libc::__errno_location();
-    attach_inner(st);
-    *libc::__errno_location() = saved_errno;
+    // SAFETY: errno's location is valid for the calling thread.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    let st = st as usize;
+    // SAFETY: `st` is this thread's state, exclusively ours while busy.
+    let ok = std::panic::catch_unwind(|| unsafe { attach_inner(st as *mut ThreadState) });
+    if ok.is_err() {
+        process::disable();
+        // SAFETY: as above; no ring: events are counted, not written.
+        unsafe { (*(st as *mut ThreadState)).ring = RING_FAILED };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 unsafe fn attach_inner(st: *mut ThreadState) {
-    let st = &mut *st;
-    st.ring = RING_FAILED;
-    let tid = libc::gettid() as u32;
-    st.tid = tid;
-    if st.stack_hi == 0 && tid == process::pid() {
-        st.stack_hi = process::main_stack_top();
-    }
-    // Other threads got their stack top in `thread_started`, at a safe
-    // point. Not here: pthread_getattr_np allocates (its cpuset), and this
-    // may run inside a hook called by a malloc implementation that holds
-    // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
-    // did not see start keeps stack_hi = 0: call sites only, no walks.
-    if let Some(p) = process::create_ring(tid, st.parent_tid) {
-        st.prod = p;
-        st.ring = RING_OK;
-    } else {
-        process::count_thread_without_ring();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let st = &mut *st;
+        st.ring = RING_FAILED;
+        let tid = libc::gettid() as u32;
+        st.tid = tid;
+        if st.stack_hi == 0 && tid == process::pid() {
+            st.stack_hi = process::main_stack_top();
+        }
+        // Other threads got their stack top in `thread_started`, at a safe
+        // point. Not here: pthread_getattr_np allocates (its cpuset), and this
+        // may run inside a hook called by a malloc implementation that holds
+        // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
+        // did not see start keeps stack_hi = 0: call sites only, no walks.
+        if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity())
+        {
+            st.prod = p;
+            st.ring = RING_OK;
+        } else {
+            process::count_thread_without_ring();
+        }
     }
 }
 
 /// Top of the calling thread's stack from pthread_getattr_np.
 pub(crate) unsafe fn thread_stack_top() -> u64 {
-    let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-        return 0;
-    }
-    let mut addr: *mut libc::c_void = core::ptr::null_mut();
-    let mut size: libc::size_t = 0;
-    let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-    libc::pthread_attr_destroy(&mut attr);
-    if ok {
-        addr as u64 + size as u64
-    } else {
-        0
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        if ok {
+            addr as u64 + size as u64
+        } else {
+            0
+        }
     }
 }
 
@@ -582,6 +732,7 @@ mod tests {
         // `.tbss` hands every thread zeroes: that must be EMPTY.
         let s = ThreadState::EMPTY;
         let p = &s as *const ThreadState as *const u8;
+        // SAFETY: `s` is a live ThreadState of that size; any byte is a u8.
         let bytes = unsafe { core::slice::from_raw_parts(p, core::mem::size_of::<ThreadState>()) };
         assert!(bytes.iter().all(|&b| b == 0));
     }
@@ -592,12 +743,14 @@ mod tests {
         let here = state() as usize;
         let (there, parent) = std::thread::spawn(|| {
             let p = state();
+            // SAFETY: this thread's state.
             (p as usize, unsafe { (*p).parent_tid })
         })
         .join()
         .unwrap();
         assert_ne!(here, there);
         assert_eq!(parent, 0, "a new thread starts from zeroed state");
+        // SAFETY: this thread's state.
         assert_eq!(unsafe { (*state()).parent_tid }, 77);
     }
 
@@ -612,6 +765,7 @@ mod tests {
     fn walk_here(out: &mut [u64]) -> usize {
         let fp: u64;
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: reads a register, nothing else.
         unsafe {
             core::arch::asm!("mov {}, rbp", out(reg) fp)
         };
@@ -621,8 +775,10 @@ mod tests {
         }
         let marker = 0u8;
         let lo = core::ptr::addr_of!(marker) as u64;
+        // SAFETY: called on a live thread, no other precondition.
         let hi = unsafe { thread_stack_top() };
-        walk_frames(fp, lo, hi, out)
+        // SAFETY: from our frame to the top of this thread's stack.
+        unsafe { walk_frames(fp, lo, hi, out) }
     }
 
     #[test]
@@ -632,10 +788,21 @@ mod tests {
         let mut out = [0u64; 8];
         let n = walk_here(&mut out);
         assert!(n <= 8);
-        // Garbage frame pointers: outside the stack, misaligned, null.
-        assert_eq!(walk_frames(0, 1, u64::MAX, &mut out), 0);
-        assert_eq!(walk_frames(0x1001, 0x1000, 0x2000, &mut out), 0);
-        assert_eq!(walk_frames(0xdead_0000, 0x1000, 0x2000, &mut out), 0);
+        // Garbage frame pointers: outside the range, misaligned, null.
+        // SAFETY: the range [lo, hi) given is never read from (every fp
+        // is rejected before a read), and is the readable stack below.
+        unsafe {
+            assert_eq!(walk_frames(0, 1, u64::MAX, &mut out), 0);
+            assert_eq!(walk_frames(0x1001, 0x1000, 0x2000, &mut out), 0);
+            assert_eq!(walk_frames(0xdead_0000, 0x1000, 0x2000, &mut out), 0);
+        }
+        // A garbage chain inside a readable range (this stack) ends
+        // without faulting.
+        let junk = [0x10u64, 7, 0xffff_ffff_0000, 3];
+        let lo = junk.as_ptr() as u64;
+        // SAFETY: [lo, lo+32) is `junk`, readable.
+        let n = unsafe { walk_frames(lo, lo, lo + 32, &mut out) };
+        assert!(n <= 1);
     }
 
     #[test]
@@ -652,12 +819,15 @@ mod tests {
         // The walk reads the array through raw addresses.
         core::hint::black_box(&stack);
         let mut out = [0u64; 8];
-        let n = walk_frames(base, base, base + 64, &mut out);
+        // SAFETY: [base, base+64) is `stack`, readable.
+        let n = unsafe { walk_frames(base, base, base + 64, &mut out) };
         assert_eq!(&out[..n], &[0x40_1000, 0x40_2000, 0x40_3000]);
         // Bounded by the output buffer.
         let mut two = [0u64; 2];
-        assert_eq!(walk_frames(base, base, base + 64, &mut two), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk_frames(base, base, base + 64, &mut two) }, 2);
         // Bounded by the stack top: frame 2 sits at base+32..48 > hi.
-        assert_eq!(walk_frames(base, base, base + 40, &mut out), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk_frames(base, base, base + 40, &mut out) }, 2);
     }
 }

@@ -4,6 +4,8 @@
 //! `cmd/`, owns its clap argument struct, turns it into the plain config
 //! struct of the library that does the work, and returns the process exit
 //! code. Nothing here knows how a trace is written or analysed.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cmd;
 
@@ -43,9 +45,16 @@ enum Command {
     Ulcp(cmd::ulcp::Args),
     Lockset(cmd::lockset::Args),
     Occ(cmd::occ::Args),
+    Spin(cmd::spin::Args),
+    Import(cmd::import::Args),
+    Export(cmd::export::Args),
+    Gpu(cmd::gpu::Args),
     Replay(cmd::replay::Args),
     Whatif(cmd::whatif::Args),
     CriticalPath(cmd::critical_path::Args),
+    Html(cmd::html::Args),
+    Deadwrites(cmd::deadwrites::Args),
+    Barriers(cmd::barriers::Args),
 }
 
 fn main() {
@@ -61,9 +70,16 @@ fn main() {
         Command::Ulcp(a) => cmd::ulcp::run(a),
         Command::Lockset(a) => cmd::lockset::run(a),
         Command::Occ(a) => cmd::occ::run(a),
+        Command::Spin(a) => cmd::spin::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Export(a) => cmd::export::run(a),
+        Command::Gpu(a) => cmd::gpu::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Whatif(a) => cmd::whatif::run(a),
         Command::CriticalPath(a) => cmd::critical_path::run(a),
+        Command::Html(a) => cmd::html::run(a),
+        Command::Deadwrites(a) => cmd::deadwrites::run(a),
+        Command::Barriers(a) => cmd::barriers::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -76,7 +92,7 @@ fn main() {
             }) {
                 std::process::exit(141);
             }
-            eprintln!("lockscope: error: {e:#}");
+            eprintln!("lockscope: error: {}", cmd::util::error_line(&e));
             std::process::exit(2);
         }
     }

@@ -17,6 +17,8 @@ use serde_json::Value;
 
 fn report(trace: &Path, extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        // Text is fitted to $COLUMNS when set: these tests read the wide layout.
+        .env_remove("COLUMNS")
         .arg("report")
         .arg(trace)
         .args(extra)

@@ -424,6 +424,8 @@ fn report_text_csv_and_options_work_on_a_recording() {
     let run = record(&dir, &[], &bin, &[], b"");
     let text = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+            // Text is fitted to $COLUMNS when set: these tests read the wide layout.
+            .env_remove("COLUMNS")
             .arg("report")
             .arg(&run.trace_path)
             .args(args)

@@ -15,7 +15,18 @@ fn golden() -> PathBuf {
 }
 
 fn check(trace: &str, args: &[&str], expected: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+    check_at(trace, args, None, expected)
+}
+
+/// `columns`: the $COLUMNS the report is fitted to (None: unset, the wide
+/// layout of a pipe).
+fn check_at(trace: &str, args: &[&str], columns: Option<&str>, expected: &str) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+    match columns {
+        Some(c) => cmd.env("COLUMNS", c),
+        None => cmd.env_remove("COLUMNS"),
+    };
+    let out = cmd
         .arg("report")
         .arg(golden().join(trace))
         .arg("--no-symbols")
@@ -89,5 +100,16 @@ fn golden_rust_std_mutex_json() {
         "rust_std_mutex.lstrace",
         &["--json"],
         "rust_std_mutex.report.json",
+    );
+}
+
+/// Issue 10 item 4: the layout fitted to a 100-column terminal.
+#[test]
+fn golden_rust_std_mutex_text_100_columns() {
+    check_at(
+        "rust_std_mutex.lstrace",
+        &["--per-thread"],
+        Some("100"),
+        "rust_std_mutex.report.100col.txt",
     );
 }

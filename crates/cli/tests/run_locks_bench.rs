@@ -53,6 +53,13 @@ fn bench_json_has_one_consistent_run_per_configuration() {
         assert!((shares - 1.0).abs() < 1e-6, "{r}");
         assert_eq!(r["consistent"], true);
         assert!(r["mops"].as_f64().unwrap() > 0.0);
+        // The fields of schema lockscope-locks-bench/1, which the CLI
+        // writes by hand since the locks crate has no serde (issue 14).
+        let cs = r["critical_section"].as_str().unwrap();
+        assert!(cs == "empty" || cs == "nonempty", "{r}");
+        for key in ["seconds", "min_share_ratio", "max_share_ratio", "jain"] {
+            assert!(r[key].as_f64().is_some(), "{key} missing in {r}");
+        }
         let wait = r["wait"].as_str().unwrap();
         assert!(
             wait == "spin-then-park" || (r["algorithm"] == "pthread" && wait == "futex"),

@@ -131,9 +131,12 @@ ops! {
     /// (FAIL, arg = errno).
     Exec = 31,
     // ---- detailed mode: memory accesses, addr = location, site = pc ----
-    /// Plain read; flags = size in bytes (0: size in arg2).
+    /// Plain read; flags = size in bytes (0: size in arg2). In a trace
+    /// whose header has `access_values=1` (an imported hardware trace),
+    /// arg = the value read, valid where arg2 = 1.
     Read = 40,
-    /// Plain write; flags = size in bytes (0: size in arg2).
+    /// Plain write; flags = size in bytes (0: size in arg2). With
+    /// `access_values=1`: arg = the value written, valid where arg2 = 1.
     Write = 41,
     /// Atomic load; flags = log2(width) | order << 3 (order: 0 relaxed,
     /// 1 consume, 2 acquire, 3 release, 4 acq_rel, 5 seq_cst); arg = value read.
@@ -169,6 +172,39 @@ ops! {
     /// Value of a written location when the enclosing critical section was
     /// released: addr = location, flags = size, arg = value.
     ReleaseValue = 62,
+    // ---- scheduling seen by a hardware trace (`lockscope import`) ----
+    /// The thread starts running on core `arg` (a core-to-thread schedule
+    /// entry of an imported hardware trace).
+    CpuIn = 80,
+    /// The thread stops running on core `arg` (another thread was
+    /// scheduled there, the core went idle, or the thread moved).
+    CpuOut = 81,
+    /// An atomic read-modify-write whose value before is not known (an
+    /// `A<width>` row of an imported hardware trace): flags = log2(width),
+    /// arg2 = value after.
+    AtomicRmw = 82,
+    /// The CPU launched work on a GPU (kernel, copy or memset; CUDA
+    /// runtime or driver call), event DONE at the call: addr = stream
+    /// handle (0 = the default stream), arg = correlation id (matches the
+    /// [`Op::GpuActivity`] that executed it), arg2 = the kernel's host
+    /// function address when known (symbolizes to the kernel name), else 0.
+    GpuLaunch = 70,
+    /// A CPU call that waits for the GPU (device, stream or event
+    /// synchronize, a blocking copy, `cudaFree`...): BEGIN at entry, END
+    /// at return. addr = stream handle (0 = waits for the whole device),
+    /// arg = what kind of wait (see `gpu::sync_kind` in the analysis:
+    /// 0 device, 1 stream, 2 event, 3 blocking copy, 4 other), arg2 =
+    /// correlation id of the call.
+    GpuSync = 71,
+    /// Work that ran on a GPU, reported after the fact (CUPTI activity
+    /// buffer), emitted on the thread that delivered it; `time` is the
+    /// delivery time so each thread's events stay in time order. addr =
+    /// start on the GPU and arg = end, both in trace nanoseconds; arg2 =
+    /// correlation id (low 32 bits) | bytes moved, saturated at 2^32-1
+    /// (high 32 bits); site = stream id (low 32) | device (high 32);
+    /// flags = kind (0 kernel, 1 copy host-to-device, 2 device-to-host,
+    /// 3 device-to-device, 4 memset, 5 other copy).
+    GpuActivity = 72,
     /// Recorder annotation: arg = count of events dropped before this point
     /// on this thread (buffer full).
     Lost = 100,

@@ -226,6 +226,9 @@ pub enum LossReason {
     /// Slots of a thread buffer were found corrupt (overwritten by the
     /// program) and skipped; counts slots, an upper bound on events.
     CorruptBuffer,
+    /// A hooked call made while its thread was already inside the
+    /// recorder (a signal handler interrupting the recording code).
+    Nested,
     /// A reason this build does not know.
     Other(u8),
 }
@@ -238,6 +241,7 @@ impl LossReason {
             LossReason::TraceLimit => 3,
             LossReason::RecorderDisabled => 4,
             LossReason::CorruptBuffer => 5,
+            LossReason::Nested => 6,
             LossReason::Other(v) => v,
         }
     }
@@ -248,6 +252,7 @@ impl LossReason {
             3 => LossReason::TraceLimit,
             4 => LossReason::RecorderDisabled,
             5 => LossReason::CorruptBuffer,
+            6 => LossReason::Nested,
             v => LossReason::Other(v),
         }
     }
@@ -259,6 +264,7 @@ impl LossReason {
             LossReason::TraceLimit => "trace size limit reached",
             LossReason::RecorderDisabled => "recorder disabled after an internal error",
             LossReason::CorruptBuffer => "corrupt thread buffer (overwritten by the program)",
+            LossReason::Nested => "called from a signal handler inside the recorder",
             LossReason::Other(_) => "unknown reason",
         }
     }

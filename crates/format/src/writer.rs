@@ -70,7 +70,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Encodes and writes events of one thread, in chunks of at most
-    /// [`MAX_CHUNK_EVENTS`].
+    /// `MAX_CHUNK_EVENTS`.
     pub fn write_events(&mut self, thread: u32, events: &[Event]) -> Result<(), FormatError> {
         for part in events.chunks(MAX_CHUNK_EVENTS) {
             let mut enc = Encoder::new();

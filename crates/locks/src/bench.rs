@@ -5,14 +5,12 @@
 
 use crate::dynlock::DynLock;
 use crate::{Algorithm, WaitPolicy};
-use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// What a critical section does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CriticalSection {
     /// Nothing: measures the lock hand-over alone.
     Empty,
@@ -88,7 +86,7 @@ impl Config {
 }
 
 /// The result of one run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunResult {
     /// Algorithm name ("pthread" for glibc's mutex).
     pub algorithm: String,
@@ -151,6 +149,7 @@ impl BenchLock for DynLock {
 struct PthreadLock(std::cell::UnsafeCell<libc::pthread_mutex_t>);
 // SAFETY: pthread mutexes are made to be shared between threads.
 unsafe impl Sync for PthreadLock {}
+// SAFETY: a normal pthread mutex is not tied to the thread that created it.
 unsafe impl Send for PthreadLock {}
 impl BenchLock for PthreadLock {
     #[inline]
@@ -300,14 +299,6 @@ pub fn run(config: &Config, mut progress: impl FnMut(&RunResult)) -> Vec<RunResu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn critical_section_names_match_in_json_and_table() {
-        for cs in [CriticalSection::Empty, CriticalSection::NonEmpty] {
-            let json = serde_json::to_string(&cs).unwrap();
-            assert_eq!(json, format!("\"{}\"", cs.name()));
-        }
-    }
 
     #[test]
     fn fairness_figures_are_computed_from_counts() {

@@ -39,21 +39,47 @@ pub struct LockOps {
     pub reset: unsafe fn(*mut u8),
 }
 
+/// # Safety
+/// `p` points to a live `L` (the contract of [`LockOps`]).
 unsafe fn op_lock<L: RawLock>(p: *const u8) {
-    (*(p as *const L)).lock()
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    unsafe { (*(p as *const L)).lock() }
 }
+/// # Safety
+/// As `op_lock`.
 unsafe fn op_try_lock<L: RawLock>(p: *const u8) -> bool {
-    (*(p as *const L)).try_lock()
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    unsafe { (*(p as *const L)).try_lock() }
 }
+/// # Safety
+/// As `op_lock`.
 unsafe fn op_try_lock_until<L: RawLock>(p: *const u8, d: std::time::Instant) -> bool {
-    (*(p as *const L)).try_lock_until(d)
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    unsafe { (*(p as *const L)).try_lock_until(d) }
 }
+/// # Safety
+/// As `op_lock`, and the lock is held.
 unsafe fn op_unlock<L: RawLock>(p: *const u8) {
-    (*(p as *const L)).unlock()
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    // The lock is held (the contract of `unlock`).
+    unsafe { (*(p as *const L)).unlock() }
 }
+/// # Safety
+/// As `op_lock`, and the lock is unlocked and unused.
 unsafe fn op_reset<L: RawLock>(p: *mut u8) {
-    std::ptr::drop_in_place(p as *mut L);
-    std::ptr::write_bytes(p, 0, std::mem::size_of::<L>());
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    // It is unlocked and unused (the contract of `reset`), so dropping it in
+    // place and zeroing its bytes leaves a fresh unlocked lock (all zero is
+    // unlocked: the RawLock contract).
+    unsafe {
+        std::ptr::drop_in_place(p as *mut L);
+        std::ptr::write_bytes(p, 0, std::mem::size_of::<L>());
+    }
 }
 
 const fn table<L: RawLock>(wait: WaitPolicy) -> LockOps {
@@ -139,7 +165,9 @@ impl DynLock {
     /// The lock is held.
     #[inline]
     pub unsafe fn unlock(&self) {
-        (self.ops.unlock)(self.p())
+        // SAFETY: state is a valid lock of this algorithm, held (the
+        // caller's contract).
+        unsafe { (self.ops.unlock)(self.p()) }
     }
 }
 
@@ -150,6 +178,8 @@ impl Drop for DynLock {
     }
 }
 
-// SAFETY: the state is a RawLock (Send + Sync); the table is immutable.
+// SAFETY: the state is a RawLock (Send + Sync) that only the table's
+// functions touch; the table is immutable and 'static.
 unsafe impl Send for DynLock {}
+// SAFETY: as for Send.
 unsafe impl Sync for DynLock {}

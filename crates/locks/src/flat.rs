@@ -128,6 +128,9 @@ ctor!(Clh {
 
 // ---------------------------------------------------------------- TAS
 
+// SAFETY: the word is only ever changed by `lock`/`try_lock` (FREE to HELD or
+// HELD_SLEEPERS, by one atomic swap or CAS that succeeds for one thread)
+// and by `unlock` of the holder: mutual exclusion; all zero is FREE.
 unsafe impl<W: Wait> RawLock for Tas<W> {
     const ALGORITHM: Algorithm = Algorithm::Tas;
 
@@ -203,6 +206,7 @@ const BACKOFF_MIN: u32 = 1;
 #[cfg(loom)]
 const BACKOFF_MAX: u32 = 1;
 
+// SAFETY: as for Tas (the same word protocol, with backoff).
 unsafe impl<W: Wait> RawLock for Ttas<W> {
     const ALGORITHM: Algorithm = Algorithm::Ttas;
 
@@ -270,6 +274,9 @@ impl<W: Wait> Ttas<W> {
 const TICKET_MASK: u32 = 0x7fff_ffff;
 const TICKET_SLEEPERS: u32 = 0x8000_0000;
 
+// SAFETY: a thread enters only when `serving` equals its ticket, and tickets are
+// unique (fetch_add); `unlock` advances `serving` by one; all zero is
+// "nobody waiting, ticket 0 served".
 unsafe impl<W: Wait> RawLock for Ticket<W> {
     const ALGORITHM: Algorithm = Algorithm::Ticket;
 
@@ -338,6 +345,9 @@ impl<W: Wait> Ticket<W> {
 const MCS_WAIT: u32 = 1;
 const MCS_GRANTED: u32 = 0;
 
+// SAFETY: a thread enters only when the tail swap found no predecessor or its
+// predecessor handed it the lock (status GRANTED), and `unlock` hands over
+// to exactly one successor; all zero is an empty queue.
 unsafe impl<W: Wait> RawLock for Mcs<W> {
     const ALGORITHM: Algorithm = Algorithm::Mcs;
 
@@ -369,41 +379,53 @@ unsafe impl<W: Wait> RawLock for Mcs<W> {
     #[inline]
     unsafe fn unlock(&self) {
         let n = self.holder.load(Ordering::Relaxed);
-        mcs_release::<W>(&self.tail, n, MCS_GRANTED);
-        node::put(n);
+        // SAFETY: the lock is held (the caller's contract), so `holder` is
+        // the holder's node, in this queue; once released, no queue
+        // references it and it goes back to the pool.
+        unsafe {
+            mcs_release::<W>(&self.tail, n, MCS_GRANTED);
+            node::put(n);
+        }
     }
 }
 
 /// MCS release of `n` from the queue whose tail is `tail`: hands `value` to
 /// the successor, or empties the queue. Returns whether there was a
 /// successor.
+/// # Safety
+/// `n` is the node of the holder of the MCS lock whose tail is `tail`.
 #[inline]
 pub(crate) unsafe fn mcs_release<W: Wait>(
     tail: &AtomicPtr<QNode>,
     n: *mut QNode,
     value: u32,
 ) -> bool {
-    let mut succ = (*n).next.load(Ordering::Acquire);
-    if succ.is_null() {
-        if tail
-            .compare_exchange(n, null_mut(), Ordering::Release, Ordering::Relaxed)
-            .is_ok()
-        {
-            return false;
-        }
-        // A successor swapped the tail but has not linked itself yet; it is
-        // between two instructions, so spin (never park) for it.
-        let mut b = Backoff::new();
-        loop {
-            succ = (*n).next.load(Ordering::Acquire);
-            if !succ.is_null() {
-                break;
+    // SAFETY: `n` is a live node (nodes are never freed) at the head of the queue
+    // (the caller's contract); `succ`, once non-null, is the live node of the
+    // successor that linked itself behind `n`.
+    unsafe {
+        let mut succ = (*n).next.load(Ordering::Acquire);
+        if succ.is_null() {
+            if tail
+                .compare_exchange(n, null_mut(), Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return false;
             }
-            b.spin();
+            // A successor swapped the tail but has not linked itself yet; it is
+            // between two instructions, so spin (never park) for it.
+            let mut b = Backoff::new();
+            loop {
+                succ = (*n).next.load(Ordering::Acquire);
+                if !succ.is_null() {
+                    break;
+                }
+                b.spin();
+            }
         }
+        wake::<W>(&(*succ).status, &(*succ).sleeping, value);
+        true
     }
-    wake::<W>(&(*succ).status, &(*succ).sleeping, value);
-    true
 }
 
 // ---------------------------------------------------------------- CLH
@@ -411,6 +433,9 @@ pub(crate) unsafe fn mcs_release<W: Wait>(
 const CLH_LOCKED: u32 = 1;
 const CLH_RELEASED: u32 = 0;
 
+// SAFETY: a thread enters only when the tail swap found no predecessor or its
+// predecessor's node was released, and each node is released once; all
+// zero is an empty queue.
 unsafe impl<W: Wait> RawLock for Clh<W> {
     const ALGORITHM: Algorithm = Algorithm::Clh;
 
@@ -448,10 +473,15 @@ unsafe impl<W: Wait> RawLock for Clh<W> {
             .is_ok()
         {
             // Nobody queued behind us: the node is ours again.
-            node::put(n);
+            // SAFETY: the CAS removed `n` from the queue: nobody references
+            // it any more.
+            unsafe { node::put(n) };
         } else {
             // The successor spins on our node and will recycle it.
-            wake::<W>(&(*n).status, &(*n).sleeping, CLH_RELEASED);
+            // SAFETY: the lock is held (the caller's contract), so `n` is
+            // the holder's live node (nodes are never freed).
+            let n = unsafe { &*n };
+            wake::<W>(&n.status, &n.sleeping, CLH_RELEASED);
         }
     }
 }

@@ -1,10 +1,10 @@
-//! Hierarchical locks: cohort MCS, HMCS<N> and adaptive HMCS (thesis ch. 4).
+//! Hierarchical locks: cohort MCS, `HMCS<N>` and adaptive HMCS (thesis ch. 4).
 //!
 //! All three share one tree of MCS locks ([`Tree`]), one per domain at each
 //! level of a [`Hierarchy`]; they differ in where an acquisition starts:
 //! - `Hmcs`: at the leaf of the caller's CPU (thesis Listing 4.1);
 //! - `Cmcs`: the same protocol over a two-level tree (NUMA node, root), which
-//!   is the C-MCS-MCS cohort lock of Dice et al. as HMCS<2>;
+//!   is the C-MCS-MCS cohort lock of Dice et al. as `HMCS<2>`;
 //! - `Ahmcs`: at a level chosen per thread and lock by eager hysteresis, with
 //!   the fast path that goes straight to the root when both the target level
 //!   and the root are free (FP-EH-AHMCS, thesis §4.9.1-4.9.3 and App. A.1).
@@ -44,8 +44,10 @@ pub(crate) struct HNode {
     node: QNode,
 }
 
-// SAFETY: `parent` points into the same immutable, heap-pinned tree.
+// SAFETY: `parent` points into the same immutable, heap-pinned tree, and
+// everything else in an HNode is atomic.
 unsafe impl Send for HNode {}
+// SAFETY: as for Send.
 unsafe impl Sync for HNode {}
 
 /// The tree of MCS locks of one hierarchical lock.
@@ -129,78 +131,106 @@ impl Tree {
     }
 }
 
+/// # Safety
+/// `n` is a node of a live tree.
 #[inline]
 unsafe fn ancestor(mut n: *const HNode, level: u8) -> *const HNode {
-    while (*n).level < level && !(*n).parent.is_null() {
-        n = (*n).parent;
+    // SAFETY: nodes of a tree are live as long as the lock (the tree is freed only by
+    // `reset`/drop of an unused lock) and their `parent` links stay inside
+    // the tree (the caller's contract).
+    unsafe {
+        while (*n).level < level && !(*n).parent.is_null() {
+            n = (*n).parent;
+        }
+        n
     }
-    n
 }
 
 /// HMCS acquire at `l` with node `i`; returns the lowest level where a
 /// predecessor was found (NONE if the lock was free all the way up).
+///
+/// # Safety
+/// `l` is a node of a live tree and `i` a node the caller may enqueue at
+/// `l` (its own, or the domain node of a level it holds).
 unsafe fn acquire<W: Wait>(l: *const HNode, i: *const QNode) -> u8 {
-    let l = &*l;
-    let i = &*i;
-    i.next.store(null_mut(), Ordering::Relaxed);
-    i.status.store(WAIT, Ordering::Relaxed);
-    let pred = l
-        .tail
-        .swap(i as *const QNode as *mut QNode, Ordering::AcqRel);
-    if !pred.is_null() {
-        (*pred)
-            .next
-            .store(i as *const QNode as *mut QNode, Ordering::Release);
-        let s = wait_while_eq::<W>(&i.status, &i.sleeping, WAIT);
-        if s < ACQUIRE_PARENT {
-            // Passed to us inside the domain: we hold every lock above.
+    // SAFETY: nodes of a tree are live as long as the lock (the tree is freed only by
+    // `reset`/drop of an unused lock) and their `parent` links stay inside
+    // the tree (the caller's contract).
+    // `i` is a live node (never freed) that the caller may enqueue: its own
+    // node, or `l.node` of a domain whose lock it holds.
+    unsafe {
+        let l = &*l;
+        let i = &*i;
+        i.next.store(null_mut(), Ordering::Relaxed);
+        i.status.store(WAIT, Ordering::Relaxed);
+        let pred = l
+            .tail
+            .swap(i as *const QNode as *mut QNode, Ordering::AcqRel);
+        if !pred.is_null() {
+            (*pred)
+                .next
+                .store(i as *const QNode as *mut QNode, Ordering::Release);
+            let s = wait_while_eq::<W>(&i.status, &i.sleeping, WAIT);
+            if s < ACQUIRE_PARENT {
+                // Passed to us inside the domain: we hold every lock above.
+                return l.level;
+            }
+            // The domain's quota is spent: our domain competes again above.
+            i.status.store(COHORT_START, Ordering::Relaxed);
+            acquire::<W>(l.parent, &l.node);
             return l.level;
         }
-        // The domain's quota is spent: our domain competes again above.
         i.status.store(COHORT_START, Ordering::Relaxed);
-        acquire::<W>(l.parent, &l.node);
-        return l.level;
+        if l.parent.is_null() {
+            return NONE;
+        }
+        acquire::<W>(l.parent, &l.node)
     }
-    i.status.store(COHORT_START, Ordering::Relaxed);
-    if l.parent.is_null() {
-        return NONE;
-    }
-    acquire::<W>(l.parent, &l.node)
 }
 
 /// HMCS release from `l` of node `i`; returns the lowest level where a
 /// successor was found (NONE if none anywhere) and that successor.
+///
+/// # Safety
+/// `l` is a node of a live tree that the caller holds through `i`.
 unsafe fn release<W: Wait>(l: *const HNode, i: *const QNode) -> (u8, *mut QNode) {
-    let l = &*l;
-    let i = &*i;
-    if l.parent.is_null() {
-        // Root: plain MCS hand-over; the value is a valid "held" count.
-        return if crate::flat::mcs_release::<W>(
-            &l.tail,
-            i as *const QNode as *mut QNode,
-            COHORT_START,
-        ) {
+    // SAFETY: nodes of a tree are live as long as the lock (the tree is freed only by
+    // `reset`/drop of an unused lock) and their `parent` links stay inside
+    // the tree (the caller's contract).
+    // `i` is the node through which the caller holds `l` (the caller's
+    // contract); successors found in `next` are live nodes (never freed).
+    unsafe {
+        let l = &*l;
+        let i = &*i;
+        if l.parent.is_null() {
+            // Root: plain MCS hand-over; the value is a valid "held" count.
+            return if crate::flat::mcs_release::<W>(
+                &l.tail,
+                i as *const QNode as *mut QNode,
+                COHORT_START,
+            ) {
+                (l.level, i.next.load(Ordering::Relaxed))
+            } else {
+                (NONE, null_mut())
+            };
+        }
+        let count = i.status.load(Ordering::Relaxed);
+        if count < l.threshold {
+            let succ = i.next.load(Ordering::Acquire);
+            if !succ.is_null() {
+                crate::wait::wake::<W>(&(*succ).status, &(*succ).sleeping, count + 1);
+                return (l.level, succ);
+            }
+        }
+        // Quota spent or nobody local: release the parent first (a successor
+        // told to acquire the parent will reuse `l.node`), then tell our
+        // successor, if one arrived, to compete above.
+        let up = release::<W>(l.parent, &l.node);
+        if crate::flat::mcs_release::<W>(&l.tail, i as *const QNode as *mut QNode, ACQUIRE_PARENT) {
             (l.level, i.next.load(Ordering::Relaxed))
         } else {
-            (NONE, null_mut())
-        };
-    }
-    let count = i.status.load(Ordering::Relaxed);
-    if count < l.threshold {
-        let succ = i.next.load(Ordering::Acquire);
-        if !succ.is_null() {
-            crate::wait::wake::<W>(&(*succ).status, &(*succ).sleeping, count + 1);
-            return (l.level, succ);
+            up
         }
-    }
-    // Quota spent or nobody local: release the parent first (a successor
-    // told to acquire the parent will reuse `l.node`), then tell our
-    // successor, if one arrived, to compete above.
-    let up = release::<W>(l.parent, &l.node);
-    if crate::flat::mcs_release::<W>(&l.tail, i as *const QNode as *mut QNode, ACQUIRE_PARENT) {
-        (l.level, i.next.load(Ordering::Relaxed))
-    } else {
-        up
     }
 }
 
@@ -214,7 +244,7 @@ pub trait Kind: Send + Sync + 'static {
     fn default_hierarchy() -> &'static Hierarchy;
 }
 
-/// Marker: HMCS<N>.
+/// Marker: `HMCS<N>`.
 pub struct HmcsKind;
 /// Marker: two-level cohort MCS.
 pub struct CmcsKind;
@@ -277,7 +307,7 @@ pub struct TreeLock<K: Kind, W = Spin> {
     _p: PhantomData<fn() -> (K, W)>,
 }
 
-/// HMCS<N> over the machine's hierarchy (or one given by hand).
+/// `HMCS<N>` over the machine's hierarchy (or one given by hand).
 pub type Hmcs<W = Spin> = TreeLock<HmcsKind, W>;
 /// Two-level cohort MCS lock (NUMA node, machine).
 pub type Cmcs<W = Spin> = TreeLock<CmcsKind, W>;
@@ -425,6 +455,10 @@ fn with_adapt<R>(lock: usize, f: impl FnOnce(&mut Adapt) -> R) -> R {
 
 // ------------------------------------------------------------ RawLock
 
+// SAFETY: whoever holds the root MCS lock holds the tree lock, and the
+// root is taken only by the HMCS protocol (thesis ch. 4), which gives it to
+// one domain at a time and passes it inside a domain only to a thread
+// queued there; all zero is "no tree yet, unlocked" (built on first use).
 unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
     const ALGORITHM: Algorithm = K::ALGORITHM;
 
@@ -488,9 +522,15 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
     #[inline]
     unsafe fn unlock(&self) {
         let n = self.holder.load(Ordering::Relaxed);
-        let start = (*n).start.load(Ordering::Relaxed) as *const HNode;
-        let (succ_level, succ) = release::<W>(start, n);
-        node::put(n);
+        // SAFETY: the lock is held (the caller's contract), so `holder` is
+        // the holder's live node and `start` the tree node where its
+        // acquisition started; once released, no queue references `n`.
+        let (succ_level, succ) = unsafe {
+            let start = (*n).start.load(Ordering::Relaxed) as *const HNode;
+            let r = release::<W>(start, n);
+            node::put(n);
+            r
+        };
         if K::ADAPTIVE {
             self.adapt_after_release(succ_level, succ);
         }
@@ -499,25 +539,31 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
 
 impl<K: Kind, W: Wait> TreeLock<K, W> {
     /// Eager hysteresis + fast path: where this acquisition starts.
+    /// # Safety
+    /// `leaf` is a leaf of `t`.
     #[inline]
     unsafe fn adaptive_start(t: &Tree, leaf: *const HNode, a: &mut Adapt) -> *const HNode {
-        let root = t.root() as *const HNode;
-        let target = ancestor(leaf, a.target);
-        let ttail = (*target).tail.load(Ordering::Relaxed);
-        if ttail.is_null() && (*root).tail.load(Ordering::Relaxed).is_null() {
-            // Fast path (§4.9.1): nobody at the target level nor at the root.
-            a.start = NONE;
-            return root;
-        }
-        a.start = 0;
-        let lvl = (*target).level;
-        if lvl > (*leaf).level && !ttail.is_null() && ttail as usize != a.last_succ {
-            // Target level busy: eagerly start one level closer to the leaf,
-            // unless the queue's tail is the successor we served last time
-            // (too little contention for the detour, §4.9.2.1).
-            ancestor(leaf, lvl - 1)
-        } else {
-            target
+        // SAFETY: `leaf` is a leaf of `t` (the caller's contract), so it and its
+        // ancestors are live nodes of `t`.
+        unsafe {
+            let root = t.root() as *const HNode;
+            let target = ancestor(leaf, a.target);
+            let ttail = (*target).tail.load(Ordering::Relaxed);
+            if ttail.is_null() && (*root).tail.load(Ordering::Relaxed).is_null() {
+                // Fast path (§4.9.1): nobody at the target level nor at the root.
+                a.start = NONE;
+                return root;
+            }
+            a.start = 0;
+            let lvl = (*target).level;
+            if lvl > (*leaf).level && !ttail.is_null() && ttail as usize != a.last_succ {
+                // Target level busy: eagerly start one level closer to the leaf,
+                // unless the queue's tail is the successor we served last time
+                // (too little contention for the detour, §4.9.2.1).
+                ancestor(leaf, lvl - 1)
+            } else {
+                target
+            }
         }
     }
 

@@ -12,7 +12,7 @@
 //! | `mcs` | [`Mcs`] | FIFO queue, each waiter spins on its own node |
 //! | `clh` | [`Clh`] | FIFO queue, each waiter spins on its predecessor's node |
 //! | `cmcs` | [`Cmcs`] | two-level cohort MCS (NUMA node, machine) |
-//! | `hmcs` | [`Hmcs`] | HMCS<N> over the machine's hierarchy (thesis ch. 4) |
+//! | `hmcs` | [`Hmcs`] | `HMCS<N>` over the machine's hierarchy (thesis ch. 4) |
 //! | `ahmcs` | [`Ahmcs`] | adaptive HMCS: fast path and eager hysteresis (§4.9) |
 //!
 //! Entry points:
@@ -24,7 +24,11 @@
 //! - [`dynlock`] picks an algorithm and policy at run time (used by the
 //!   preload library of `lockscope run` and by the benchmarks);
 //! - [`topology`] reads or parses the hierarchy of HMCS trees;
-//! - [`bench`] runs the thesis's microbenchmarks and returns plain results.
+//! - [`bench`](mod@bench) runs the thesis's microbenchmarks and returns plain results.
+//!
+//! Dependencies stay minimal (`lock_api`, `libc`; no serde) because this
+//! crate is linked into `liblockscope_swap.so`, which runs inside other
+//! people's programs: the CLI turns benchmark results into JSON itself.
 //!
 //! ```
 //! use lockscope_locks::lock_api::RawMutex;
@@ -34,7 +38,7 @@
 //!     Mutex::const_new(<Mcs<SpinThenPark> as RawMutex>::INIT, 0);
 //! *COUNTER.lock() += 1;
 //!
-//! // HMCS<3> over a hand-given tree: 2 domains of 4 leaves.
+//! // `HMCS<3>` over a hand-given tree: 2 domains of 4 leaves.
 //! let h = Hierarchy::parse("2x4:16,4").unwrap();
 //! let m = Mutex::from_raw(Hmcs::<SpinThenPark>::with_hierarchy(&h), vec![1]);
 //! m.lock().push(2);
@@ -50,6 +54,8 @@
 //! model-checked with loom (`RUSTFLAGS="--cfg loom"`).
 
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod flat;
 mod hmcs;
@@ -78,8 +84,7 @@ pub use lock_api;
 use std::fmt;
 
 /// A lock algorithm of this crate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Test-and-set.
     Tas,
@@ -176,8 +181,7 @@ impl std::str::FromStr for Algorithm {
 }
 
 /// How a thread that cannot enter waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WaitPolicy {
     /// Busy-wait (yielding the CPU every few hundred polls).
     Spin,
@@ -332,7 +336,9 @@ macro_rules! impl_lock_api {
             }
             #[inline]
             unsafe fn unlock(&self) {
-                RawLock::unlock(self)
+                // SAFETY: the lock is held (lock_api's contract, which is
+                // RawLock's).
+                unsafe { RawLock::unlock(self) }
             }
         }
         // SAFETY: as above.
@@ -367,7 +373,8 @@ unsafe impl<K: Kind, W: Wait> lock_api::RawMutex for TreeLock<K, W> {
     }
     #[inline]
     unsafe fn unlock(&self) {
-        RawLock::unlock(self)
+        // SAFETY: the lock is held (lock_api's contract, which is RawLock's).
+        unsafe { RawLock::unlock(self) }
     }
 }
 

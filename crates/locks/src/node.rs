@@ -80,7 +80,10 @@ pub(crate) fn get() -> *mut QNode {
 #[inline]
 pub(crate) unsafe fn put(n: *mut QNode) {
     FREE.with(|f| {
-        (*n).pool_next.store(f.get(), Ordering::Relaxed);
+        // SAFETY: `n` is a live node (nodes are never freed) that no queue
+        // references any more (the caller's contract), so this thread may
+        // link it into its own free list.
+        unsafe { (*n).pool_next.store(f.get(), Ordering::Relaxed) };
         f.set(n);
     });
 }

@@ -49,12 +49,12 @@ pub struct Hierarchy {
 }
 
 impl Hierarchy {
-    /// Depth of the HMCS tree (levels + root): HMCS<depth>.
+    /// Depth of the HMCS tree (levels + root): `HMCS<depth>`.
     pub fn depth(&self) -> usize {
         self.levels.len() + 1
     }
 
-    /// A flat hierarchy (root only): HMCS<1>, which is MCS.
+    /// A flat hierarchy (root only): `HMCS<1>`, which is MCS.
     pub fn flat(cpus: usize) -> Hierarchy {
         Hierarchy {
             levels: Vec::new(),
@@ -65,7 +65,7 @@ impl Hierarchy {
 
     /// Parses a hand-given hierarchy: fan-outs from the root down, separated
     /// by `x`, optionally followed by `:` and passing thresholds from the
-    /// leaf level up, separated by commas. `"2x2x2:8,4,2"` is an HMCS<4>
+    /// leaf level up, separated by commas. `"2x2x2:8,4,2"` is an `HMCS<4>`
     /// over 8 leaves with threshold 8 at the leaves. Threads are mapped to
     /// leaves in the order they first take a hierarchical lock.
     pub fn parse(spec: &str) -> Result<Hierarchy, Error> {

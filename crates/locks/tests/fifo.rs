@@ -6,22 +6,12 @@
 #![cfg(not(loom))]
 
 use lockscope_locks::{Clh, Mcs, RawLock, Spin, SpinThenPark, Ticket};
+use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WAITERS: usize = 4;
-
-fn wait_for(cond: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "a waiter never queued"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// `progress(lock)` is a number that changes each time a thread queues.
 fn fifo<L: RawLock + 'static>(lock: L, progress: fn(&L) -> usize) {
@@ -41,7 +31,9 @@ fn fifo<L: RawLock + 'static>(lock: L, progress: fn(&L) -> usize) {
             unsafe { l.unlock() };
             pos
         }));
-        wait_for(|| progress(&lock) != before);
+        poll_until("the new waiter to queue", DEFAULT_DEADLINE, || {
+            progress(&lock) != before
+        });
         // Let parking waiters actually fall asleep.
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -1,24 +1,16 @@
 //! Properties of HMCS proved in thesis §4.5.1, checked on scripted
-//! scenarios with real threads (the scheduling points that loom would have
-//! to poll for are awaited here with sleeps): FIFO order inside one leaf
-//! domain, and bounded waiting across domains (a domain hands the lock over
+//! scenarios with real threads (the scheduling points that loom would
+//! explore are awaited here by polling what the lock shows): FIFO order
+//! inside one leaf domain, and bounded waiting across domains (a domain hands the lock over
 //! locally at most `threshold` times while another domain waits).
 #![cfg(not(loom))]
 
 use lockscope_locks::{set_thread_cpu, Hierarchy, Hmcs, RawLock, Spin, SpinThenPark, Wait};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    lockscope_test_support::poll_until(what, lockscope_test_support::DEFAULT_DEADLINE, cond)
 }
 
 fn spawn_locker<W: Wait>(

@@ -1,12 +1,13 @@
 //! Hooks for mutexes, reader-writer locks, spinlocks, condition variables,
 //! barriers and semaphores.
 //!
-//! Acquisitions call the real *try* variant first: when the lock is free
-//! that is the same single CAS the blocking call would do, so it costs
-//! nothing, and when it fails we know the call is about to wait and can
-//! emit BEGIN at the attempt time before calling the real blocking
-//! variant (DONE|CONTENDED at its return). The alternative, timing every
-//! blocking call and guessing contention from its duration, cannot tell a
+//! Acquisitions call the real function the program called, nothing else
+//! (issue 8: the earlier trylock-then-lock was visible to interposers
+//! loaded after us: a user's lock shim saw 2 of 128,000 lock calls).
+//! Contention is read from the lock word just before the call: held by
+//! another thread means the call is about to wait, so BEGIN is emitted at
+//! the attempt and DONE|CONTENDED at the return. The alternative, timing
+//! every call and guessing contention from its duration, cannot tell a
 //! short wait from a slow uncontended call.
 //!
 //! Calls that are cancellation points (`pthread_cond_*wait`, `sem_wait`,
@@ -61,9 +62,15 @@ fn got(rc: c_int) -> bool {
     rc == 0 || rc == libc::EOWNERDEAD
 }
 
-/// The trylock-first acquisition protocol shared by every blocking lock.
-/// `ret` receives the real result as soon as there is one, so that a panic
-/// in the recording code after it never changes what the program sees.
+/// The acquisition protocol shared by every blocking lock. It calls the
+/// real function the program called (never a trylock in its place: a
+/// user's own interposer under ours must see the calls the program made,
+/// issue 8), and tells contention from the lock word read just before
+/// the call (`held`: another thread holds it, see the `*_held` probes).
+/// `ret` receives the real result as soon as there is one, so that a
+/// panic in the recording code after it never changes what the program
+/// sees. The guard is released around the real call, which may block:
+/// a signal handler running meanwhile records its own events.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn acquire(
@@ -73,69 +80,124 @@ fn acquire(
     addr: u64,
     site: u64,
     fp: u64,
-    try_: impl FnOnce() -> c_int,
+    held: bool,
     block: impl FnOnce() -> c_int,
 ) {
-    // Stamp after the try, not before: an acquisition's time must follow
-    // the previous owner's release (stamped before its real unlock), so
-    // that ordering critical sections by time gives the real hand-off
-    // order. Stamping before the try let a new owner's stamp precede the
-    // release it waited for by a few ns (ULCP pairs came out swapped).
-    // One TSC read either way; a contended attempt's BEGIN is a few ns
-    // late, which no wait time notices. (rdtsc is not ordered after the
-    // locked instruction; lfence+rdtsc or rdtscp would be, but measured
-    // +21 ns per lock/unlock pair here, doubling the recorder's cost. The
-    // residual: ~0.1% of back-to-back hand-offs in a tight loop come out a
-    // few ns out of order; the report counts them in a note.)
-    let rc = try_();
-    let t0 = tsc::now();
-    if got(rc) {
+    if !held {
+        let rc = g.unguarded(block);
+        // Stamp after the call, not before: an acquisition's time must
+        // follow the previous owner's release (stamped before its real
+        // unlock), so that ordering critical sections by time gives the
+        // real hand-off order. One TSC read per acquisition.
+        let t = tsc::now();
         *ret = Some(rc);
-        emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
-        g.acquired();
+        if got(rc) {
+            emit(g, op, phase::DONE, t, addr, site, fp, rc as u64, 0, false);
+            g.acquired();
+        } else {
+            emit(g, op, phase::FAIL, t, addr, site, fp, rc as u64, 0, false);
+        }
         return;
     }
-    // EBUSY: held by someone else (or by us, for an error-checking
-    // mutex: the real call then says EDEADLK). Any other error: the
-    // blocking call reports its own verdict, without a wait.
-    let busy = rc == libc::EBUSY;
-    if busy {
-        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
-    }
-    let rc = block();
+    // Held by another thread when we looked: the call is about to wait.
+    // BEGIN at the attempt, DONE|CONTENDED when it returns. (A lock taken
+    // by someone else between our look and the real call's own attempt is
+    // missed: a window of a few ns, against the trylock's cost of being
+    // visible to other interposers.)
+    let t0 = tsc::now();
+    emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    let rc = g.unguarded(block);
     *ret = Some(rc);
-    let (t, c) = if busy {
-        (tsc::now(), phase::CONTENDED)
-    } else {
-        (t0, 0)
-    };
+    let t = tsc::now();
     if got(rc) {
         emit(
             g,
             op,
-            phase::DONE | c,
+            phase::DONE | phase::CONTENDED,
             t,
             addr,
             site,
             fp,
             rc as u64,
             0,
-            busy,
+            true,
         );
         g.acquired();
     } else {
         emit(
             g,
             op,
-            phase::FAIL | c,
+            phase::FAIL | phase::CONTENDED,
             t,
             addr,
             site,
             fp,
             rc as u64,
             0,
-            busy,
+            true,
         );
+    }
+}
+
+/// True if another thread holds the glibc (x86-64) mutex: the lock word
+/// (`int __lock` at 0) is non-zero and the owner (`int __owner` at 8, set
+/// by glibc for every kind) is not the caller. A recursive or
+/// error-checking mutex the caller already holds does not wait.
+#[inline(always)]
+unsafe fn mutex_held(m: *mut pthread_mutex_t, me: u32) -> bool {
+    let p = m as *const core::sync::atomic::AtomicI32;
+    // SAFETY: the caller passes the program's mutex, at least 40 bytes.
+    let (lock, owner) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(2)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    lock != 0 && owner as u32 != me
+}
+
+/// glibc rwlock `__readers` bits: write phase, write-locked; readers
+/// counted from bit 3.
+const RW_WRPHASE: u32 = 1;
+const RW_WRLOCKED: u32 = 2;
+const RW_READER_SHIFT: u32 = 3;
+
+/// True if a writer would wait: a writer holds the lock or readers do
+/// (`unsigned __readers` at 0; `int __cur_writer` at 24 is the owner).
+#[inline(always)]
+unsafe fn rw_write_held(l: *mut pthread_rwlock_t, me: u32) -> bool {
+    let p = l as *const core::sync::atomic::AtomicU32;
+    // SAFETY: the caller passes the program's rwlock, 56 bytes.
+    let (r, writer) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(6)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    (r & RW_WRLOCKED != 0 && writer != me) || r >> RW_READER_SHIFT != 0
+}
+
+/// True if a reader would wait: the lock is in its write phase.
+#[inline(always)]
+unsafe fn rw_read_held(l: *mut pthread_rwlock_t, me: u32) -> bool {
+    let p = l as *const core::sync::atomic::AtomicU32;
+    // SAFETY: as above.
+    let (r, writer) = unsafe {
+        (
+            (*p).load(core::sync::atomic::Ordering::Relaxed),
+            (*p.add(6)).load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    r & RW_WRPHASE != 0 && writer != me
+}
+
+/// True if the spinlock (an int, 0 when free) is taken.
+#[inline(always)]
+unsafe fn spin_held(l: *mut pthread_spinlock_t, _me: u32) -> bool {
+    // SAFETY: the caller passes the program's spinlock.
+    unsafe {
+        (*(l as *const core::sync::atomic::AtomicI32)).load(core::sync::atomic::Ordering::Relaxed)
+            != 0
     }
 }
 
@@ -189,28 +251,37 @@ fn release(
 
 /// Generates the hook body for a blocking acquisition.
 macro_rules! acquire_hook {
-    ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, try = $try:ident, block = $block:ident) => {
+    ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, held = $held:ident, block = $block:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
             // Not recording: forward with no frame of our own (the
             // recording path below needs a large one).
             #[inline(never)]
             unsafe fn rec($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+                // SAFETY: the unsafe operations below rely only on this function's own
+                // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                // it interposes), which the caller upholds.
+                unsafe {
                 let Some(mut g) = thread::recorder() else {
                     return $block($l $(, $a)*);
                 };
                 let mut ret = None;
+                let held = $held($l, g.tid());
                 guarded(|| acquire(&mut g, &mut ret, $op, $l as u64, site, fp,
-                    || $try($l), || $block($l $(, $a)*)));
+                    held, || $block($l $(, $a)*)));
                 match ret {
                     Some(rc) => rc,
                     None => $block($l $(, $a)*),
                 }
-            }
+            }}
             if !thread::is_recording() {
                 return $block($l $(, $a)*);
             }
             rec($l, $($a,)* site, fp)
-        }
+        }}
     };
 }
 
@@ -218,22 +289,34 @@ macro_rules! acquire_hook {
 macro_rules! try_hook {
     ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $try:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            #[inline(never)]
-            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                let Some(mut g) = thread::recorder() else {
-                    return $try($l);
-                };
-                let mut ret = None;
-                guarded(|| try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l)));
-                match ret {
-                    Some(rc) => rc,
-                    None => $try($l),
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
+                #[inline(never)]
+                unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                    // SAFETY: the unsafe operations below rely only on this function's own
+                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                    // it interposes), which the caller upholds.
+                    unsafe {
+                        let Some(mut g) = thread::recorder() else {
+                            return $try($l);
+                        };
+                        let mut ret = None;
+                        guarded(|| {
+                            try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l))
+                        });
+                        match ret {
+                            Some(rc) => rc,
+                            None => $try($l),
+                        }
+                    }
                 }
+                if !thread::is_recording() {
+                    return $try($l);
+                }
+                rec($l, site, fp)
             }
-            if !thread::is_recording() {
-                return $try($l);
-            }
-            rec($l, site, fp)
         }
     };
 }
@@ -242,22 +325,34 @@ macro_rules! try_hook {
 macro_rules! release_hook {
     ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $unlock:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            #[inline(never)]
-            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                let Some(mut g) = thread::recorder() else {
-                    return $unlock($l);
-                };
-                let mut ret = None;
-                guarded(|| release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l)));
-                match ret {
-                    Some(rc) => rc,
-                    None => $unlock($l),
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
+                #[inline(never)]
+                unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                    // SAFETY: the unsafe operations below rely only on this function's own
+                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                    // it interposes), which the caller upholds.
+                    unsafe {
+                        let Some(mut g) = thread::recorder() else {
+                            return $unlock($l);
+                        };
+                        let mut ret = None;
+                        guarded(|| {
+                            release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l))
+                        });
+                        match ret {
+                            Some(rc) => rc,
+                            None => $unlock($l),
+                        }
+                    }
                 }
+                if !thread::is_recording() {
+                    return $unlock($l);
+                }
+                rec($l, site, fp)
             }
-            if !thread::is_recording() {
-                return $unlock($l);
-            }
-            rec($l, site, fp)
         }
     };
 }
@@ -265,12 +360,12 @@ macro_rules! release_hook {
 // ---- mutexes ----
 
 acquire_hook!(mutex_lock_impl(m: *mut pthread_mutex_t) Op::MutexLock,
-    try = real_mutex_trylock, block = real_mutex_lock);
+    held = mutex_held, block = real_mutex_lock);
 try_hook!(mutex_trylock_impl(m: *mut pthread_mutex_t) Op::MutexTrylock, real_mutex_trylock);
 acquire_hook!(mutex_timedlock_impl(m: *mut pthread_mutex_t, t: *const timespec) Op::MutexTimedlock,
-    try = real_mutex_trylock, block = real_mutex_timedlock);
+    held = mutex_held, block = real_mutex_timedlock);
 acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec)
-    Op::MutexTimedlock, try = real_mutex_trylock, block = real_mutex_clocklock);
+    Op::MutexTimedlock, held = mutex_held, block = real_mutex_clocklock);
 
 /// True if the glibc (x86-64) mutex word says another thread waits, i.e.
 /// the real unlock will enter the kernel to wake it. Layout of
@@ -280,18 +375,23 @@ acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *co
 /// contended. Priority-protect mutexes encode the ceiling there: never.
 #[inline(always)]
 unsafe fn mutex_has_waiters(m: *mut pthread_mutex_t) -> bool {
-    let p = m as *const core::sync::atomic::AtomicI32;
-    let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
-    let kind = (*p.add(4)).load(core::sync::atomic::Ordering::Relaxed);
-    const ROBUST: i32 = 16;
-    const PI: i32 = 32;
-    const PP: i32 = 64;
-    if kind & (ROBUST | PI) != 0 {
-        lock as u32 & 0x8000_0000 != 0
-    } else if kind & PP != 0 {
-        false
-    } else {
-        lock > 1
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let p = m as *const core::sync::atomic::AtomicI32;
+        let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
+        let kind = (*p.add(4)).load(core::sync::atomic::Ordering::Relaxed);
+        const ROBUST: i32 = 16;
+        const PI: i32 = 32;
+        const PP: i32 = 64;
+        if kind & (ROBUST | PI) != 0 {
+            lock as u32 & 0x8000_0000 != 0
+        } else if kind & PP != 0 {
+            false
+        } else {
+            lock > 1
+        }
     }
 }
 
@@ -300,45 +400,55 @@ unsafe extern "C-unwind" fn mutex_unlock_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    if !thread::is_recording() {
-        return real_mutex_unlock(m);
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if !thread::is_recording() {
+            return real_mutex_unlock(m);
+        }
+        mutex_unlock_rec(m, site, fp)
     }
-    mutex_unlock_rec(m, site, fp)
 }
 
 #[inline(never)]
 unsafe fn mutex_unlock_rec(m: *mut pthread_mutex_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_mutex_unlock(m);
-    };
-    let mut ret = None;
-    guarded(|| {
-        let waiters = mutex_has_waiters(m);
-        release(
-            &mut g,
-            &mut ret,
-            Op::MutexUnlock,
-            m as u64,
-            site,
-            fp,
-            || real_mutex_unlock(m),
-        );
-        if waiters && ret == Some(0) {
-            // The unlock had to wake a waiter (a futex syscall): its end
-            // makes the time spent inside unlock visible.
-            g.event(
-                Op::MutexUnlock as u8,
-                phase::END,
-                tsc::now(),
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_mutex_unlock(m);
+        };
+        let mut ret = None;
+        guarded(|| {
+            let waiters = mutex_has_waiters(m);
+            release(
+                &mut g,
+                &mut ret,
+                Op::MutexUnlock,
                 m as u64,
                 site,
-                0,
+                fp,
+                || real_mutex_unlock(m),
             );
+            if waiters && ret == Some(0) {
+                // The unlock had to wake a waiter (a futex syscall): its end
+                // makes the time spent inside unlock visible.
+                g.event(
+                    Op::MutexUnlock as u8,
+                    phase::END,
+                    tsc::now(),
+                    m as u64,
+                    site,
+                    0,
+                );
+            }
+        });
+        match ret {
+            Some(rc) => rc,
+            None => real_mutex_unlock(m),
         }
-    });
-    match ret {
-        Some(rc) => rc,
-        None => real_mutex_unlock(m),
     }
 }
 
@@ -353,19 +463,19 @@ tramp!(pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int = mutex_unlock_imp
 // ---- reader-writer locks ----
 
 acquire_hook!(rdlock_impl(l: *mut pthread_rwlock_t) Op::RwRdlock,
-    try = real_tryrdlock, block = real_rdlock);
+    held = rw_read_held, block = real_rdlock);
 acquire_hook!(wrlock_impl(l: *mut pthread_rwlock_t) Op::RwWrlock,
-    try = real_trywrlock, block = real_wrlock);
+    held = rw_write_held, block = real_wrlock);
 try_hook!(tryrdlock_impl(l: *mut pthread_rwlock_t) Op::RwTryRdlock, real_tryrdlock);
 try_hook!(trywrlock_impl(l: *mut pthread_rwlock_t) Op::RwTryWrlock, real_trywrlock);
 acquire_hook!(timedrdlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedRdlock,
-    try = real_tryrdlock, block = real_timedrdlock);
+    held = rw_read_held, block = real_timedrdlock);
 acquire_hook!(timedwrlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedWrlock,
-    try = real_trywrlock, block = real_timedwrlock);
+    held = rw_write_held, block = real_timedwrlock);
 acquire_hook!(clockrdlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
-    Op::RwTimedRdlock, try = real_tryrdlock, block = real_clockrdlock);
+    Op::RwTimedRdlock, held = rw_read_held, block = real_clockrdlock);
 acquire_hook!(clockwrlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
-    Op::RwTimedWrlock, try = real_trywrlock, block = real_clockwrlock);
+    Op::RwTimedWrlock, held = rw_write_held, block = real_clockwrlock);
 release_hook!(rwunlock_impl(l: *mut pthread_rwlock_t) Op::RwUnlock, real_rwunlock);
 
 tramp!(pthread_rwlock_rdlock(l: *mut pthread_rwlock_t) -> c_int = rdlock_impl ["rsi", "rdx"]);
@@ -385,7 +495,7 @@ tramp!(pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int = rwunlock_impl 
 // ---- spinlocks ----
 
 acquire_hook!(spin_lock_impl(l: *mut pthread_spinlock_t) Op::SpinLock,
-    try = real_spin_trylock, block = real_spin_lock);
+    held = spin_held, block = real_spin_lock);
 try_hook!(spin_trylock_impl(l: *mut pthread_spinlock_t) Op::SpinTrylock, real_spin_trylock);
 release_hook!(spin_unlock_impl(l: *mut pthread_spinlock_t) Op::SpinUnlock, real_spin_unlock);
 
@@ -469,7 +579,10 @@ unsafe extern "C-unwind" fn cond_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m)) }
 }
 
 unsafe extern "C-unwind" fn cond_timedwait_impl(
@@ -479,9 +592,14 @@ unsafe extern "C-unwind" fn cond_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
-        real_cond_timedwait(c, m, t)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+            real_cond_timedwait(c, m, t)
+        })
+    }
 }
 
 unsafe extern "C-unwind" fn cond_clockwait_impl(
@@ -492,9 +610,14 @@ unsafe extern "C-unwind" fn cond_clockwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
-        real_cond_clockwait(c, m, k, t)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+            real_cond_clockwait(c, m, k, t)
+        })
+    }
 }
 
 /// A single-event call (signal, broadcast, post): DONE at the call time,
@@ -528,7 +651,10 @@ unsafe fn single(op: Op, addr: u64, site: u64, fp: u64, call: impl FnOnce() -> c
 }
 
 unsafe extern "C-unwind" fn cond_signal_impl(c: *mut pthread_cond_t, site: u64, fp: u64) -> c_int {
-    single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c)) }
 }
 
 unsafe extern "C-unwind" fn cond_broadcast_impl(
@@ -536,9 +662,14 @@ unsafe extern "C-unwind" fn cond_broadcast_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    single(Op::CondBroadcast, c as u64, site, fp, || {
-        real_cond_broadcast(c)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        single(Op::CondBroadcast, c as u64, site, fp, || {
+            real_cond_broadcast(c)
+        })
+    }
 }
 
 tramp!(pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int
@@ -559,69 +690,74 @@ unsafe extern "C-unwind" fn barrier_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    match thread::recorder() {
-        None => return real_barrier_wait(b),
-        Some(mut g) => {
-            let t0 = tsc::now();
-            guarded(|| {
-                emit(
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        match thread::recorder() {
+            None => return real_barrier_wait(b),
+            Some(mut g) => {
+                let t0 = tsc::now();
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        Op::BarrierWait,
+                        phase::BEGIN,
+                        t0,
+                        b as u64,
+                        site,
+                        fp,
+                        0,
+                        0,
+                        false,
+                    )
+                });
+            }
+        }
+        let rc = real_barrier_wait(b);
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
+            guarded(|| match rc {
+                0 => emit(
                     &mut g,
                     Op::BarrierWait,
-                    phase::BEGIN,
-                    t0,
+                    phase::DONE,
+                    t1,
                     b as u64,
                     site,
                     fp,
                     0,
                     0,
-                    false,
-                )
+                    true,
+                ),
+                libc::PTHREAD_BARRIER_SERIAL_THREAD => emit(
+                    &mut g,
+                    Op::BarrierWait,
+                    phase::DONE,
+                    t1,
+                    b as u64,
+                    site,
+                    fp,
+                    1,
+                    0,
+                    true,
+                ),
+                e => emit(
+                    &mut g,
+                    Op::BarrierWait,
+                    phase::FAIL,
+                    t1,
+                    b as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    true,
+                ),
             });
         }
+        rc
     }
-    let rc = real_barrier_wait(b);
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        guarded(|| match rc {
-            0 => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::DONE,
-                t1,
-                b as u64,
-                site,
-                fp,
-                0,
-                0,
-                true,
-            ),
-            libc::PTHREAD_BARRIER_SERIAL_THREAD => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::DONE,
-                t1,
-                b as u64,
-                site,
-                fp,
-                1,
-                0,
-                true,
-            ),
-            e => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::FAIL,
-                t1,
-                b as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                true,
-            ),
-        });
-    }
-    rc
 }
 
 tramp!(pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int = barrier_wait_impl ["rsi", "rdx"]);
@@ -638,50 +774,58 @@ unsafe fn sem_wait_common(
     fp: u64,
     wait: impl FnOnce() -> c_int,
 ) -> c_int {
-    let saved = errno();
-    let t0;
-    match thread::recorder() {
-        None => return wait(),
-        Some(mut g) => {
-            // After the try, as in `acquire`: a sem_wait that succeeds
-            // at once must be stamped after the sem_post it consumed.
-            let rc = real_sem_trywait(s);
-            t0 = tsc::now();
-            if rc == 0 {
-                guarded(|| emit(&mut g, op, phase::DONE, t0, s as u64, site, fp, 0, 0, false));
-                return 0;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let saved = errno();
+        let t0;
+        match thread::recorder() {
+            None => return wait(),
+            Some(mut g) => {
+                // After the try, as in `acquire`: a sem_wait that succeeds
+                // at once must be stamped after the sem_post it consumed.
+                let rc = real_sem_trywait(s);
+                t0 = tsc::now();
+                if rc == 0 {
+                    guarded(|| emit(&mut g, op, phase::DONE, t0, s as u64, site, fp, 0, 0, false));
+                    return 0;
+                }
+                set_errno(saved);
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        op,
+                        phase::BEGIN,
+                        t0,
+                        s as u64,
+                        site,
+                        fp,
+                        0,
+                        0,
+                        false,
+                    )
+                });
             }
-            set_errno(saved);
-            guarded(|| {
-                emit(
-                    &mut g,
-                    op,
-                    phase::BEGIN,
-                    t0,
-                    s as u64,
-                    site,
-                    fp,
-                    0,
-                    0,
-                    false,
-                )
-            });
         }
+        let rc = wait();
+        let e = errno();
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
+            let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
+            let arg = if rc == 0 { 0 } else { e as u64 };
+            guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
+        }
+        set_errno(e);
+        rc
     }
-    let rc = wait();
-    let e = errno();
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
-        let arg = if rc == 0 { 0 } else { e as u64 };
-        guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
-    }
-    set_errno(e);
-    rc
 }
 
 unsafe extern "C-unwind" fn sem_wait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s)) }
 }
 
 unsafe extern "C-unwind" fn sem_timedwait_impl(
@@ -690,87 +834,100 @@ unsafe extern "C-unwind" fn sem_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t)) }
 }
 
 unsafe extern "C-unwind" fn sem_trywait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_sem_trywait(s);
-    };
-    let rc = real_sem_trywait(s);
-    let e = errno();
-    let t0 = tsc::now();
-    guarded(|| {
-        if rc == 0 {
-            emit(
-                &mut g,
-                Op::SemTrywait,
-                phase::DONE,
-                t0,
-                s as u64,
-                site,
-                fp,
-                0,
-                0,
-                false,
-            )
-        } else {
-            emit(
-                &mut g,
-                Op::SemTrywait,
-                phase::FAIL,
-                t0,
-                s as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                false,
-            )
-        }
-    });
-    set_errno(e);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_sem_trywait(s);
+        };
+        let rc = real_sem_trywait(s);
+        let e = errno();
+        let t0 = tsc::now();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    Op::SemTrywait,
+                    phase::DONE,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    Op::SemTrywait,
+                    phase::FAIL,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    false,
+                )
+            }
+        });
+        set_errno(e);
+        rc
+    }
 }
 
 unsafe extern "C-unwind" fn sem_post_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_sem_post(s);
-    };
-    let t0 = tsc::now();
-    let rc = real_sem_post(s);
-    let e = errno();
-    guarded(|| {
-        if rc == 0 {
-            emit(
-                &mut g,
-                Op::SemPost,
-                phase::DONE,
-                t0,
-                s as u64,
-                site,
-                fp,
-                0,
-                0,
-                false,
-            )
-        } else {
-            emit(
-                &mut g,
-                Op::SemPost,
-                phase::FAIL,
-                t0,
-                s as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                false,
-            )
-        }
-    });
-    set_errno(e);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_sem_post(s);
+        };
+        let t0 = tsc::now();
+        let rc = real_sem_post(s);
+        let e = errno();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    Op::SemPost,
+                    phase::DONE,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    Op::SemPost,
+                    phase::FAIL,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    false,
+                )
+            }
+        });
+        set_errno(e);
+        rc
+    }
 }
 
 tramp!(sem_wait(s: *mut sem_t) -> c_int = sem_wait_impl ["rsi", "rdx"]);

@@ -1,10 +1,9 @@
 //! The real (next) definitions of the functions we interpose, resolved
-//! lazily with `dlsym(RTLD_NEXT)`.
-//!
-//! Lazily, in every hook, not once in the constructor: another preloaded
-//! or early library's constructor may call `pthread_mutex_lock` before
-//! ours has run (capture-facts.md). glibc 2.36's `dlsym` does not allocate,
-//! so resolving from inside a hook is safe.
+//! with `dlsym(RTLD_NEXT)` at load time (one `.init_array` entry per
+//! function, issue 8: no `dlsym` on a signal path later), and lazily in
+//! every hook as well: another preloaded or early library's constructor
+//! may call `pthread_mutex_lock` before ours have run (capture-facts.md).
+//! glibc 2.36's `dlsym` does not allocate.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -42,6 +41,40 @@ impl Real {
             p
         } else {
             self.resolve()
+        }
+    }
+
+    /// Resolves the function now if it exists (load time); a function no
+    /// later object defines is left for [`Real::get`] to report if the
+    /// program ever calls it.
+    pub(crate) fn prefetch(&self) {
+        if self.p.load(Ordering::Relaxed) == 0 {
+            let p = self.lookup();
+            if p != 0 {
+                self.p.store(p, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// dlvsym/dlsym, errno preserved; 0 if not found.
+    fn lookup(&self) -> usize {
+        // SAFETY: dlsym/dlvsym with NUL-terminated names; errno is saved
+        // because the program must not see our lookups.
+        unsafe {
+            let saved = *libc::__errno_location();
+            let mut p = core::ptr::null_mut();
+            if !self.version.is_empty() {
+                p = libc::dlvsym(
+                    libc::RTLD_NEXT,
+                    self.name.as_ptr() as *const libc::c_char,
+                    self.version.as_ptr() as *const libc::c_char,
+                );
+            }
+            if p.is_null() {
+                p = libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const libc::c_char);
+            }
+            *libc::__errno_location() = saved;
+            p as usize
         }
     }
 
@@ -90,11 +123,27 @@ macro_rules! real {
         #[inline(always)]
         #[allow(clippy::missing_safety_doc)]
         $vis unsafe fn $caller($($a: $t),*) -> $r {
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
             static R: $crate::real::Real = real!(@new $sym $(, $ver)?);
+            // Resolved at load time by our own constructor entry, so that
+            // no `dlsym` runs later on a signal path (a hook called from a
+            // signal handler); the lazy path in `Real::get` remains for
+            // hooks called before the constructors ran.
+            #[used]
+            #[link_section = ".init_array"]
+            static RESOLVE: extern "C" fn() = {
+                extern "C" fn resolve() {
+                    R.prefetch();
+                }
+                resolve
+            };
             let f: unsafe extern "C-unwind" fn($($t),*) -> $r =
                 core::mem::transmute::<usize, unsafe extern "C-unwind" fn($($t),*) -> $r>(R.get());
             f($($a),*)
-        }
+        }}
     };
     (@new $sym:literal) => { $crate::real::Real::new(concat!($sym, "\0").as_bytes()) };
     (@new $sym:literal, $ver:literal) => {

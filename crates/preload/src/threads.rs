@@ -64,38 +64,48 @@ fn tid_offset() -> Option<usize> {
 /// glibc's descriptor holds it from the moment clone returns
 /// (CLONE_PARENT_SETTID).
 unsafe fn tid_of(t: pthread_t) -> u32 {
-    if t == libc::pthread_self() {
-        return libc::gettid() as u32;
-    }
-    match tid_offset() {
-        Some(off) => *((t as usize + off) as *const i32) as u32,
-        None => 0,
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if t == libc::pthread_self() {
+            return libc::gettid() as u32;
+        }
+        match tid_offset() {
+            Some(off) => *((t as usize + off) as *const i32) as u32,
+            None => 0,
+        }
     }
 }
 
 unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
-    let s = core::ptr::read(p as *const Start);
-    libc::free(p);
-    thread::thread_started(s.parent_tid);
-    if let Some(mut g) = thread::recorder() {
-        let t = tsc::now();
-        guarded(|| {
-            g.event(
-                Op::ThreadStart as u8,
-                phase::DONE,
-                t,
-                0,
-                s.f as usize as u64,
-                s.parent_tid,
-            )
-        });
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let s = core::ptr::read(p as *const Start);
+        libc::free(p);
+        thread::thread_started(s.parent_tid);
+        if let Some(mut g) = thread::recorder() {
+            let t = tsc::now();
+            guarded(|| {
+                g.event(
+                    Op::ThreadStart as u8,
+                    phase::DONE,
+                    t,
+                    0,
+                    s.f as usize as u64,
+                    s.parent_tid,
+                )
+            });
+        }
+        // The start routine runs outside any guard and catch_unwind: it may
+        // end in pthread_exit or cancellation, which unwind through this
+        // frame (hence "C-unwind" and no destructors here).
+        let r = (s.f)(s.arg);
+        thread_exit_event(0, s.joinable);
+        r
     }
-    // The start routine runs outside any guard and catch_unwind: it may
-    // end in pthread_exit or cancellation, which unwind through this
-    // frame (hence "C-unwind" and no destructors here).
-    let r = (s.f)(s.arg);
-    thread_exit_event(0, s.joinable);
-    r
 }
 
 /// Last event of the calling thread, and the ring's end stamp. A joinable
@@ -137,53 +147,58 @@ unsafe extern "C-unwind" fn create_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let parent_tid = match thread::recorder() {
-        None => return real_create(t, attr, f, arg),
-        Some(mut g) => g.tid(),
-    };
-    // One small allocation per thread creation, outside the event path
-    // (pthread_create allocates a stack anyway).
-    let s = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
-    if s.is_null() {
-        return real_create(t, attr, f, arg);
-    }
-    let mut detached = 0;
-    if !attr.is_null() {
-        pthread_attr_getdetachstate(attr, &mut detached);
-    }
-    let joinable = detached != libc::PTHREAD_CREATE_DETACHED;
-    s.write(Start {
-        f,
-        arg,
-        parent_tid,
-        joinable,
-    });
-    let rc = real_create(t, attr, start_trampoline, s as *mut c_void);
-    if rc != 0 {
-        libc::free(s as *mut c_void);
-        return rc;
-    }
-    if let Some(mut g) = thread::recorder() {
-        let now = tsc::now();
-        guarded(|| {
-            // A detached thread may already be gone and its descriptor
-            // reused: read the tid only of joinable threads.
-            let tid = if joinable { tid_of(*t) } else { 0 };
-            emit(
-                &mut g,
-                Op::ThreadCreate,
-                phase::DONE,
-                now,
-                *t,
-                site,
-                fp,
-                u64::from(tid),
-                0,
-                false,
-            );
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let parent_tid = match thread::recorder() {
+            None => return real_create(t, attr, f, arg),
+            Some(mut g) => g.tid(),
+        };
+        // One small allocation per thread creation, outside the event path
+        // (pthread_create allocates a stack anyway).
+        let s = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
+        if s.is_null() {
+            return real_create(t, attr, f, arg);
+        }
+        let mut detached = 0;
+        if !attr.is_null() {
+            pthread_attr_getdetachstate(attr, &mut detached);
+        }
+        let joinable = detached != libc::PTHREAD_CREATE_DETACHED;
+        s.write(Start {
+            f,
+            arg,
+            parent_tid,
+            joinable,
         });
+        let rc = real_create(t, attr, start_trampoline, s as *mut c_void);
+        if rc != 0 {
+            libc::free(s as *mut c_void);
+            return rc;
+        }
+        if let Some(mut g) = thread::recorder() {
+            let now = tsc::now();
+            guarded(|| {
+                // A detached thread may already be gone and its descriptor
+                // reused: read the tid only of joinable threads.
+                let tid = if joinable { tid_of(*t) } else { 0 };
+                emit(
+                    &mut g,
+                    Op::ThreadCreate,
+                    phase::DONE,
+                    now,
+                    *t,
+                    site,
+                    fp,
+                    u64::from(tid),
+                    0,
+                    false,
+                );
+            });
+        }
+        rc
     }
-    rc
 }
 
 unsafe extern "C-unwind" fn join_impl(
@@ -192,79 +207,89 @@ unsafe extern "C-unwind" fn join_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let tid;
-    match thread::recorder() {
-        None => return real_join(t, r),
-        Some(mut g) => {
-            // Read before the join: afterwards the descriptor is freed.
-            tid = tid_of(t);
-            let t0 = tsc::now();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let tid;
+        match thread::recorder() {
+            None => return real_join(t, r),
+            Some(mut g) => {
+                // Read before the join: afterwards the descriptor is freed.
+                tid = tid_of(t);
+                let t0 = tsc::now();
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::BEGIN,
+                        t0,
+                        t,
+                        site,
+                        fp,
+                        u64::from(tid),
+                        0,
+                        false,
+                    )
+                });
+            }
+        }
+        let rc = real_join(t, r);
+        if rc == 0 {
+            // The thread is gone, destructors and all: its ring can go too.
+            thread::release_joined(t);
+        }
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
             guarded(|| {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::BEGIN,
-                    t0,
-                    t,
-                    site,
-                    fp,
-                    u64::from(tid),
-                    0,
-                    false,
-                )
+                if rc == 0 {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::DONE,
+                        t1,
+                        t,
+                        site,
+                        fp,
+                        u64::from(tid),
+                        0,
+                        true,
+                    )
+                } else {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::FAIL,
+                        t1,
+                        t,
+                        site,
+                        fp,
+                        rc as u64,
+                        0,
+                        true,
+                    )
+                }
             });
         }
+        rc
     }
-    let rc = real_join(t, r);
-    if rc == 0 {
-        // The thread is gone, destructors and all: its ring can go too.
-        thread::release_joined(t);
-    }
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        guarded(|| {
-            if rc == 0 {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::DONE,
-                    t1,
-                    t,
-                    site,
-                    fp,
-                    u64::from(tid),
-                    0,
-                    true,
-                )
-            } else {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::FAIL,
-                    t1,
-                    t,
-                    site,
-                    fp,
-                    rc as u64,
-                    0,
-                    true,
-                )
-            }
-        });
-    }
-    rc
 }
 
 unsafe extern "C-unwind" fn exit_impl(r: *mut c_void, site: u64, _fp: u64) {
-    if thread::is_recording() {
-        // The main thread's ring stays: the process may go on in other
-        // threads and exit() will still record into it.
-        let main = libc::gettid() as u32 == lockscope_capture::process::pid();
-        thread_exit_event(site, !main && self_joinable());
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if thread::is_recording() {
+            // The main thread's ring stays: the process may go on in other
+            // threads and exit() will still record into it.
+            let main = libc::gettid() as u32 == lockscope_capture::process::pid();
+            thread_exit_event(site, !main && self_joinable());
+        }
+        real_exit(r);
+        // pthread_exit does not return.
+        libc::abort();
     }
-    real_exit(r);
-    // pthread_exit does not return.
-    libc::abort();
 }
 
 unsafe extern "C-unwind" fn setname_impl(
@@ -273,32 +298,37 @@ unsafe extern "C-unwind" fn setname_impl(
     site: u64,
     _fp: u64,
 ) -> c_int {
-    let rc = real_setname(t, name);
-    if rc != 0 || name.is_null() {
-        return rc;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let rc = real_setname(t, name);
+        if rc != 0 || name.is_null() {
+            return rc;
+        }
+        if let Some(mut g) = thread::recorder() {
+            let now = tsc::now();
+            guarded(|| {
+                let mut b = [0u8; 16];
+                let s = core::ffi::CStr::from_ptr(name).to_bytes();
+                let n = s.len().min(15);
+                b[..n].copy_from_slice(&s[..n]);
+                let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+                let hi = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+                // addr = tid of the thread that was named (a thread may name
+                // another one, e.g. a parent naming its child).
+                let head = Head {
+                    tsc: now,
+                    addr: u64::from(tid_of(t)),
+                    site,
+                    op: OP_THREAD_NAME,
+                    ..Head::default()
+                };
+                g.emit(head, Some((lo, hi)), &[]);
+            });
+        }
+        rc
     }
-    if let Some(mut g) = thread::recorder() {
-        let now = tsc::now();
-        guarded(|| {
-            let mut b = [0u8; 16];
-            let s = core::ffi::CStr::from_ptr(name).to_bytes();
-            let n = s.len().min(15);
-            b[..n].copy_from_slice(&s[..n]);
-            let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-            let hi = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
-            // addr = tid of the thread that was named (a thread may name
-            // another one, e.g. a parent naming its child).
-            let head = Head {
-                tsc: now,
-                addr: u64::from(tid_of(t)),
-                site,
-                op: OP_THREAD_NAME,
-                ..Head::default()
-            };
-            g.emit(head, Some((lo, hi)), &[]);
-        });
-    }
-    rc
 }
 
 tramp!(pthread_create(t: *mut pthread_t, a: *const pthread_attr_t, f: StartFn, arg: *mut c_void) -> c_int

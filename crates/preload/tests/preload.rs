@@ -84,9 +84,14 @@ fn run(bin: &Path, args: &[&str], session: Option<&Path>, env: &[(&str, &str)]) 
         .env_remove("LOCKSCOPE_STACKS")
         .env_remove("LOCKSCOPE_RING_KB");
     if let Some(s) = session {
+        // No recorder drains these sessions while the fixture runs: one
+        // ring per thread that never grows, dropping (and counting) what
+        // does not fit instead of waiting for a recorder that is not there.
         c.env("LD_PRELOAD", lib_path())
             .env("LOCKSCOPE_SESSION", s)
-            .env("LOCKSCOPE_RING_KB", "1024");
+            .env("LOCKSCOPE_RING_KB", "1024")
+            .env("LOCKSCOPE_RING_MAX_KB", "0")
+            .env("LOCKSCOPE_ON_FULL", "drop");
     }
     for (k, v) in env {
         c.env(k, v);

@@ -187,14 +187,11 @@ pub(crate) fn writer_loop<W: Write>(
     while let Ok(m) = rx.recv() {
         match m {
             Msg::Rec(r) => c.record(r)?,
-            Msg::Raw {
-                thread,
-                mut slots,
-                corrupt,
-                lost,
-                clock,
-            } => {
-                c.convert(thread, &slots, corrupt, lost, clock)?;
+            Msg::Raw { mut slots, segs } => {
+                for g in &segs {
+                    let run = slots.get(g.start..g.start + g.len).unwrap_or(&[]);
+                    c.convert(g.thread, run, g.corrupt, g.lost, g.clock)?;
+                }
                 queued.fetch_sub(slots.len() * std::mem::size_of::<Slot>(), Ordering::Relaxed);
                 slots.set_len(0);
                 let _ = pool.send(slots);
@@ -499,11 +496,19 @@ impl<W: Write> Converter<W> {
                     }
                 }
             }
+            // A GPU activity carries its start and end on the GPU as TSC
+            // ticks (the preload library converted CUPTI's clock): they
+            // become trace nanoseconds like every timestamp.
+            let (addr, arg) = if h.op == Op::GpuActivity as u8 {
+                (clock.ns(h.addr), clock.ns(arg))
+            } else {
+                (h.addr, arg)
+            };
             let e = Event {
                 time: ns,
                 op: h.op,
                 flags: h.flags,
-                addr: h.addr,
+                addr,
                 site: h.site,
                 stack,
                 arg,

@@ -28,18 +28,13 @@ pub(crate) enum Msg {
     /// A record, written as is (Process and Thread records also set up the
     /// converter's state for them).
     Rec(Record),
-    /// Raw slots copied out of one thread's ring, whole events only.
+    /// Raw slots copied out of the rings of one drain pass: `segs` say
+    /// which thread each run of slots belongs to (whole events only).
     Raw {
-        /// Trace thread id.
-        thread: u32,
         /// The slots.
         slots: SlotBuf,
-        /// Slots the ring reported corrupt.
-        corrupt: u64,
-        /// Events the producer dropped since the previous batch.
-        lost: u64,
-        /// Conversion to ns at the time of the copy.
-        clock: ClockConv,
+        /// The runs, in copy order.
+        segs: Vec<Seg>,
     },
     /// The thread's ring is closed: write its losses and its end.
     ThreadEnd {
@@ -69,6 +64,40 @@ pub(crate) enum Msg {
         exit_status: i32,
     },
 }
+
+/// One thread's run of slots in a [`Msg::Raw`] batch.
+pub(crate) struct Seg {
+    /// Trace thread id.
+    pub thread: u32,
+    /// First slot of the run in the batch.
+    pub start: usize,
+    /// Slots in the run.
+    pub len: usize,
+    /// Slots the ring reported corrupt.
+    pub corrupt: u64,
+    /// Events the producer dropped since the previous copy.
+    pub lost: u64,
+    /// Conversion to ns at the time of the copy.
+    pub clock: ClockConv,
+}
+
+/// The drain's batch being filled.
+struct Batch {
+    buf: SlotBuf,
+    segs: Vec<Seg>,
+    used: usize,
+    /// When it was opened.
+    since: Instant,
+}
+
+/// Longest time copied events wait in an open batch before they go to
+/// the writer.
+const BATCH_MAX_AGE: Duration = Duration::from_millis(50);
+
+/// A batch with less room than this is sent before the next ring is
+/// copied (a nearly full buffer would split a busy ring's events into
+/// tiny runs).
+const BATCH_MIN_ROOM: usize = 4096;
 
 /// A snapshot of the tick conversion, sent along with raw slots.
 ///
@@ -274,6 +303,10 @@ struct Ring {
     thread: u32,
     lost_seen: u64,
     end_seen: Option<Instant>,
+    /// (pid, gen, tid) from the file name, to name successor rings.
+    key: (u32, u32, u32),
+    /// Events lost in the thread's earlier (outgrown) rings.
+    lost_before: u64,
 }
 
 /// Totals the drain reports at the end.
@@ -286,7 +319,20 @@ pub(crate) struct DrainTotals {
     pub queue_peak_bytes: u64,
     /// Ring copies put off because the queue was at its limit.
     pub queue_full_skips: u64,
+    /// Times a thread of the program waited for room in its ring.
+    pub full_waits: u64,
+    /// Time those waits took, ns.
+    pub full_wait_ns: u64,
+    /// Ring files that could not be created or grown for lack of space.
+    pub space_exhausted: u64,
+    /// Threads that got no ring at all.
+    pub threads_without_ring: u64,
+    /// Rings grown because their thread ran hot.
+    pub rings_grown: u64,
 }
+
+/// Slots of the standard drain buffer (2 MiB: one huge page).
+const SMALL_BUF_SLOTS: usize = 65_536;
 
 /// How long a ring whose thread has exited is kept before it is closed:
 /// a thread's last events (TLS destructors) may be published just after
@@ -305,6 +351,9 @@ pub(crate) struct Drainer {
     queue_budget: usize,
     queue_peak: usize,
     queue_full_skips: u64,
+    /// Back-pressure seen in closed rings: (waits, ticks).
+    full_waits: u64,
+    full_wait_ticks: u64,
     procs: Vec<Proc>,
     proc_index: HashMap<(u32, u32), usize>,
     rings: Vec<Ring>,
@@ -315,6 +364,8 @@ pub(crate) struct Drainer {
     next_thread: u32,
     send_failed: bool,
     spare: Option<SlotBuf>,
+    /// Slots copied in this pass, not yet handed to the writer.
+    batch: Option<Batch>,
 }
 
 impl Drainer {
@@ -335,6 +386,8 @@ impl Drainer {
             queue_budget,
             queue_peak: 0,
             queue_full_skips: 0,
+            full_waits: 0,
+            full_wait_ticks: 0,
             procs: Vec::new(),
             proc_index: HashMap::new(),
             rings: Vec::new(),
@@ -345,10 +398,14 @@ impl Drainer {
             next_thread: 1,
             send_failed: false,
             spare: None,
+            batch: None,
         }
     }
 
     fn send(&mut self, m: Msg) {
+        // Events copied so far go first: every other message (a thread's
+        // end, a new thread...) must follow the events before it.
+        self.flush_batch();
         // The writer only stops early when writing failed; its error is
         // reported when it is joined. Keep draining so the program is
         // never blocked, dropping what cannot be written.
@@ -606,6 +663,8 @@ impl Drainer {
             thread: id,
             lost_seen: 0,
             end_seen: None,
+            key: (pid, gen, tid),
+            lost_before: 0,
         });
     }
 
@@ -616,7 +675,32 @@ impl Drainer {
         let mut fullest = 0.0f64;
         let mut i = 0;
         while i < self.rings.len() {
-            let n = self.drain_ring(i);
+            // A thread may have moved on to larger rings (several times
+            // since the last pass): follow the chain to its current ring.
+            let mut n = 0;
+            loop {
+                // Read before the copy: once `next_seq` is set the producer
+                // has stopped writing this ring, so the copy below takes its
+                // last events and the successor can take over.
+                let next = self.rings[i]
+                    .c
+                    .header()
+                    .next_seq
+                    .load(std::sync::atomic::Ordering::Acquire);
+                // A large ring takes several buffers; bounded, so that a
+                // producer faster than the copy cannot hold the drain here.
+                let rounds = self.rings[i].c.capacity() as usize / SMALL_BUF_SLOTS + 2;
+                for _ in 0..rounds {
+                    let k = self.drain_ring(i);
+                    n += k;
+                    if k == 0 || self.rings[i].c.pending() == 0 {
+                        break;
+                    }
+                }
+                if next == 0 || self.rings[i].c.pending() != 0 || !self.switch_ring(i, next) {
+                    break;
+                }
+            }
             let cap = self.rings[i].c.capacity().max(1);
             fullest = fullest.max(n as f64 / cap as f64);
             total += n;
@@ -625,6 +709,17 @@ impl Drainer {
             } else {
                 i += 1;
             }
+        }
+        // A batch stays open across passes until it is half full or old:
+        // with hundreds of quiet threads and a writer that lags (a loaded
+        // machine), flushing every pass queued thousands of nearly empty
+        // 2 MiB buffers (569 MB peak RSS for 1000 short threads).
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.used >= SMALL_BUF_SLOTS / 2 || b.since.elapsed() >= BATCH_MAX_AGE)
+        {
+            self.flush_batch();
         }
         (total, fullest)
     }
@@ -645,44 +740,112 @@ impl Drainer {
         // Read before the copy: events counted lost by now were dropped
         // while the ring was full, i.e. after everything copied now.
         let lost_now = r.c.lost();
-        // Buffers hold a whole ring, so that every recycled one fits any
-        // batch (dropping one would munmap it: TLB-shootdown IPIs, which
-        // cost milliseconds on a VM).
-        let cap = r.c.capacity() as usize;
-        let Some(mut slots) = self
-            .spare
-            .take()
-            .or_else(|| self.pool.try_recv().ok())
-            .filter(|b| b.capacity() >= cap)
-            .or_else(|| SlotBuf::new(cap))
-        else {
-            // Out of memory: the ring fills and the program counts drops.
-            return 0;
-        };
-        let (n, corrupt) = r.c.copy_out_to(slots.whole_mut());
-        slots.set_len(n as usize);
+        // Every buffer is 2 MiB (65,536 slots, one huge page) and is shared
+        // by the rings of one pass (a batch: one message, one huge page,
+        // for hundreds of quiet threads, where a buffer per ring cost 2 MB
+        // of memory each); a large ring is emptied into several. Same-size
+        // buffers are always recycled. (Sizing buffers by ring let mixed
+        // sizes miss the recycling, and zeroing fresh memory then took half
+        // of the drain's time: `perf`, fluid_like fixture.)
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| SMALL_BUF_SLOTS - b.used < BATCH_MIN_ROOM)
+        {
+            self.flush_batch();
+        }
+        if self.batch.is_none() {
+            let Some(buf) = self
+                .spare
+                .take()
+                .or_else(|| self.pool.try_recv().ok())
+                .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
+            else {
+                // Out of memory: the ring fills and the program waits or
+                // counts drops.
+                return 0;
+            };
+            self.batch = Some(Batch {
+                buf,
+                segs: Vec::new(),
+                used: 0,
+                since: Instant::now(),
+            });
+        }
+        let clock = self.clock.conv();
+        let r = &mut self.rings[ri];
+        let b = self.batch.as_mut().expect("set above");
+        let used = b.used;
+        let (n, corrupt) = r.c.copy_out_to(&mut b.buf.whole_mut()[used..]);
         let lost = lost_now.saturating_sub(r.lost_seen);
         r.lost_seen = r.lost_seen.max(lost_now);
         if n == 0 && corrupt == 0 && lost == 0 {
-            // Keep the buffer for the next ring.
-            self.pool_keep(slots);
             return 0;
         }
-        let thread = r.thread;
-        let clock = self.clock.conv();
-        // Counted by length: what was written (a recycled buffer's unused
-        // capacity is not counted, a fresh one's is not yet resident).
-        let bytes = slots.len() * std::mem::size_of::<Slot>();
-        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
-        self.queue_peak = self.queue_peak.max(now);
-        self.send(Msg::Raw {
-            thread,
-            slots,
+        b.segs.push(Seg {
+            thread: r.thread,
+            start: used,
+            len: n as usize,
             corrupt,
             lost,
             clock,
         });
+        b.used += n as usize;
         n
+    }
+
+    /// Hands the current batch (if any) to the writer.
+    fn flush_batch(&mut self) {
+        let Some(mut b) = self.batch.take() else {
+            return;
+        };
+        if b.segs.is_empty() {
+            self.pool_keep(b.buf);
+            return;
+        }
+        b.buf.set_len(b.used);
+        // Counted by length: what was written (a recycled buffer's unused
+        // capacity is not counted, a fresh one's is not yet resident).
+        let bytes = b.used * std::mem::size_of::<Slot>();
+        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
+        self.queue_peak = self.queue_peak.max(now);
+        if !self.send_failed
+            && self
+                .tx
+                .send(Msg::Raw {
+                    slots: b.buf,
+                    segs: b.segs,
+                })
+                .is_err()
+        {
+            self.send_failed = true;
+        }
+    }
+
+    /// The thread moved to a larger ring (`seq`): continue with it under
+    /// the same trace thread, and remove the outgrown one. False if the
+    /// successor cannot be opened (yet): retried at the next pass.
+    fn switch_ring(&mut self, ri: usize, seq: u64) -> bool {
+        let r = &self.rings[ri];
+        let (pid, gen, tid) = r.key;
+        let Ok(seq) = u32::try_from(seq) else {
+            return false;
+        };
+        let name = lockscope_capture::session::ring_seq_file_name(pid, gen, tid, seq);
+        let path = self.dir.join(&name);
+        let Ok(c) = Consumer::open(&path) else {
+            return false;
+        };
+        let r = &mut self.rings[ri];
+        let h = r.c.header();
+        self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
+        self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        r.lost_before += r.c.lost();
+        r.lost_seen = 0;
+        let old = std::mem::replace(&mut r.path, path);
+        r.c = c;
+        let _ = std::fs::remove_file(old);
+        true
     }
 
     fn pool_keep(&mut self, v: SlotBuf) {
@@ -715,7 +878,9 @@ impl Drainer {
         let r = self.rings.swap_remove(ri);
         let h = r.c.header();
         let end_tsc = h.end_tsc.load(std::sync::atomic::Ordering::Acquire);
-        let lost = r.c.lost();
+        let lost = r.lost_before + r.c.lost();
+        self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
+        self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();
         self.send(Msg::ThreadEnd {
             thread: r.thread,
@@ -745,6 +910,8 @@ impl Drainer {
             threads: self.next_thread - 1,
             queue_peak_bytes: self.queue_peak as u64,
             queue_full_skips: self.queue_full_skips,
+            full_waits: self.full_waits,
+            full_wait_ns: (self.full_wait_ticks as f64 * 1e9 / self.clock.hz()) as u64,
             ..DrainTotals::default()
         };
         let procs = std::mem::take(&mut self.procs);
@@ -783,6 +950,12 @@ impl Drainer {
                     event_ns: rel,
                 })));
             }
+            let ord = std::sync::atomic::Ordering::Acquire;
+            totals.space_exhausted += u64::from(h.space_exhausted.load(ord));
+            totals.threads_without_ring += u64::from(h.threads_without_ring.load(ord));
+            totals.rings_grown += u64::from(h.rings_grown.load(ord));
+            let nested = p.hdr.load(&h.nested_skipped);
+            self.loss(p.id, nested, LossReason::Nested);
             let no_ring = p.hdr.load(&h.lost_no_ring);
             self.loss(p.id, no_ring, LossReason::ThreadLimit);
             if h.disabled.load(std::sync::atomic::Ordering::Acquire) != 0 {

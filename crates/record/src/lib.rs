@@ -36,6 +36,8 @@
 //!   records and the footer: ring overflow, threads without a ring, corrupt
 //!   slots, a recorder that disabled itself inside the program.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod child;
 mod convert;
@@ -51,6 +53,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use elf::build_id;
+pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
 pub use pipeline::drain_dir;
 
 /// Which call paths the preload library records (`LOCKSCOPE_STACKS`).
@@ -91,19 +94,31 @@ pub struct RecordConfig {
     pub preload_lib: PathBuf,
     /// Call-path mode.
     pub stacks: StackMode,
-    /// Ring size per thread, KiB.
+    /// Size of a thread's first ring, KiB.
     pub ring_kb: u64,
+    /// Largest ring a hot thread grows to, KiB.
+    pub ring_max_kb: u64,
     /// A thread whose ring is full waits for the recorder instead of
     /// dropping the event: a complete trace, at the price of perturbing
-    /// the program's timing while it waits. Off by default.
+    /// the program's timing while it waits (counted and reported in
+    /// [`RecordOutcome::full_waits`]). On by default (issue 8): threads
+    /// that hold no lock wait before their next call when their ring is
+    /// three quarters full, so the waits fall outside critical sections.
     pub wait_when_full: bool,
     /// Where to create the session directory; `None`: `/dev/shm`, else
     /// `$TMPDIR`, else `/tmp`.
     pub session_parent: Option<PathBuf>,
+    /// Attach NVIDIA CUPTI to the program's CUDA contexts (by pointing
+    /// `CUDA_INJECTION64_PATH` at the preload library) so that GPU
+    /// launches, waits and executions are recorded. On by default; a
+    /// program that does not use CUDA never loads CUPTI either way, and a
+    /// user's own `CUDA_INJECTION64_PATH` is left alone.
+    pub gpu: bool,
 }
 
 impl RecordConfig {
-    /// A configuration with the defaults (contended stacks, 4 MiB rings).
+    /// A configuration with the defaults (contended stacks, 64 KiB first
+    /// rings growing up to 16 MiB, wait when full).
     pub fn new(
         program: impl Into<OsString>,
         args: Vec<OsString>,
@@ -117,8 +132,10 @@ impl RecordConfig {
             preload_lib: preload_lib.into(),
             stacks: StackMode::Contended,
             ring_kb: lockscope_capture::session::DEFAULT_RING_KB,
-            wait_when_full: false,
+            ring_max_kb: lockscope_capture::session::DEFAULT_RING_MAX_KB,
+            wait_when_full: true,
             session_parent: None,
+            gpu: true,
         }
     }
 }
@@ -179,6 +196,24 @@ pub struct RecordOutcome {
     /// (min(1 GiB, RAM/8)); the events the program then dropped are
     /// counted in `lost`.
     pub queue_full_skips: u64,
+    /// Times a thread of the program waited for the recorder to make room
+    /// in its buffer (back-pressure, the default instead of losing events):
+    /// the program's timing was perturbed for `full_wait_ns` in total.
+    pub full_waits: u64,
+    /// Total time threads spent in those waits, ns.
+    pub full_wait_ns: u64,
+    /// Times a thread's buffer could not be created or grown because the
+    /// file system of the session directory was full (ENOSPC). The thread
+    /// then got a smaller buffer, kept its current one (and waited), or,
+    /// at worst, recorded nothing ([`RecordOutcome::threads_without_buffer`]).
+    pub space_exhausted: u64,
+    /// Threads that got no buffer at all (their events are lost, counted).
+    pub threads_without_buffer: u64,
+    /// Buffers grown because their thread ran hot.
+    pub buffers_grown: u64,
+    /// The directory the session was created in (`/dev/shm` unless told
+    /// otherwise), for messages about its space.
+    pub session_parent: PathBuf,
 }
 
 /// Why a recording failed.

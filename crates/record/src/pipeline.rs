@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
@@ -106,6 +106,14 @@ impl Pipeline {
             path: output.to_path_buf(),
             source: FormatError::Io(e),
         })?;
+        // 0600: a trace holds command lines, paths and thread names. Set
+        // on the open file (it may have been created before, e.g. by the
+        // CLI claiming a free name), and only on a regular file: never
+        // chmod /dev/null or a FIFO given as the output.
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+        }
         // 10 ms of calibration before the program starts; refined while
         // recording (see Clock).
         let start_pair = tsc::pair();
@@ -208,6 +216,12 @@ impl Pipeline {
             disabled_processes: totals.disabled,
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
+            full_waits: totals.full_waits,
+            full_wait_ns: totals.full_wait_ns,
+            space_exhausted: totals.space_exhausted,
+            threads_without_buffer: totals.threads_without_ring,
+            buffers_grown: totals.rings_grown,
+            session_parent: PathBuf::new(),
         })
     }
 }
@@ -250,6 +264,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut extra = vec![
         ("stacks".to_string(), cfg.stacks.as_str().to_string()),
         ("ring_kb".to_string(), cfg.ring_kb.to_string()),
+        ("ring_max_kb".to_string(), cfg.ring_max_kb.to_string()),
         (
             "on_full".to_string(),
             if cfg.wait_when_full { "wait" } else { "drop" }.to_string(),
@@ -307,6 +322,11 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut out = pipe.finish(&cfg.output, &reaped, status)?;
     out.signal = signal;
     out.forwarded_signals = forwarded;
+    out.session_parent = session
+        .path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     drop(session);
     Ok(out)
 }

@@ -69,6 +69,7 @@ impl SlotBuf {
     }
 
     /// Slots it can hold.
+    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.cap
     }

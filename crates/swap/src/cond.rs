@@ -74,6 +74,11 @@ fn stripe(c: *mut pthread_cond_t) -> *mut pthread_mutex_t {
 
 /// Waits on `c` for one of our mutexes: `wait` is the real wait call on the
 /// stripe mutex.
+///
+/// # Safety
+/// C contract of `pthread_cond_wait` for `c` and `m` (the calling thread
+/// holds `m`); `m` holds a lock of `o`'s algorithm; `wait` calls a real
+/// condvar wait on `c` with the mutex it is given.
 unsafe fn wait_ours(
     o: &'static lockscope_locks::dynlock::LockOps,
     c: *mut pthread_cond_t,
@@ -82,15 +87,44 @@ unsafe fn wait_ours(
 ) -> c_int {
     let r = real::get();
     let s = stripe(c);
-    (r.mutex_lock)(s);
-    crate::unlock_any(m);
-    let mut old: c_int = 0;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old);
-    let ret = wait(s);
-    pthread_setcancelstate(old, std::ptr::null_mut());
-    (r.mutex_unlock)(s);
-    crate::relock_ours(o, m);
-    ret
+    // SAFETY: `s` is a static, initialised glibc mutex that only this
+    // module takes, always in the order stripe -> (real condvar) and never
+    // while waiting for one of our locks (see the module documentation);
+    // `m` is held by the caller (the contract), released here and taken
+    // again below, as pthread_cond_wait does.
+    unsafe {
+        (r.mutex_lock)(s);
+        crate::unlock_any(m);
+        let mut old: c_int = 0;
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old);
+        let ret = wait(s);
+        pthread_setcancelstate(old, std::ptr::null_mut());
+        (r.mutex_unlock)(s);
+        crate::relock_ours(o, m);
+        ret
+    }
+}
+
+/// `pthread_cond_wait` and its timed variants: `wait(c, mutex)` is the real
+/// call (on the stripe mutex for ours, on `m` for glibc's). The whole
+/// operation is its own plain version: nothing here is bookkeeping.
+///
+/// # Safety
+/// C contract of `pthread_cond_wait` for `c` and `m`, both not null;
+/// `wait` calls a real condvar wait.
+unsafe fn wait_any(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    wait: impl FnOnce(*mut pthread_mutex_t) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's contract; `o` is the table of the algorithm
+    // whose state `m` holds.
+    unsafe {
+        match crate::ours_for_cond(m) {
+            Some(o) => wait_ours(o, c, m, wait),
+            None => wait(m),
+        }
+    }
 }
 
 /// Interposed `pthread_cond_wait`.
@@ -102,16 +136,17 @@ pub unsafe extern "C" fn pthread_cond_wait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
 ) -> c_int {
-    crate::guard(libc::EINVAL, || {
-        if c.is_null() || m.is_null() {
-            return libc::EINVAL;
-        }
-        let r = real::get();
-        match crate::ours_for_cond(m) {
-            Some(o) => wait_ours(o, c, m, |s| (r.cond_wait)(c, s)),
-            None => (r.cond_wait)(c, m),
-        }
-    })
+    if c.is_null() || m.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's contract, which the real function has too.
+    let w = |s| unsafe { (real::get().cond_wait)(c, s) };
+    crate::guard(
+        // SAFETY: the caller's contract, with `w` a real wait.
+        || unsafe { wait_any(c, m, w) },
+        // SAFETY: as above.
+        || unsafe { wait_any(c, m, w) },
+    )
 }
 
 /// Interposed `pthread_cond_timedwait`.
@@ -124,16 +159,17 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
     m: *mut pthread_mutex_t,
     abstime: *const timespec,
 ) -> c_int {
-    crate::guard(libc::EINVAL, || {
-        if c.is_null() || m.is_null() {
-            return libc::EINVAL;
-        }
-        let r = real::get();
-        match crate::ours_for_cond(m) {
-            Some(o) => wait_ours(o, c, m, |s| (r.cond_timedwait)(c, s, abstime)),
-            None => (r.cond_timedwait)(c, m, abstime),
-        }
-    })
+    if c.is_null() || m.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's contract, which the real function has too.
+    let w = |s| unsafe { (real::get().cond_timedwait)(c, s, abstime) };
+    crate::guard(
+        // SAFETY: the caller's contract, with `w` a real wait.
+        || unsafe { wait_any(c, m, w) },
+        // SAFETY: as above.
+        || unsafe { wait_any(c, m, w) },
+    )
 }
 
 /// Interposed `pthread_cond_clockwait` (glibc 2.30+; used by C++
@@ -148,37 +184,44 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
     clock: clockid_t,
     abstime: *const timespec,
 ) -> c_int {
-    crate::guard(libc::EINVAL, || {
-        if c.is_null() || m.is_null() {
-            return libc::EINVAL;
-        }
-        let r = real::get();
-        let Some(f) = r.cond_clockwait else {
-            return libc::ENOSYS;
-        };
-        match crate::ours_for_cond(m) {
-            Some(o) => wait_ours(o, c, m, |s| f(c, s, clock, abstime)),
-            None => f(c, m, clock, abstime),
-        }
-    })
+    if c.is_null() || m.is_null() {
+        return libc::EINVAL;
+    }
+    let Some(f) = real::get().cond_clockwait else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the caller's contract, which the real function has too.
+    let w = |s| unsafe { f(c, s, clock, abstime) };
+    crate::guard(
+        // SAFETY: the caller's contract, with `w` a real wait.
+        || unsafe { wait_any(c, m, w) },
+        // SAFETY: as above.
+        || unsafe { wait_any(c, m, w) },
+    )
 }
 
+/// Signals or broadcasts `c` (`f` is the real function).
+///
+/// # Safety
+/// C contract of `f`, `c` not null.
 unsafe fn notify(
     c: *mut pthread_cond_t,
     f: unsafe extern "C" fn(*mut pthread_cond_t) -> c_int,
 ) -> c_int {
-    if c.is_null() {
-        return libc::EINVAL;
-    }
     let r = real::get();
     if crate::current_ops().is_none() {
-        return f(c);
+        // SAFETY: the caller's contract.
+        return unsafe { f(c) };
     }
     let s = stripe(c);
-    (r.mutex_lock)(s);
-    let ret = f(c);
-    (r.mutex_unlock)(s);
-    ret
+    // SAFETY: `s` is a static, initialised glibc mutex (see wait_ours);
+    // `f` has the caller's contract.
+    unsafe {
+        (r.mutex_lock)(s);
+        let ret = f(c);
+        (r.mutex_unlock)(s);
+        ret
+    }
 }
 
 /// Interposed `pthread_cond_signal`.
@@ -187,7 +230,17 @@ unsafe fn notify(
 /// C contract of `pthread_cond_signal`.
 #[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_signal")]
 pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
-    crate::guard(libc::EINVAL, || notify(c, real::get().cond_signal))
+    if c.is_null() {
+        return libc::EINVAL;
+    }
+    // A second signal after a panic is harmless (waiters must allow
+    // spurious wake-ups); a lost one is not.
+    crate::guard(
+        // SAFETY: the caller's contract.
+        || unsafe { notify(c, real::get().cond_signal) },
+        // SAFETY: as above.
+        || unsafe { notify(c, real::get().cond_signal) },
+    )
 }
 
 /// Interposed `pthread_cond_broadcast`.
@@ -196,7 +249,15 @@ pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
 /// C contract of `pthread_cond_broadcast`.
 #[cfg_attr(not(test), export_name = "lockscope_swap_pthread_cond_broadcast")]
 pub unsafe extern "C" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
-    crate::guard(libc::EINVAL, || notify(c, real::get().cond_broadcast))
+    if c.is_null() {
+        return libc::EINVAL;
+    }
+    crate::guard(
+        // SAFETY: the caller's contract.
+        || unsafe { notify(c, real::get().cond_broadcast) },
+        // SAFETY: as above.
+        || unsafe { notify(c, real::get().cond_broadcast) },
+    )
 }
 
 #[cfg(test)]

@@ -46,31 +46,44 @@ static REAL: AtomicPtr<Real> = AtomicPtr::new(std::ptr::null_mut());
 pub(crate) fn get() -> &'static Real {
     let p = REAL.load(Ordering::Acquire);
     if !p.is_null() {
-        // SAFETY: published once, never freed.
+        // SAFETY: REAL is only ever set to a leaked Box (resolve), never
+        // freed or changed afterwards.
         return unsafe { &*p };
     }
     resolve()
 }
 
+/// Looks up the next definition of `name` (at `version` if it has one).
+///
+/// # Safety
+/// `name` and `version` are NUL-terminated.
 unsafe fn sym(name: &[u8], version: Option<&[u8]>) -> *mut libc::c_void {
     let n = name.as_ptr() as *const c_char;
     if let Some(v) = version {
         // The condvar functions exist in two versions; the program was
         // linked against the current one (GLIBC_2.3.2), so ask for it.
-        let p = libc::dlvsym(libc::RTLD_NEXT, n, v.as_ptr() as *const c_char);
+        // SAFETY: both strings are NUL-terminated (the caller's contract).
+        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, n, v.as_ptr() as *const c_char) };
         if !p.is_null() {
             return p;
         }
     }
-    libc::dlsym(libc::RTLD_NEXT, n)
+    // SAFETY: `n` is NUL-terminated (the caller's contract).
+    unsafe { libc::dlsym(libc::RTLD_NEXT, n) }
 }
 
+/// [`sym`], or abort with a message: without the real functions no hook
+/// can do what the program asked.
+///
+/// # Safety
+/// As [`sym`].
 unsafe fn need(name: &[u8], version: Option<&[u8]>) -> *mut libc::c_void {
-    let p = sym(name, version);
+    // SAFETY: the caller's contract.
+    let p = unsafe { sym(name, version) };
     if p.is_null() {
-        let msg = b"lockscope-swap: cannot find the real pthread functions (dlsym failed)\n";
-        libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
-        libc::abort();
+        crate::stats::die(
+            "lockscope-swap: cannot find the real pthread functions (dlsym failed)\n",
+        );
     }
     p
 }
@@ -78,7 +91,10 @@ unsafe fn need(name: &[u8], version: Option<&[u8]>) -> *mut libc::c_void {
 #[cold]
 fn resolve() -> &'static Real {
     const V: Option<&[u8]> = Some(b"GLIBC_2.3.2\0");
-    // SAFETY: each symbol has the C signature of the function it names.
+    // SAFETY: every name is a NUL-terminated literal, and each symbol found
+    // is the next definition of the C function it names, whose signature
+    // is the one it is transmuted to (non-null: `need` aborts otherwise,
+    // and the optional ones are checked).
     let r = unsafe {
         Real {
             mutex_init: std::mem::transmute::<*mut libc::c_void, InitFn>(need(
@@ -138,10 +154,11 @@ fn resolve() -> &'static Real {
         Ordering::AcqRel,
         Ordering::Acquire,
     ) {
-        // SAFETY: published, never freed.
+        // SAFETY: `new` is a leaked Box, now published and never freed.
         Ok(_) => unsafe { &*new },
         Err(other) => {
-            // SAFETY: `new` was never shared; `other` is published.
+            // SAFETY: `new` came from Box::into_raw and was never shared;
+            // `other` is a published leaked Box, never freed.
             unsafe {
                 drop(Box::from_raw(new));
                 &*other

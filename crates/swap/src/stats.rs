@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 static REPLACED: AtomicU64 = AtomicU64::new(0);
 static LEFT_TO_GLIBC: AtomicU64 = AtomicU64::new(0);
+/// Panics caught in hooks (bugs of ours; the operations were performed
+/// anyway).
+static PANICS: AtomicU64 = AtomicU64::new(0);
 
 const STRIPES: usize = 64;
 
@@ -68,15 +71,40 @@ pub(crate) fn acquired(op: Op) {
     COUNTS[s as usize].ops[op as usize].fetch_add(1, Ordering::Relaxed);
 }
 
+/// Counts a panic caught in a hook, and says so on stderr the first time
+/// (fails loud: the program goes on, but the user learns that the swapped
+/// library hit a bug).
+#[cold]
+pub(crate) fn panicked() {
+    if PANICS.fetch_add(1, Ordering::Relaxed) == 0 {
+        warn("lockscope-swap: internal error (panic) in a pthread hook; the operation was performed without lockscope-swap's bookkeeping\n");
+    }
+}
+
+/// Panics caught so far.
+pub(crate) fn panics() -> u64 {
+    PANICS.load(Ordering::Relaxed)
+}
+
+/// Says why on stderr and aborts (no unwinding, no allocation).
+#[cold]
+pub(crate) fn die(msg: &str) -> ! {
+    warn(msg);
+    std::process::abort()
+}
+
 /// Writes a message to stderr with one write(2) and no lock.
 pub(crate) fn warn(msg: &str) {
-    // SAFETY: writing a valid buffer to fd 2.
+    // SAFETY: `msg` is a valid buffer of `msg.len()` bytes for the whole
+    // call; a failed write to fd 2 only loses the message.
     unsafe { libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len()) };
 }
 
 pub(crate) fn register_exit_report() {
     if VERBOSE.load(Ordering::Relaxed) {
-        // SAFETY: registering a plain extern "C" function.
+        // SAFETY: `report` is an extern "C" fn with no arguments that
+        // lives as long as the process (this library is never unloaded:
+        // it is preloaded).
         unsafe { libc::atexit(report) };
     }
 }
@@ -95,9 +123,13 @@ pub(crate) fn summary_line() -> String {
         None => "lock pthread (original glibc mutexes)".to_string(),
     };
     let left = LEFT_TO_GLIBC.load(Ordering::Relaxed);
+    let panics = match panics() {
+        0 => String::new(),
+        n => format!("; {n} internal errors (panics) caught, operations performed anyway"),
+    };
     format!(
         "lockscope-swap: {lock}: replaced {} mutexes, {total} acquisitions ({} lock, {} trylock, {} timedlock); \
-         {left} mutexes left to glibc (recursive, error-checking, robust, process-shared or priority attributes)\n",
+         {left} mutexes left to glibc (recursive, error-checking, robust, process-shared or priority attributes){panics}\n",
         REPLACED.load(Ordering::Relaxed),
         per[0],
         per[1],

@@ -20,7 +20,7 @@ use crate::{backend, config, record, tls};
 /// `$reg` (the first argument register the ABI function leaves free) to
 /// `$imp`.
 macro_rules! trampoline {
-    ($name:literal, $reg:literal, $imp:path) => {
+    ($name:expr, $reg:literal, $imp:path) => {
         core::arch::global_asm!(
             concat!(
                 ".pushsection .text.lockscope_tsan_tramp,\"ax\",@progbits\n",
@@ -130,9 +130,14 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             unsafe { (*t.wlog.get()).insert(addr, size.min(u64::from(u32::MAX)) as u32) };
         }
         let mut fr = [0u64; lockscope_capture::raw::MAX_FRAMES];
-        // Outside critical sections (lockset mode) the site is enough and
-        // the call path would double the volume.
-        let limit = if held > 0 { config::access_frames() } else { 0 };
+        // Outside critical sections (lockset mode) the site is enough for
+        // lockset and the call path would double the volume; dead writes
+        // and barriers name call paths when asked to.
+        let limit = if held > 0 {
+            config::access_frames()
+        } else {
+            config::outside_frames()
+        };
         let n = tls::frames(t, pc, &mut fr[..limit]);
         let (flags, args) = if size <= 255 {
             (size as u8, None)

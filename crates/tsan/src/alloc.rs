@@ -41,49 +41,74 @@ fn on_free(p: *mut c_void, pc: u64) {
 }
 
 unsafe extern "C" fn malloc_imp(size: usize, pc: u64) -> *mut c_void {
-    let p = __libc_malloc(size);
-    on_alloc(p, size, pc);
-    p
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    unsafe {
+        let p = __libc_malloc(size);
+        on_alloc(p, size, pc);
+        p
+    }
 }
 trampoline!("malloc", "rsi", malloc_imp);
 
 unsafe extern "C" fn calloc_imp(n: usize, size: usize, pc: u64) -> *mut c_void {
-    let p = __libc_calloc(n, size);
-    on_alloc(p, n.saturating_mul(size), pc);
-    p
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    unsafe {
+        let p = __libc_calloc(n, size);
+        on_alloc(p, n.saturating_mul(size), pc);
+        p
+    }
 }
 trampoline!("calloc", "rdx", calloc_imp);
 
 unsafe extern "C" fn realloc_imp(old: *mut c_void, size: usize, pc: u64) -> *mut c_void {
-    if old.is_null() {
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    unsafe {
+        if old.is_null() {
+            let p = __libc_realloc(old, size);
+            on_alloc(p, size, pc);
+            return p;
+        }
+        // Record the free before the call: afterwards the old block may belong
+        // to another thread's allocation already.
+        on_free(old, pc);
         let p = __libc_realloc(old, size);
-        on_alloc(p, size, pc);
-        return p;
+        if p.is_null() && size != 0 {
+            // Failed: the old block is still live; record it again.
+            on_alloc(old, libc::malloc_usable_size(old), pc);
+        } else {
+            on_alloc(p, size, pc);
+        }
+        p
     }
-    // Record the free before the call: afterwards the old block may belong
-    // to another thread's allocation already.
-    on_free(old, pc);
-    let p = __libc_realloc(old, size);
-    if p.is_null() && size != 0 {
-        // Failed: the old block is still live; record it again.
-        on_alloc(old, libc::malloc_usable_size(old), pc);
-    } else {
-        on_alloc(p, size, pc);
-    }
-    p
 }
 trampoline!("realloc", "rdx", realloc_imp);
 
 unsafe extern "C" fn free_imp(p: *mut c_void, pc: u64) {
-    on_free(p, pc);
-    __libc_free(p);
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    unsafe {
+        on_free(p, pc);
+        __libc_free(p);
+    }
 }
 trampoline!("free", "rsi", free_imp);
 
 unsafe extern "C" fn memalign_imp(align: usize, size: usize, pc: u64) -> *mut c_void {
-    let p = __libc_memalign(align, size);
-    on_alloc(p, size, pc);
-    p
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    unsafe {
+        let p = __libc_memalign(align, size);
+        on_alloc(p, size, pc);
+        p
+    }
 }
 trampoline!("memalign", "rdx", memalign_imp);
 trampoline!("aligned_alloc", "rdx", memalign_imp);
@@ -94,15 +119,21 @@ unsafe extern "C" fn posix_memalign_imp(
     size: usize,
     pc: u64,
 ) -> i32 {
-    if !align.is_power_of_two() || !align.is_multiple_of(core::mem::size_of::<*mut c_void>()) {
-        return libc::EINVAL;
+    // SAFETY: glibc's own allocator entry points, called with the arguments the
+    // program passed to the standard function (whose contract the caller
+    // has); the block sizes are read only from blocks that are live.
+    // `out` is writable (posix_memalign's contract).
+    unsafe {
+        if !align.is_power_of_two() || !align.is_multiple_of(core::mem::size_of::<*mut c_void>()) {
+            return libc::EINVAL;
+        }
+        let p = __libc_memalign(align, size);
+        if p.is_null() {
+            return libc::ENOMEM;
+        }
+        on_alloc(p, size, pc);
+        *out = p;
+        0
     }
-    let p = __libc_memalign(align, size);
-    if p.is_null() {
-        return libc::ENOMEM;
-    }
-    on_alloc(p, size, pc);
-    *out = p;
-    0
 }
 trampoline!("posix_memalign", "rcx", posix_memalign_imp);

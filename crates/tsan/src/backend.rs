@@ -19,7 +19,13 @@ use lockscope_capture::thread;
 pub fn recording() -> bool {
     // Through the preload crate (same as `process::init`): this use is
     // also what makes rustc link its pthread hooks into the staticlib.
+    // Unit-test binaries call capture directly, so that the preload crate,
+    // and with it `pthread_mutex_lock` and the rest, is not linked into
+    // them (it would interpose the test harness's own locks).
+    #[cfg(not(test))]
     lockscope_preload::init();
+    #[cfg(test)]
+    lockscope_capture::process::init();
     install();
     thread::is_recording()
 }

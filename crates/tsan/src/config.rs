@@ -4,6 +4,10 @@
 //!   too (site only, no call path), for `lockscope lockset`.
 //! - `LOCKSCOPE_ACCESS_FRAMES=N`: call-path depth attached to each access
 //!   inside a critical section (default 16, at most 64, 0 = pc only).
+//! - `LOCKSCOPE_OUTSIDE_FRAMES=N`: call-path depth attached to each
+//!   access outside critical sections (with `LOCKSCOPE_ALL_ACCESSES=1`;
+//!   default 0 = pc only, which halves the volume; `lockscope deadwrites`
+//!   and `barriers` name call paths with it).
 //! - `LOCKSCOPE_EVENT_FRAMES=N`: call-path depth of atomics and heap
 //!   allocations (default 32, at most 64).
 //!
@@ -19,6 +23,7 @@ static INIT: AtomicBool = AtomicBool::new(false);
 static ALL: AtomicBool = AtomicBool::new(false);
 static ACCESS_FRAMES: AtomicUsize = AtomicUsize::new(16);
 static EVENT_FRAMES: AtomicUsize = AtomicUsize::new(32);
+static OUTSIDE_FRAMES: AtomicUsize = AtomicUsize::new(0);
 
 /// Environment variable: record every access, not only those inside
 /// critical sections.
@@ -52,6 +57,9 @@ pub fn init() {
     if let Some(n) = env(c"LOCKSCOPE_ACCESS_FRAMES").and_then(number) {
         ACCESS_FRAMES.store(n.min(MAX_FRAMES), Ordering::Relaxed);
     }
+    if let Some(n) = env(c"LOCKSCOPE_OUTSIDE_FRAMES").and_then(number) {
+        OUTSIDE_FRAMES.store(n.min(MAX_FRAMES), Ordering::Relaxed);
+    }
     if let Some(n) = env(c"LOCKSCOPE_EVENT_FRAMES").and_then(number) {
         EVENT_FRAMES.store(n.min(MAX_FRAMES), Ordering::Relaxed);
     }
@@ -67,6 +75,12 @@ pub fn all_accesses() -> bool {
 #[inline]
 pub fn access_frames() -> usize {
     ACCESS_FRAMES.load(Ordering::Relaxed)
+}
+
+/// Call-path depth for accesses outside critical sections.
+#[inline]
+pub fn outside_frames() -> usize {
+    OUTSIDE_FRAMES.load(Ordering::Relaxed)
 }
 
 /// Call-path depth for atomics and allocations.

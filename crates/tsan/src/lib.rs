@@ -39,6 +39,8 @@
 //! - x86-64 Linux only (the trampolines and the 16-byte atomics are
 //!   assembly).
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("lockscope-tsan supports x86-64 only");
@@ -62,3 +64,35 @@ pub mod wrap;
 #[no_mangle]
 #[used]
 pub static lockscope_tsan_runtime: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    /// The names `lockscope cc` passes to the linker are the ones this
+    /// runtime defines (`wrap` is not compiled into unit tests, so its
+    /// source is read).
+    #[test]
+    fn every_wrapped_function_has_a_wrapper_and_the_marker_is_ours() {
+        let src = include_str!("wrap.rs");
+        for name in lockscope_tsan_abi::WRAPPED {
+            assert!(
+                src.contains(&format!("fn __wrap_{name}(")),
+                "wrap.rs defines no __wrap_{name}"
+            );
+            assert!(
+                src.contains(&format!("fn __real_{name}(")),
+                "wrap.rs declares no __real_{name}"
+            );
+        }
+        let defined = src.matches("extern \"C\" fn __wrap_").count();
+        assert_eq!(
+            defined,
+            lockscope_tsan_abi::WRAPPED.len(),
+            "a wrapper is not in the list"
+        );
+        let lib = include_str!("lib.rs");
+        assert!(lib.contains(&format!(
+            "pub static {}: u32",
+            lockscope_tsan_abi::RUNTIME_MARKER
+        )));
+    }
+}

@@ -182,19 +182,23 @@ pub fn free_event(addr: u64, usable: u64, pc: u64) {
 /// # Safety
 /// `addr..addr+size` must be readable.
 unsafe fn value_of(addr: u64, size: u32) -> u64 {
-    let p = addr as *const u8;
-    match size {
-        1 => u64::from(p.read_volatile()),
-        2 => u64::from((p as *const u16).read_unaligned()),
-        4 => u64::from((p as *const u32).read_unaligned()),
-        8 => (p as *const u64).read_unaligned(),
-        n => {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for i in 0..n as usize {
-                h ^= u64::from(p.add(i).read_volatile());
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    // SAFETY: `addr..addr+size` is readable (the caller's contract); the reads
+    // are unaligned or byte-wise, so any address is fine.
+    unsafe {
+        let p = addr as *const u8;
+        match size {
+            1 => u64::from(p.read_volatile()),
+            2 => u64::from((p as *const u16).read_unaligned()),
+            4 => u64::from((p as *const u32).read_unaligned()),
+            8 => (p as *const u64).read_unaligned(),
+            n => {
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+                for i in 0..n as usize {
+                    h ^= u64::from(p.add(i).read_volatile());
+                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
+                }
+                h
             }
-            h
         }
     }
 }

@@ -7,7 +7,8 @@
 //! `%fs`-relative access (no `__tls_get_addr`, no lazy registration), and
 //! a thread that is being torn down can still run instrumented code (a
 //! pthread key destructor locking a mutex) without touching a destroyed
-//! value (capture-facts.md, "thread_local! with a destructor crashed").
+//! value (a `thread_local!` with a destructor was tried and crashed such
+//! programs at thread exit).
 
 use core::cell::{Cell, UnsafeCell};
 

@@ -42,29 +42,45 @@ fn before_release() {
 /// `pthread_mutex_unlock`, wrapped.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_pthread_mutex_unlock(m: *mut c_void) -> i32 {
-    before_release();
-    __real_pthread_mutex_unlock(m)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_mutex_unlock(m)
+    }
 }
 
 /// `pthread_rwlock_unlock`, wrapped.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_pthread_rwlock_unlock(l: *mut c_void) -> i32 {
-    before_release();
-    __real_pthread_rwlock_unlock(l)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_rwlock_unlock(l)
+    }
 }
 
 /// `pthread_spin_unlock`, wrapped.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_pthread_spin_unlock(l: *mut c_void) -> i32 {
-    before_release();
-    __real_pthread_spin_unlock(l)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_spin_unlock(l)
+    }
 }
 
 /// `pthread_cond_wait` releases the mutex while it waits: a release point.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_pthread_cond_wait(c: *mut c_void, m: *mut c_void) -> i32 {
-    before_release();
-    __real_pthread_cond_wait(c, m)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_cond_wait(c, m)
+    }
 }
 
 /// `pthread_cond_timedwait`, wrapped (see [`__wrap_pthread_cond_wait`]).
@@ -74,8 +90,12 @@ pub unsafe extern "C" fn __wrap_pthread_cond_timedwait(
     m: *mut c_void,
     t: *const c_void,
 ) -> i32 {
-    before_release();
-    __real_pthread_cond_timedwait(c, m, t)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_cond_timedwait(c, m, t)
+    }
 }
 
 /// `pthread_cond_clockwait`, wrapped (see [`__wrap_pthread_cond_wait`]).
@@ -86,16 +106,10 @@ pub unsafe extern "C" fn __wrap_pthread_cond_clockwait(
     clock: i32,
     t: *const c_void,
 ) -> i32 {
-    before_release();
-    __real_pthread_cond_clockwait(c, m, clock, t)
+    // SAFETY: the arguments are the program's, passed on unchanged to the real
+    // function, whose contract the caller has.
+    unsafe {
+        before_release();
+        __real_pthread_cond_clockwait(c, m, clock, t)
+    }
 }
-
-/// The functions `lockscope cc` passes to `-Wl,--wrap=`.
-pub const WRAPPED: &[&str] = &[
-    "pthread_mutex_unlock",
-    "pthread_rwlock_unlock",
-    "pthread_spin_unlock",
-    "pthread_cond_wait",
-    "pthread_cond_timedwait",
-    "pthread_cond_clockwait",
-];

@@ -48,16 +48,9 @@ pub enum Lang {
     Cxx,
 }
 
-/// The functions the runtime wraps at link time to see release points
-/// (kept in sync with `lockscope_tsan::wrap::WRAPPED`).
-const WRAPPED: &[&str] = &[
-    "pthread_mutex_unlock",
-    "pthread_rwlock_unlock",
-    "pthread_spin_unlock",
-    "pthread_cond_wait",
-    "pthread_cond_timedwait",
-    "pthread_cond_clockwait",
-];
+// The functions the runtime wraps at link time to see release points, its
+// marker symbol and file name: one list, shared with the runtime.
+use lockscope_tsan_abi::{RUNTIME_MARKER, STATICLIB, WRAPPED};
 
 /// System libraries the Rust staticlib needs (`rustc --print
 /// native-static-libs`).
@@ -272,8 +265,10 @@ fn runtime_link_args(lib: &Path) -> Vec<OsString> {
     }
     // The marker the preload library looks for (so that a preloaded copy
     // stands down), kept and exported even though nothing references it.
-    wl.push_str(",--undefined=lockscope_tsan_runtime");
-    wl.push_str(",--export-dynamic-symbol=lockscope_tsan_runtime");
+    wl.push_str(",--undefined=");
+    wl.push_str(RUNTIME_MARKER);
+    wl.push_str(",--export-dynamic-symbol=");
+    wl.push_str(RUNTIME_MARKER);
     v.push(wl.into());
     v.push(lib.as_os_str().to_owned());
     v.extend(RUNTIME_LIBS.iter().map(OsString::from));
@@ -326,10 +321,7 @@ pub fn run_lang(args: Args, lang: Lang) -> anyhow::Result<i32> {
     let lib = if p.shared {
         None
     } else {
-        Some(super::util::find_library(
-            "liblockscope_tsan.a",
-            "LOCKSCOPE_TSAN_LIB",
-        )?)
+        Some(super::util::find_library(STATICLIB, "LOCKSCOPE_TSAN_LIB")?)
     };
     // Compile each source to a temporary object.
     let mut temps = TempObjects(Vec::new());

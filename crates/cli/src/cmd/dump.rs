@@ -33,6 +33,7 @@ pub struct Args {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    crate::cmd::util::check_trace_file(&args.trace)?;
     let file = std::fs::File::open(&args.trace)
         .with_context(|| format!("cannot open {}", args.trace.display()))?;
     let mut r = TraceReader::new(std::io::BufReader::new(file))

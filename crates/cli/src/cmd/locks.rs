@@ -61,12 +61,42 @@ struct BenchArgs {
     /// Comma-separated algorithms (pthread = glibc's mutex); default: all.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     algorithms: Vec<String>,
-    /// Comma-separated waiting policies: spin, spin-then-park; default: both.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    wait: Vec<String>,
-    /// Critical section: empty, nonempty or both.
-    #[arg(long, value_name = "KIND", default_value = "both", value_parser = ["empty", "nonempty", "both"])]
-    cs: String,
+    /// Comma-separated waiting policies; default: both.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    wait: Vec<WaitArg>,
+    /// Critical section.
+    #[arg(long, value_name = "KIND", default_value = "both", value_enum)]
+    cs: CsArg,
+}
+
+/// `--wait`: a waiting policy of lockscope-locks (which has no clap
+/// dependency: it is linked into programs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum WaitArg {
+    /// Busy-wait.
+    Spin,
+    /// Spin briefly, then sleep on a futex.
+    SpinThenPark,
+}
+
+impl From<WaitArg> for WaitPolicy {
+    fn from(w: WaitArg) -> WaitPolicy {
+        match w {
+            WaitArg::Spin => WaitPolicy::Spin,
+            WaitArg::SpinThenPark => WaitPolicy::SpinThenPark,
+        }
+    }
+}
+
+/// `--cs`: which critical sections to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CsArg {
+    /// Nothing inside: the lock hand-over alone.
+    Empty,
+    /// A few shared cache lines updated inside.
+    Nonempty,
+    /// Both.
+    Both,
 }
 
 /// Runs the subcommand; returns the exit code.
@@ -102,14 +132,11 @@ fn list() -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn subjects(algorithms: &[String], waits: &[String]) -> anyhow::Result<Vec<Subject>> {
+fn subjects(algorithms: &[String], waits: &[WaitArg]) -> anyhow::Result<Vec<Subject>> {
     let waits: Vec<WaitPolicy> = if waits.is_empty() {
         WaitPolicy::ALL.to_vec()
     } else {
-        waits
-            .iter()
-            .map(|w| w.parse::<WaitPolicy>())
-            .collect::<Result<_, _>>()?
+        waits.iter().map(|&w| w.into()).collect()
     };
     if algorithms.is_empty() {
         return Ok(Config::all_subjects()
@@ -146,10 +173,10 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<i32> {
     if b.duration_ms == 0 || b.duration_ms > 600_000 {
         anyhow::bail!("--duration-ms must be between 1 and 600000");
     }
-    let critical_sections = match b.cs.as_str() {
-        "empty" => vec![CriticalSection::Empty],
-        "nonempty" => vec![CriticalSection::NonEmpty],
-        _ => vec![CriticalSection::Empty, CriticalSection::NonEmpty],
+    let critical_sections = match b.cs {
+        CsArg::Empty => vec![CriticalSection::Empty],
+        CsArg::Nonempty => vec![CriticalSection::NonEmpty],
+        CsArg::Both => vec![CriticalSection::Empty, CriticalSection::NonEmpty],
     };
     let config = Config {
         subjects: subjects(&b.algorithms, &b.wait)?,
@@ -195,7 +222,7 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<i32> {
             "cohort_hierarchy": lockscope_locks::default_cohort_hierarchy().describe(),
             "duration_ms": b.duration_ms,
             "shared_lines_in_nonempty_cs": bench::SHARED_LINES,
-            "results": results,
+            "results": results.iter().map(result_json).collect::<Vec<_>>(),
         });
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &doc)?;
@@ -226,4 +253,40 @@ fn row(r: &RunResult) -> String {
         r.min_share_ratio,
         r.max_share_ratio
     )
+}
+
+/// One run as JSON (the `results` entries of `lockscope-locks-bench/1`;
+/// built here so that the locks library, which is injected into programs,
+/// needs no serde).
+fn result_json(r: &RunResult) -> serde_json::Value {
+    serde_json::json!({
+        "algorithm": r.algorithm,
+        "wait": r.wait,
+        "critical_section": r.critical_section.name(),
+        "threads": r.threads,
+        "seconds": r.seconds,
+        "acquisitions": r.acquisitions,
+        "mops": r.mops,
+        "per_thread": r.per_thread,
+        "shares": r.shares,
+        "min_share_ratio": r.min_share_ratio,
+        "max_share_ratio": r.max_share_ratio,
+        "jain": r.jain,
+        "consistent": r.consistent,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn wait_names_on_the_command_line_are_the_policies_names() {
+        for w in WaitArg::value_variants() {
+            let name = w.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(name, WaitPolicy::from(*w).name());
+        }
+        assert_eq!(WaitArg::value_variants().len(), WaitPolicy::ALL.len());
+    }
 }

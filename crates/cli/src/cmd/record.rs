@@ -43,21 +43,39 @@ pub struct Args {
     /// Which acquisitions get their full call path recorded.
     #[arg(long, value_enum, default_value = "contended")]
     stacks: Stacks,
-    /// Buffer per thread, KiB. Larger buffers ride out longer bursts
-    /// without losing events.
-    #[arg(long, value_name = "N", default_value_t = lockscope_capture_default_kb(),
+    /// First buffer of each thread, KiB. Small, so that starting a thread
+    /// is cheap; a thread that runs hot gets a buffer four times larger
+    /// each time it runs short, up to --max-buffer-kb.
+    #[arg(long, value_name = "N", default_value_t = lockscope_record::DEFAULT_RING_KB,
           value_parser = clap::value_parser!(u64).range(8..=(1 << 20)))]
     buffer_kb: u64,
-    /// What a thread does when its buffer is full. `drop` (default): the
-    /// event is dropped and counted, the program is never slowed by the
-    /// recorder. `wait`: the thread waits for the recorder to make room, so
-    /// nothing is lost but the program's timing is perturbed while it
-    /// waits (use it when exact counts matter more than timings).
-    #[arg(long, value_enum, default_value = "drop")]
+    /// Largest buffer a hot thread grows to, KiB (at least --buffer-kb).
+    /// Larger buffers ride out longer pauses of the recorder without
+    /// making the program wait.
+    #[arg(long, value_name = "N", default_value_t = lockscope_record::DEFAULT_RING_MAX_KB,
+          value_parser = clap::value_parser!(u64).range(8..=(1 << 22)))]
+    max_buffer_kb: u64,
+    /// What a thread does when its buffer is full. `wait` (default): the
+    /// thread waits for the recorder to make room, preferably before its
+    /// next call while it holds no lock, so nothing is lost; the waits are
+    /// counted and reported as perturbation. `drop`: the event is dropped
+    /// and counted, the program is never slowed by the recorder.
+    #[arg(long, value_enum, default_value = "wait")]
     on_full: OnFull,
+    /// Directory in which to create the session (the per-thread buffers):
+    /// a tmpfs with room for them. Default: /dev/shm, else $TMPDIR, else
+    /// /tmp.
+    #[arg(long, value_name = "DIR")]
+    session_dir: Option<PathBuf>,
     /// Print nothing unless events were lost.
     #[arg(short, long)]
     quiet: bool,
+    /// Do not attach NVIDIA CUPTI to CUDA programs. By default a program
+    /// that uses CUDA has its kernel launches, GPU waits and GPU
+    /// executions recorded too (for `lockscope gpu`), when libcupti is
+    /// installed; programs without CUDA are not affected either way.
+    #[arg(long)]
+    no_gpu: bool,
     /// The program to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -66,10 +84,6 @@ pub struct Args {
         value_name = "PROGRAM"
     )]
     command: Vec<OsString>,
-}
-
-const fn lockscope_capture_default_kb() -> u64 {
-    4096
 }
 
 /// Creates the default output file, never replacing an existing one:
@@ -117,8 +131,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Stacks::All => StackMode::All,
         Stacks::None => StackMode::None,
     };
+    cfg.session_parent = args.session_dir;
     cfg.ring_kb = args.buffer_kb;
+    cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
+    cfg.gpu = !args.no_gpu;
     match lockscope_record::record(cfg) {
         Ok(out) => {
             print_summary(&out, &program, args.quiet);
@@ -189,13 +206,41 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
             .filter(|(_, n)| *n > 0)
             .map(|(r, n)| format!("{}: {}", r.describe(), thousands(*n)))
             .collect();
+        let full = o
+            .losses
+            .iter()
+            .any(|(r, n)| *r == lockscope_format::LossReason::BufferFull && *n > 0);
         format!(
-            "lockscope: WARNING: {} events were LOST ({}); the trace is incomplete. \
-             A larger --buffer-kb helps when the buffers overflowed.",
+            "lockscope: WARNING: {} events were LOST ({}); the trace is incomplete.{}",
             thousands(o.lost),
-            parts.join(", ")
+            parts.join(", "),
+            if full {
+                " `--on-full wait` (the default) or a larger --max-buffer-kb avoids \
+                 overflowing buffers."
+            } else {
+                ""
+            }
         )
     };
+    if o.space_exhausted > 0 {
+        // Name the file system and the remedy: a *larger* buffer makes
+        // this worse.
+        eprintln!(
+            "lockscope: WARNING: {} is full: {} thread buffer{} could not be created or grown \
+             ({} thread{} recorded nothing). Give it more room (e.g. `docker run --shm-size=1g`, \
+             `mount -o remount,size=1G /dev/shm`), or record with --session-dir on another \
+             tmpfs, or use smaller buffers (--buffer-kb, --max-buffer-kb).",
+            o.session_parent.display(),
+            thousands(o.space_exhausted),
+            if o.space_exhausted == 1 { "" } else { "s" },
+            thousands(o.threads_without_buffer),
+            if o.threads_without_buffer == 1 {
+                ""
+            } else {
+                "s"
+            },
+        );
+    }
     if o.processes == 0 {
         // Nothing came back from the program: the preload library never
         // ran in it (statically linked, setuid, or it cleared LD_PRELOAD).
@@ -261,6 +306,15 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
                 secs(l.wait_ns)
             );
         }
+    }
+    if o.full_waits > 0 {
+        eprintln!(
+            "lockscope: the program's threads waited {} time{} for the recorder to make room \
+             ({} in total): timings around those waits are perturbed (--on-full drop never waits)",
+            thousands(o.full_waits),
+            if o.full_waits == 1 { "" } else { "s" },
+            secs(o.full_wait_ns)
+        );
     }
     for s in &o.forwarded_signals {
         eprintln!("lockscope: forwarded {} to the program", signal_name(*s));

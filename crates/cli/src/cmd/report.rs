@@ -13,9 +13,9 @@ use lockscope_analysis::{ReportConfig, SortKey};
 #[derive(clap::Args)]
 #[command(about = "Report lock contention from a recorded trace")]
 pub struct Args {
-    /// Trace file written by `lockscope record`.
-    #[arg(default_value = "lockscope.lstrace")]
-    trace: PathBuf,
+    /// Trace file written by `lockscope record` (default: the newest
+    /// `*.lstrace` in the current directory; its name is printed).
+    trace: Option<PathBuf>,
     /// Print JSON (schema lockscope.report/1) instead of tables.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -42,12 +42,29 @@ pub struct Args {
     /// Sites shown under each lock in the text output.
     #[arg(long, default_value_t = 3, value_name = "N")]
     sites: usize,
+    /// Print call paths as indented stacks: the N paths with most wait
+    /// under each lock, and the holders' paths of the N largest blame rows
+    /// (default N: 3). Contended acquisitions carry a path; record with
+    /// `--stacks all` for every acquisition.
+    #[arg(long, num_args = 0..=1, default_missing_value = "3", value_name = "N")]
+    paths: Option<usize>,
     /// Show each lock's per-thread rows in the text output.
     #[arg(long)]
     per_thread: bool,
+    /// Text as wide as its content (every column, names in full) instead
+    /// of fitting the terminal ($COLUMNS, else the terminal's width; output
+    /// that is not a terminal is never narrowed).
+    #[arg(long)]
+    wide: bool,
     /// Do not subtract the recorder's measured overhead.
     #[arg(long)]
     no_overhead_correction: bool,
+    /// Which frame names a site: `user` (default), the innermost frame of
+    /// the program's own code, skipping libc, libstdc++/libc++ headers,
+    /// Rust std/core/alloc and lockscope (see docs/report.md); `all`, the
+    /// innermost frame whatever it is, and call paths in full.
+    #[arg(long, default_value = "user", value_parser = ["user", "all"])]
+    frames: String,
     /// Do not read binaries for symbols (addresses stay module+offset).
     #[arg(long)]
     no_symbols: bool,
@@ -77,6 +94,48 @@ fn parse_duration(s: &str) -> anyhow::Result<u64> {
         u => anyhow::bail!("--min-wait {s:?}: unknown unit {u:?} (use ns, us, ms or s)"),
     };
     Ok((v * mul).round() as u64)
+}
+
+/// The most recently modified `*.lstrace` file in `dir` (ties broken by
+/// name), and how many there are.
+fn newest_trace(dir: &std::path::Path) -> anyhow::Result<(PathBuf, usize)> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {} to find a trace", dir.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "lstrace") && p.is_file() {
+            let t = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push((t, p.strip_prefix(dir).map_or(p.clone(), PathBuf::from)));
+        }
+    }
+    let n = found.len();
+    let newest = found.into_iter().max().map(|(_, p)| p).with_context(|| {
+        "no trace given and no *.lstrace file in the current directory \
+         (record one with `lockscope record -- PROGRAM`)"
+    })?;
+    Ok((newest, n))
+}
+
+/// The width to fit text into: `$COLUMNS` when set to a number (at least
+/// 40 columns are used), else the width of the terminal on stdout, else
+/// none (a pipe or file gets the wide layout: scripts keep whole names).
+fn text_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return Some(n.max(40));
+    }
+    let out = std::io::stdout();
+    if !out.is_terminal() {
+        return None;
+    }
+    terminal_size::terminal_size_of(&out).map(|(w, _)| usize::from(w.0).max(40))
 }
 
 /// Runs the subcommand; returns the exit code.
@@ -109,14 +168,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .unwrap_or(0),
         lock_filter: a.lock.clone(),
         thread_filter: a.thread.clone(),
+        frames_all: a.frames == "all",
     };
-    if !a.trace.exists() {
-        anyhow::bail!(
-            "{}: no such file (record one with `lockscope record -- PROGRAM`)",
-            a.trace.display()
-        );
-    }
-    let size = std::fs::metadata(&a.trace).map(|m| m.len()).unwrap_or(0);
+    let trace = match &a.trace {
+        Some(t) => t.clone(),
+        None => {
+            let (t, n) = newest_trace(std::path::Path::new("."))?;
+            // Say which: `record` numbers its outputs (lockscope-2.lstrace)
+            // rather than overwrite, so "the" trace is ambiguous.
+            eprintln!(
+                "lockscope: reading {} (the newest of {n} trace{} here)",
+                t.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            t
+        }
+    };
+    crate::cmd::util::check_trace_file(&trace)?;
+    let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let show = !a.no_progress && std::io::stderr().is_terminal() && size > (64 << 20);
     let mut last_draw = std::time::Instant::now();
     let mut progress = |done: u64, total: u64, phase: u8| {
@@ -142,11 +211,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             eprint!("\r{}\r", " ".repeat(w + 20));
         }
     };
-    let mut report = lockscope_analysis::analyze(&a.trace, &cfg, &mut progress)
-        .with_context(|| format!("cannot report on {}", a.trace.display()))?;
+    let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
+        .with_context(|| format!("cannot report on {}", trace.display()))?;
     if a.no_advice {
         report.recommendations.clear();
     }
+    let width = if a.wide { None } else { text_width() };
     let out = if a.json {
         let mut s = serde_json::to_string_pretty(&report)?;
         s.push('\n');
@@ -160,8 +230,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 sites_per_lock: a.sites,
                 lock_threads: a.per_thread,
                 advice: !a.no_advice,
+                paths: a.paths.unwrap_or(0),
+                width,
             },
         )
+    };
+    // Hand-written spinlocks beside the pthread locks (text only; issue 12).
+    let out = if text {
+        let spin = super::spin::report_section(&trace, !a.no_symbols);
+        match width {
+            Some(w) => out + &render::fit_lines(&spin, w),
+            None => out + &spin,
+        }
+    } else {
+        out
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;

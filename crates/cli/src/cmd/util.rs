@@ -35,12 +35,83 @@ pub fn find_library(file_name: &str, env_var: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// Checks that `path` can be a trace before reading it, so that the
+/// common mistakes get a message that says what is wrong in words: no
+/// such file, a directory, or an empty file (a recording that was killed
+/// before it wrote its header; "not a lockscope trace" would mislead).
+pub fn check_trace_file(path: &std::path::Path) -> anyhow::Result<()> {
+    let m = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "{}: no such file (record one with `lockscope record -- PROGRAM`)",
+            path.display()
+        ),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    if m.is_dir() {
+        anyhow::bail!("{}: is a directory, not a trace file", path.display());
+    }
+    if m.len() == 0 {
+        anyhow::bail!(
+            "{}: the file is empty (0 bytes); the recording wrote nothing \
+             (was `lockscope record` killed before the program started?)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Prints an error and its causes on one line, each cause once: a
+/// wrapped error whose message already contains its source's text (a
+/// common style: "I/O error: {source}") would otherwise repeat it, once
+/// per level of wrapping.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if line.contains(&msg) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&msg);
+    }
+    line
+}
+
 /// Opens a detailed-mode trace for `ulcp`, `lockset` and `occ`. The error
 /// is flattened into one message: the format error's own text already names
 /// its cause and byte offset, and a context chain would repeat it.
+///
+/// A timing-mode trace (from a program not built with `lockscope cc`) is
+/// refused: it has no memory accesses, so these analyses would see every
+/// critical section as empty and print confident, meaningless figures
+/// (a "best case speedup" of a program they know nothing about).
 pub fn open_trace(path: &std::path::Path) -> anyhow::Result<lockscope_format::Trace> {
-    lockscope_format::Trace::open(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+    check_trace_file(path)?;
+    let t = lockscope_format::Trace::open(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if !is_detailed(&t) {
+        anyhow::bail!(
+            "{}: a timing-mode trace (no memory accesses recorded); this analysis needs a \
+             detailed-mode trace: build the program with `lockscope cc` (or `lockscope c++`), \
+             e.g. `lockscope cc -O2 -g -o prog prog.c`, then `lockscope record -- ./prog`",
+            path.display()
+        );
+    }
+    Ok(t)
+}
+
+/// True when the trace holds detailed-mode events: memory accesses,
+/// atomics, allocations or release values (ops 40-62), which only the
+/// runtime linked by `lockscope cc` records.
+pub fn is_detailed(t: &lockscope_format::Trace) -> bool {
+    let first = lockscope_format::Op::Read as u8;
+    let last = lockscope_format::Op::ReleaseValue as u8;
+    t.events
+        .values()
+        .any(|v| v.iter().any(|e| (first..=last).contains(&e.op)))
 }
 
 /// Prints an analysis result on stdout: pretty JSON with `json`, else the

@@ -1,0 +1,600 @@
+//! Hangs and deadlocks, from the same time-ordered events as the timing
+//! model but independent of it:
+//!
+//! - waits still open when the trace ends (a thread blocked on a lock, a
+//!   condition variable, a join... until exit, SIGKILL or Ctrl-C) and
+//!   locks still held then;
+//! - a **deadlock**: a cycle in the wait-for graph at the end of the trace
+//!   (thread A waits for a lock B holds while B waits for one A holds, or
+//!   joins A). A deadlock never resolves by itself, so the end of the
+//!   trace shows every one that happened (a timed lock that gave up broke
+//!   its cycle, and is not one);
+//! - **potential deadlocks** (lock-order inversions, as the Linux lockdep
+//!   and Helgrind report them): a thread acquired B while holding A, and
+//!   (another or the same) thread acquired A while holding B. Two threads
+//!   doing that at the same time deadlock; this run they did not. An
+//!   inversion whose two acquisitions were both made under one common
+//!   third lock (a gate lock) cannot deadlock and is not reported.
+//!   Trylocks never block, so they add no order.
+//!
+//! Locks are identified per process (after fork the copies are apart).
+
+use std::collections::{BTreeMap, HashMap};
+
+use lockscope_format::{phase, Event, Op};
+
+/// What a thread was blocked in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// Acquiring a mutex, rwlock or spinlock.
+    Lock,
+    /// `pthread_cond_wait`.
+    Cond,
+    /// `pthread_join`.
+    Join,
+    /// `sem_wait`.
+    Semaphore,
+    /// `pthread_barrier_wait`.
+    Barrier,
+    /// FUTEX_WAIT.
+    Futex,
+}
+
+impl WaitKind {
+    /// Name used in every output.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitKind::Lock => "lock",
+            WaitKind::Cond => "condition variable",
+            WaitKind::Join => "join",
+            WaitKind::Semaphore => "semaphore",
+            WaitKind::Barrier => "barrier",
+            WaitKind::Futex => "futex",
+        }
+    }
+}
+
+/// A wait that began and had not ended when the trace did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenWait {
+    /// Trace thread id.
+    pub thread: u32,
+    /// What it waited in.
+    pub kind: WaitKind,
+    /// The object (lock, cond, futex word...); for a join, the joined tid.
+    pub addr: u64,
+    /// Raw trace time the wait began, ns.
+    pub since: u64,
+    /// Call site (return address).
+    pub site: u64,
+    /// Call path id, 0 if none.
+    pub stack: u32,
+}
+
+/// A lock held (one acquisition).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The lock.
+    pub addr: u64,
+    /// Raw trace time it was acquired, ns.
+    pub since: u64,
+    /// Acquisition site.
+    pub site: u64,
+    /// Acquisition call path id, 0 if none.
+    pub stack: u32,
+}
+
+/// One acquisition witnessing the order `held` before `acquired`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderWitness {
+    /// Trace thread id.
+    pub thread: u32,
+    /// Site where the held lock was taken.
+    pub held_site: u64,
+    /// Site where the second lock was taken while holding it.
+    pub acquire_site: u64,
+    /// Call path of the second acquisition, 0 if none.
+    pub stack: u32,
+    /// Other locks held at that moment (gate-lock check).
+    others: Vec<u64>,
+}
+
+/// A lock-order inversion: `a` taken before `b` somewhere, `b` before
+/// `a` elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inversion {
+    /// Process trace id.
+    pub process: u32,
+    /// First lock (the lower address).
+    pub a: u64,
+    /// Second lock.
+    pub b: u64,
+    /// `a` held while taking `b`.
+    pub a_then_b: OrderWitness,
+    /// `b` held while taking `a`.
+    pub b_then_a: OrderWitness,
+}
+
+/// One thread of a deadlock cycle: it waits (`wait`) for a lock that the
+/// next thread of the cycle holds (or joins it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadlockStep {
+    /// The waiting thread.
+    pub wait: OpenWait,
+    /// The thread it waits for.
+    pub holder: u32,
+    /// The holder's acquisition of the lock waited for (None for a join).
+    pub held: Option<Held>,
+}
+
+#[derive(Default)]
+struct ThreadState {
+    process: u32,
+    tid: u32,
+    pending: Option<OpenWait>,
+    held: Vec<Held>,
+    exited: bool,
+}
+
+/// (process, cond, waiter thread, waiter site, signaller (thread, site)).
+pub type CondBlameKey = (u32, u64, u32, u64, Option<(u32, u64)>);
+
+/// The tracker: feed every event in time order, then [`Tracker::finish`].
+#[derive(Default)]
+pub struct Tracker {
+    threads: BTreeMap<u32, ThreadState>,
+    /// (process, held, acquired) -> first witness.
+    order: HashMap<(u32, u64, u64), OrderWitness>,
+    /// (process, cond) -> last signal or broadcast: (thread, site, time).
+    last_signal: HashMap<(u32, u64), (u32, u64, u64)>,
+    /// Completed condition waits charged to the signal that ended them.
+    cond_blame: HashMap<CondBlameKey, (u64, u64)>,
+}
+
+/// What the end of the trace showed.
+#[derive(Clone, Debug, Default)]
+pub struct Findings {
+    /// Waits still open, by thread.
+    pub open_waits: Vec<OpenWait>,
+    /// Locks still held at the end: (thread, acquisition).
+    pub open_holds: Vec<(u32, Held)>,
+    /// Wait-for cycles.
+    pub deadlocks: Vec<Vec<DeadlockStep>>,
+    /// Lock-order inversions (potential deadlocks).
+    pub inversions: Vec<Inversion>,
+    /// Condition waits charged to the thread (and site) whose signal or
+    /// broadcast ended them (None: no signal during the wait: a timeout
+    /// or a spurious wake-up): key -> (wait ns, waits). Sorted by key.
+    pub cond_blame: Vec<(CondBlameKey, (u64, u64))>,
+}
+
+fn acquire_kind(op: Op) -> Option<WaitKind> {
+    use Op::*;
+    Some(match op {
+        op if op.is_acquire() => WaitKind::Lock,
+        CondWait | CondTimedwait => WaitKind::Cond,
+        ThreadJoin => WaitKind::Join,
+        SemWait | SemTimedwait => WaitKind::Semaphore,
+        BarrierWait => WaitKind::Barrier,
+        FutexWait => WaitKind::Futex,
+        _ => return None,
+    })
+}
+
+impl Tracker {
+    /// A tracker knowing each trace thread's process and OS tid.
+    pub fn new(threads: impl IntoIterator<Item = (u32, u32, u32)>) -> Tracker {
+        let mut t = Tracker::default();
+        for (id, process, tid) in threads {
+            t.threads.insert(
+                id,
+                ThreadState {
+                    process,
+                    tid,
+                    ..ThreadState::default()
+                },
+            );
+        }
+        t
+    }
+
+    /// One event of trace thread `thread`.
+    pub fn event(&mut self, thread: u32, e: &Event) {
+        let Some(op) = Op::from_u8(e.op) else {
+            return;
+        };
+        let Some(th) = self.threads.get_mut(&thread) else {
+            return;
+        };
+        let ph = phase::of(e.flags);
+        if op == Op::ThreadExit {
+            th.exited = true;
+            th.pending = None;
+            return;
+        }
+        if matches!(op, Op::CondSignal | Op::CondBroadcast) {
+            self.last_signal
+                .insert((th.process, e.addr), (thread, e.site, e.time));
+            return;
+        }
+        if op.is_release() {
+            if ph != phase::END {
+                if let Some(i) = th.held.iter().rposition(|h| h.addr == e.addr) {
+                    th.held.remove(i);
+                }
+            }
+            return;
+        }
+        let Some(kind) = acquire_kind(op) else {
+            return;
+        };
+        // A condition wait gives its mutex up at the call and has it back
+        // at the return.
+        let cond_mutex = matches!(kind, WaitKind::Cond).then_some(e.arg);
+        if ph == phase::BEGIN {
+            if let Some(m) = cond_mutex {
+                if let Some(i) = th.held.iter().rposition(|h| h.addr == m) {
+                    th.held.remove(i);
+                }
+            }
+            th.pending = Some(OpenWait {
+                thread,
+                kind,
+                addr: if kind == WaitKind::Join {
+                    e.arg
+                } else {
+                    e.addr
+                },
+                since: e.time,
+                site: e.site,
+                stack: e.stack,
+            });
+            return;
+        }
+        // DONE or FAIL: the call returned.
+        let begun = th.pending.take();
+        if let (Some(_), Some(b)) = (cond_mutex, &begun) {
+            // Charged to the signal that ended it: the last one on this
+            // cond since the wait began.
+            let sig = self
+                .last_signal
+                .get(&(th.process, e.addr))
+                .filter(|s| s.2 >= b.since && s.0 != thread)
+                .map(|s| (s.0, s.1));
+            let c = self
+                .cond_blame
+                .entry((th.process, e.addr, thread, b.site, sig))
+                .or_default();
+            c.0 += e.time.saturating_sub(b.since);
+            c.1 += 1;
+        }
+        if let Some(m) = cond_mutex {
+            // An uncontended cond wait has no BEGIN: the mutex was held
+            // all along and is still (again) held.
+            if begun.is_some() {
+                th.held.push(Held {
+                    addr: m,
+                    since: e.time,
+                    site: e.site,
+                    stack: e.stack,
+                });
+            }
+            return;
+        }
+        if kind != WaitKind::Lock || ph != phase::DONE {
+            return;
+        }
+        // Acquired: every lock held now is ordered before this one.
+        // A trylock never blocks, so it cannot close a deadlock cycle.
+        if !op.is_try() {
+            let held: Vec<u64> = th.held.iter().map(|h| h.addr).collect();
+            for h in &th.held {
+                if h.addr == e.addr {
+                    continue;
+                }
+                self.order
+                    .entry((th.process, h.addr, e.addr))
+                    .or_insert_with(|| OrderWitness {
+                        thread,
+                        held_site: h.site,
+                        acquire_site: e.site,
+                        stack: e.stack,
+                        others: held
+                            .iter()
+                            .copied()
+                            .filter(|&x| x != h.addr && x != e.addr)
+                            .collect(),
+                    });
+            }
+        }
+        th.held.push(Held {
+            addr: e.addr,
+            since: e.time,
+            site: e.site,
+            stack: e.stack,
+        });
+    }
+
+    /// What was left open at the end, the wait-for cycles among it, and
+    /// the lock-order inversions seen over the whole trace.
+    pub fn finish(self) -> Findings {
+        let mut f = Findings {
+            cond_blame: self.cond_blame.iter().map(|(k, v)| (*k, *v)).collect(),
+            ..Findings::default()
+        };
+        f.cond_blame.sort_unstable();
+        for th in self.threads.values() {
+            if th.exited {
+                continue;
+            }
+            if let Some(w) = &th.pending {
+                f.open_waits.push(w.clone());
+            }
+        }
+        for (&id, th) in &self.threads {
+            for h in &th.held {
+                f.open_holds.push((id, h.clone()));
+            }
+        }
+        // Wait-for graph at the end: a waiter -> the thread it waits for.
+        let holder_of = |process: u32, addr: u64| -> Option<(u32, Held)> {
+            self.threads.iter().find_map(|(&id, t)| {
+                (t.process == process)
+                    .then(|| t.held.iter().find(|h| h.addr == addr))
+                    .flatten()
+                    .map(|h| (id, h.clone()))
+            })
+        };
+        let mut next: BTreeMap<u32, DeadlockStep> = BTreeMap::new();
+        for w in &f.open_waits {
+            let th = &self.threads[&w.thread];
+            let step = match w.kind {
+                WaitKind::Lock => holder_of(th.process, w.addr)
+                    .filter(|(h, _)| *h != w.thread)
+                    .map(|(h, held)| DeadlockStep {
+                        wait: w.clone(),
+                        holder: h,
+                        held: Some(held),
+                    }),
+                WaitKind::Join => self
+                    .threads
+                    .iter()
+                    .find(|(_, t)| t.process == th.process && u64::from(t.tid) == w.addr)
+                    .filter(|(_, t)| !t.exited)
+                    .map(|(&h, _)| DeadlockStep {
+                        wait: w.clone(),
+                        holder: h,
+                        held: None,
+                    }),
+                _ => None,
+            };
+            if let Some(s) = step {
+                next.insert(w.thread, s);
+            }
+        }
+        // Each thread waits for at most one other: cycles are found by
+        // walking from each thread; a cycle is reported once, from its
+        // lowest thread id.
+        for &start in next.keys() {
+            let mut path = vec![start];
+            let mut cur = start;
+            while let Some(s) = next.get(&cur) {
+                cur = s.holder;
+                if cur == start {
+                    if path.iter().all(|&t| t >= start) {
+                        f.deadlocks
+                            .push(path.iter().map(|t| next[t].clone()).collect());
+                    }
+                    break;
+                }
+                if path.contains(&cur) || path.len() > next.len() {
+                    break;
+                }
+                path.push(cur);
+            }
+        }
+        // Lock-order inversions: pairs ordered both ways (cycles of two,
+        // the ones that deadlock two threads).
+        let mut keys: Vec<_> = self.order.keys().copied().collect();
+        keys.sort_unstable();
+        for (p, a, b) in keys {
+            if a >= b {
+                continue;
+            }
+            let (Some(ab), Some(ba)) = (self.order.get(&(p, a, b)), self.order.get(&(p, b, a)))
+            else {
+                continue;
+            };
+            let gated = ab.others.iter().any(|x| ba.others.contains(x));
+            if !gated {
+                f.inversions.push(Inversion {
+                    process: p,
+                    a,
+                    b,
+                    a_then_b: ab.clone(),
+                    b_then_a: ba.clone(),
+                });
+            }
+        }
+        f
+    }
+
+    /// Trace process of a thread.
+    pub fn process_of(&self, thread: u32) -> Option<u32> {
+        self.threads.get(&thread).map(|t| t.process)
+    }
+}
+
+/// Runs the tracker over a whole trace (its own time-ordered pass, so
+/// that it depends on nothing of the timing model). Returns the findings
+/// and the time of the last event.
+pub fn scan(
+    path: &std::path::Path,
+    meta: &crate::input::Meta,
+) -> Result<(Findings, u64), crate::AnalysisError> {
+    let mut t = Tracker::new(meta.threads.values().map(|t| (t.id, t.process, t.tid)));
+    let mut last = 0u64;
+    // The one place this module reads the trace: issue 9's index layer
+    // changes how a Merge is opened.
+    let mut merge = crate::input::Merge::new(path, &meta.index)?;
+    merge.run_runs(
+        |thread, buf, a, b| {
+            for e in &buf[a..b] {
+                last = last.max(e.time);
+                t.event(thread, e);
+            }
+        },
+        &mut |_, _| {},
+    )?;
+    Ok((t.finish(), last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(time: u64, op: Op, flags: u8, addr: u64, site: u64) -> Event {
+        Event {
+            time,
+            op: op as u8,
+            flags,
+            addr,
+            site,
+            stack: 0,
+            arg: 0,
+            arg2: 0,
+        }
+    }
+    const A: u64 = 0xa0;
+    const B: u64 = 0xb0;
+    const G: u64 = 0x90;
+
+    fn tracker() -> Tracker {
+        Tracker::new([(1, 1, 101), (2, 1, 102), (3, 1, 103)])
+    }
+
+    /// The classic: 1 holds A and waits for B, 2 holds B and waits for A.
+    #[test]
+    fn issue10_two_lock_deadlock_is_a_cycle() {
+        let mut t = tracker();
+        t.event(1, &ev(10, Op::MutexLock, phase::DONE, A, 0x11));
+        t.event(2, &ev(11, Op::MutexLock, phase::DONE, B, 0x21));
+        t.event(1, &ev(20, Op::MutexLock, phase::BEGIN, B, 0x12));
+        t.event(2, &ev(21, Op::MutexLock, phase::BEGIN, A, 0x22));
+        let f = t.finish();
+        assert_eq!(f.open_waits.len(), 2);
+        assert_eq!(f.open_holds.len(), 2);
+        assert_eq!(f.deadlocks.len(), 1);
+        let d = &f.deadlocks[0];
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].wait.thread, d[0].wait.addr, d[0].holder), (1, B, 2));
+        assert_eq!(d[0].held.as_ref().unwrap().site, 0x21);
+        assert_eq!((d[1].wait.thread, d[1].wait.addr, d[1].holder), (2, A, 1));
+        // The order A->B by 1 never completed (1 is still waiting), so
+        // no inversion was *seen*: the deadlock is the report.
+        assert!(f.inversions.is_empty());
+    }
+
+    /// 1 takes A then B; later 2 takes B then A: no overlap, no deadlock
+    /// this time, but an inversion.
+    #[test]
+    fn issue10_inversion_without_deadlock() {
+        let mut t = tracker();
+        for (th, first, second, t0) in [(1, A, B, 10), (2, B, A, 100)] {
+            t.event(
+                th,
+                &ev(t0, Op::MutexLock, phase::DONE, first, 0x10 + th as u64),
+            );
+            t.event(
+                th,
+                &ev(t0 + 1, Op::MutexLock, phase::DONE, second, 0x20 + th as u64),
+            );
+            t.event(th, &ev(t0 + 2, Op::MutexUnlock, phase::DONE, second, 0));
+            t.event(th, &ev(t0 + 3, Op::MutexUnlock, phase::DONE, first, 0));
+        }
+        let f = t.finish();
+        assert!(f.deadlocks.is_empty() && f.open_waits.is_empty() && f.open_holds.is_empty());
+        assert_eq!(f.inversions.len(), 1);
+        let i = &f.inversions[0];
+        assert_eq!((i.a, i.b), (A, B));
+        assert_eq!((i.a_then_b.thread, i.a_then_b.acquire_site), (1, 0x21));
+        assert_eq!((i.b_then_a.thread, i.b_then_a.acquire_site), (2, 0x22));
+    }
+
+    /// The same inversion under a common gate lock G cannot deadlock.
+    #[test]
+    fn issue10_gate_lock_and_trylock_make_no_inversion() {
+        let mut t = tracker();
+        for (th, first, second, t0) in [(1, A, B, 10), (2, B, A, 100)] {
+            t.event(th, &ev(t0, Op::MutexLock, phase::DONE, G, 0x1));
+            t.event(th, &ev(t0 + 1, Op::MutexLock, phase::DONE, first, 0x2));
+            t.event(th, &ev(t0 + 2, Op::MutexLock, phase::DONE, second, 0x3));
+            for l in [second, first, G] {
+                t.event(th, &ev(t0 + 3, Op::MutexUnlock, phase::DONE, l, 0));
+            }
+        }
+        assert!(t.finish().inversions.is_empty());
+        let mut t = tracker();
+        t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+        t.event(1, &ev(2, Op::MutexLock, phase::DONE, B, 0x2));
+        t.event(1, &ev(3, Op::MutexUnlock, phase::DONE, B, 0));
+        t.event(1, &ev(4, Op::MutexUnlock, phase::DONE, A, 0));
+        t.event(2, &ev(5, Op::MutexLock, phase::DONE, B, 0x3));
+        t.event(2, &ev(6, Op::MutexTrylock, phase::DONE, A, 0x4));
+        assert!(t.finish().inversions.is_empty(), "trylock cannot block");
+    }
+
+    /// A thread blocked on a lock held by a thread that joins it.
+    #[test]
+    fn issue10_join_closes_a_cycle_and_cond_wait_releases_its_mutex() {
+        let mut t = tracker();
+        t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+        t.event(2, &ev(2, Op::MutexLock, phase::BEGIN, A, 0x2));
+        let mut join = ev(3, Op::ThreadJoin, phase::BEGIN, 0, 0x3);
+        join.arg = 102;
+        t.event(1, &join);
+        let f = t.finish();
+        assert_eq!(f.deadlocks.len(), 1);
+        assert_eq!(f.deadlocks[0][0].wait.kind, WaitKind::Join);
+
+        let mut t = tracker();
+        t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+        let mut cw = ev(2, Op::CondWait, phase::BEGIN, 0xc0, 0x2);
+        cw.arg = A;
+        t.event(1, &cw);
+        let f = t.finish();
+        assert!(f.open_holds.is_empty(), "the cond wait gave A up");
+        assert_eq!(f.open_waits[0].kind, WaitKind::Cond);
+        assert!(f.deadlocks.is_empty());
+    }
+
+    /// A condition wait is charged to the thread whose signal ended it;
+    /// one that timed out with no signal, to nobody.
+    #[test]
+    fn issue10_cond_waits_blamed_on_the_signaller() {
+        let c = 0xc0;
+        let mut t = tracker();
+        t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+        let mut w = ev(2, Op::CondWait, phase::BEGIN, c, 0x2);
+        w.arg = A;
+        t.event(1, &w);
+        t.event(2, &ev(50, Op::CondSignal, phase::DONE, c, 0x5));
+        w.time = 60;
+        w.flags = phase::DONE | phase::CONTENDED;
+        t.event(1, &w);
+        let mut w2 = ev(70, Op::CondTimedwait, phase::BEGIN, c, 0x3);
+        w2.arg = A;
+        t.event(1, &w2);
+        w2.time = 100;
+        w2.flags = phase::FAIL;
+        t.event(1, &w2);
+        let f = t.finish();
+        assert_eq!(
+            f.cond_blame,
+            vec![
+                ((1, c, 1, 0x2, Some((2, 0x5))), (58, 1)),
+                ((1, c, 1, 0x3, None), (30, 1)),
+            ]
+        );
+    }
+}

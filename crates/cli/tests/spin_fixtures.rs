@@ -1,0 +1,353 @@
+//! `lockscope spin` on the fixtures of tests/programs/spin/, built in
+//! detailed mode with gcc and clang: exact counts from the programs' own
+//! ground truth, decoys rejected, the sleeping holder warned about.
+
+mod detailed_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use detailed_support::*;
+use serde_json::Value;
+
+fn spin_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/programs/spin")
+        .join(name)
+}
+
+/// `key words... value` lines of a fixture's stdout.
+fn truth_of(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(t: &BTreeMap<String, String>, k: &str) -> u64 {
+    t.get(k)
+        .unwrap_or_else(|| panic!("fixture did not print {k:?}: {t:?}"))
+        .parse()
+        .unwrap()
+}
+
+fn lock<'a>(j: &'a Value, symbol: &str) -> &'a Value {
+    j["spinlocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["symbol"] == symbol)
+        .unwrap_or_else(|| panic!("no spinlock {symbol}: {j:#}"))
+}
+
+#[test]
+fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
+    for c in compilers() {
+        let dir = Scratch::new("spin");
+        let bin = dir.path("spinlocks");
+        build_instrumented(c, &spin_fixture("spinlocks.c"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(j["schema"], "lockscope.spin/1");
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            2,
+            "{}: {j:#}",
+            c.label
+        );
+        assert_eq!(
+            j["rejected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        for (name, kind, data) in [
+            ("tas_lock", "tas", "tas_data"),
+            ("ttas_lock", "ttas", "ttas_data"),
+        ] {
+            let l = lock(&j, name);
+            let acq = num(&truth, &format!("{name} acquisitions"));
+            assert_eq!(l["kind"], kind, "{}: {l:#}", c.label);
+            assert_eq!(l["acquisitions"], acq, "{}: {name}", c.label);
+            assert_eq!(l["releases"], acq, "{}: {name}", c.label);
+            assert_eq!(
+                l["failed_attempts"],
+                num(&truth, &format!("{name} failed_attempts")),
+                "{}: {name}",
+                c.label
+            );
+            assert_eq!(l["threads"].as_array().unwrap().len(), 3);
+            for t in l["threads"].as_array().unwrap() {
+                assert_eq!(t["acquisitions"], acq / 3, "{}: {t:#}", c.label);
+            }
+            assert_eq!(
+                l["protects"],
+                serde_json::json!([data]),
+                "{}: {l:#}",
+                c.label
+            );
+            let ratio = l["first_try_ratio"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&ratio));
+            let site = l["sites"][0]["site"].as_str().unwrap();
+            assert!(site.contains("spinlocks.c:"), "{}: {site}", c.label);
+        }
+        let tas_failed = num(&truth, "tas_lock failed_attempts");
+        let warned = lock(&j, "tas_lock")["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "tas-spinning");
+        assert_eq!(warned, tas_failed > 0, "{}: {j:#}", c.label);
+        // `report` lists them beside the pthread locks.
+        let report = analysis_text("report", &trace);
+        let section = report
+            .split_once("Hand-written spinlocks")
+            .unwrap_or_else(|| panic!("{}: no spinlock section:\n{report}", c.label))
+            .1;
+        for (name, kind) in [("tas_lock", "tas"), ("ttas_lock", "ttas")] {
+            let row = section
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{}: no {name} row:\n{section}", c.label));
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[1], kind, "{row}");
+            assert_eq!(
+                cols[2],
+                num(&truth, &format!("{name} acquisitions")).to_string()
+            );
+        }
+        // `spin --annotate`: the lock report itself sees them as locks,
+        // with the same acquisitions, holds and (for test-and-set, whose
+        // every wait starts with a failed swap) waits.
+        let annotated = dir.path("annotated.lstrace");
+        let o = std::process::Command::new(lockscope())
+            .args(["spin", "--annotate"])
+            .arg(&annotated)
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = std::process::Command::new(lockscope())
+            .args(["report", "--json", "--no-overhead-correction"])
+            .arg(&annotated)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+        for name in ["tas_lock", "ttas_lock"] {
+            let rl = rep["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap_or_else(|| panic!("{}: {name} not in the report", c.label));
+            let sl = lock(&j, name);
+            assert_eq!(rl["kind"], "spin");
+            assert_eq!(
+                rl["acquisitions"], sl["acquisitions"],
+                "{}: {name}",
+                c.label
+            );
+            assert_eq!(rl["hold_ns"]["total"], sl["hold_ns"], "{}: {name}", c.label);
+        }
+        let tas = lock(&j, "tas_lock");
+        let rtas = rep["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "tas_lock")
+            .unwrap();
+        assert_eq!(rtas["wait_ns"]["total"], tas["wait_ns"], "{}", c.label);
+        assert_eq!(rep["anomalies"]["interrupted_waits"], 0);
+        assert!(!lock(&j, "ttas_lock")["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "tas-spinning"));
+    }
+}
+
+#[test]
+fn issue12_spin_rejects_counter_flag_and_ticket_lock() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-decoys");
+        let bin = dir.path("decoys");
+        build_instrumented(c, &spin_fixture("decoys.c"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[]);
+        let truth = truth_of(&out);
+        assert_eq!(num(&truth, "ready was"), 0);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let rejected: BTreeMap<String, String> = j["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["symbol"].as_str().unwrap().to_string(),
+                    r["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(rejected.len(), 3, "{}: {rejected:#?}", c.label);
+        assert!(
+            rejected["hits"].starts_with("atomic counter"),
+            "{rejected:#?}"
+        );
+        assert!(rejected["ready"].contains("never reset"), "{rejected:#?}");
+        assert!(
+            rejected["ticket"].starts_with("ticket lock"),
+            "{rejected:#?}"
+        );
+        let text = analysis_text("spin", &trace);
+        assert!(text.contains("not spinlocks:"), "{text}");
+    }
+}
+
+#[test]
+fn issue12_spin_warns_about_a_holder_that_sleeps() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-sleep");
+        let bin = dir.path("sleepy_holder");
+        build_instrumented(c, &spin_fixture("sleepy_holder.c"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        let l = lock(&j, "slock");
+        assert_eq!(l["acquisitions"], num(&truth, "slock acquisitions"));
+        let sleeper = l["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "sleeper")
+            .unwrap_or_else(|| panic!("{}: {l:#}", c.label));
+        // The program measured the sleeping hold itself, inside the
+        // critical section: the recorded hold is that plus the few
+        // instructions around it.
+        let measured = num(&truth, "sleeper hold_ns") as f64;
+        let seen = sleeper["max_hold_ns"].as_u64().unwrap() as f64;
+        assert!(
+            seen >= measured && seen <= measured * 1.05,
+            "{}: hold {seen} ns, program measured {measured} ns",
+            c.label
+        );
+        let w = l["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["kind"] == "holder-descheduled")
+            .unwrap_or_else(|| panic!("{}: {l:#}", c.label));
+        assert!(
+            w["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().starts_with(&format!(
+                    "sleeper (tid {}) held it {seen} ns",
+                    sleeper["tid"]
+                ))),
+            "{}: {w:#}",
+            c.label
+        );
+    }
+}
+
+#[test]
+fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-cxx");
+        let bin = dir.path("cxx_flag");
+        build_instrumented(c, &spin_fixture("cxx_flag.cpp"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            1,
+            "{}: {j:#}",
+            c.label
+        );
+        assert_eq!(
+            j["rejected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let l = lock(&j, "g_flag");
+        assert_eq!(l["kind"], "tas", "{}", c.label);
+        assert_eq!(l["acquisitions"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(l["releases"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["counter"]),
+            "{}: {l:#}",
+            c.label
+        );
+        assert_eq!(
+            j["unprotected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+    }
+}
+
+#[test]
+fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-volatile");
+        let bin = dir.path("volatile_release");
+        build_instrumented(c, &spin_fixture("volatile_release.c"), &bin);
+        let trace = dir.path("all.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        let l = lock(&j, "vlock");
+        assert_eq!(
+            l["acquisitions"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["releases"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["vdata"]),
+            "{}: {l:#}",
+            c.label
+        );
+        // Without the plain accesses the release is invisible: rejected,
+        // and the reason says how to see it.
+        let trace = dir.path("cs.lstrace");
+        record(&bin, &[], &trace, &[]);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let reason = j["rejected"][0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            "{}: {reason}",
+            c.label
+        );
+    }
+}
