@@ -618,6 +618,22 @@ pub struct Scenario {
     /// Add the recorder's overhead back to the work (replay the run as
     /// it was recorded, to compare with the recorded wall time).
     pub keep_overhead: bool,
+    /// PerfPlay's ULCP-free transformation (§4): the locks named here no
+    /// longer exclude; an acquisition waits only for the release of the
+    /// earlier acquisitions of the lock it truly conflicts with.
+    pub ulcp_free: Option<UlcpFree>,
+    /// Record when every acquisition was attempted and released
+    /// ([`SimResult::section_times`]).
+    pub record_sections: bool,
+}
+
+/// Per lock turned ULCP-free: per recorded acquisition (by its position
+/// in the lock's recorded order), the earlier acquisitions it must
+/// follow.
+#[derive(Clone, Debug, Default)]
+pub struct UlcpFree {
+    /// Lock index -> per turn, the earlier turns it truly conflicts with.
+    pub deps: HashMap<u32, Vec<Vec<u64>>>,
 }
 
 /// Result of one simulation.
@@ -635,6 +651,18 @@ pub struct SimResult {
     /// Acquisitions granted out of order, or signals assumed, to break
     /// a deadlock.
     pub forced: u64,
+    /// Per lock, per recorded turn: (attempted, released), ns since the
+    /// first start (`u64::MAX` if it never happened); empty unless
+    /// [`Scenario::record_sections`].
+    #[serde(skip)]
+    pub section_times: Vec<Vec<(u64, u64)>>,
+}
+
+/// State of a lock under the ULCP-free transformation.
+struct FreeLock {
+    released: Vec<bool>,
+    /// Turn waited for -> threads waiting.
+    waiters: BTreeMap<u64, Vec<u32>>,
 }
 
 struct LockState {
@@ -775,6 +803,26 @@ pub fn simulate_logged(
             rw_changed[k.lock as usize] = true;
         }
     }
+    let mut free: Vec<Option<FreeLock>> = (0..p.locks.len()).map(|_| None).collect();
+    if let Some(u) = &sc.ulcp_free {
+        for (&l, deps) in &u.deps {
+            if let Some(f) = free.get_mut(l as usize) {
+                *f = Some(FreeLock {
+                    released: vec![false; deps.len().max(modes[l as usize].len())],
+                    waiters: BTreeMap::new(),
+                });
+                rw_changed[l as usize] = true;
+            }
+        }
+    }
+    if sc.record_sections {
+        res.section_times = modes
+            .iter()
+            .map(|m| vec![(u64::MAX, u64::MAX); m.len()])
+            .collect();
+    }
+    // Per thread: turns held, innermost last (lock, turn).
+    let mut held: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut locks: Vec<LockState> = modes
         .iter()
         .map(|m| {
@@ -806,7 +854,9 @@ pub fn simulate_logged(
             }
             // Deadlock: grant the lock whose waited-for turn is closest,
             // or else assume the lowest signal waited for.
-            if !force_progress(&mut locks, &mut sim, &mut res) {
+            if !force_free(&mut free, &mut sim, &mut res)
+                && !force_progress(&mut locks, &mut sim, &mut res)
+            {
                 let Some(&id) = sig_waiters.keys().min() else {
                     break;
                 };
@@ -875,10 +925,51 @@ pub fn simulate_logged(
                         pc[ti_us] += 1;
                         continue;
                     }
+                    if let Some(t) = res
+                        .section_times
+                        .get_mut(lock as usize)
+                        .and_then(|v| v.get_mut(k as usize))
+                    {
+                        t.0 = t.0.min(now);
+                    }
+                    if let Some(fl) = free[lock as usize].as_mut() {
+                        let deps = sc
+                            .ulcp_free
+                            .as_ref()
+                            .and_then(|u| u.deps.get(&lock))
+                            .and_then(|d| d.get(k as usize));
+                        let pending = deps.and_then(|d| {
+                            d.iter()
+                                .copied()
+                                .find(|&j| !fl.released.get(j as usize).copied().unwrap_or(true))
+                        });
+                        if let Some(j) = pending {
+                            fl.waiters.entry(j).or_default().push(ti);
+                            if lock_blocked[ti_us].is_none() {
+                                lock_blocked[ti_us] = Some(now);
+                            }
+                            break;
+                        }
+                        pc[ti_us] += 1;
+                        held[ti_us].push((lock, k));
+                        if log {
+                            open[ti_us].push((lock, cs, now));
+                        }
+                        if let Some(since) = lock_blocked[ti_us].take() {
+                            res.lock_wait[ti_us] += now - since + handoff;
+                            res.lock_wait_by_lock[lock as usize] += now - since + handoff;
+                            if handoff > 0 {
+                                sim.at(now + handoff, ti);
+                                break;
+                            }
+                        }
+                        continue;
+                    }
                     let l = &mut locks[lock as usize];
                     if l.can_grant(k, shared) {
                         grant(l, k, shared);
                         pc[ti_us] += 1;
+                        held[ti_us].push((lock, k));
                         if log {
                             if let Action::Acquire { cs, .. } = a {
                                 open[ti_us].push((lock, cs, now));
@@ -914,6 +1005,30 @@ pub fn simulate_logged(
                                 lg.holds[ti_us].push((start, now, cs));
                             }
                         }
+                    }
+                    let turn = held[ti_us]
+                        .iter()
+                        .rposition(|h| h.0 == lock)
+                        .map(|i| held[ti_us].remove(i).1);
+                    if let (Some(k), Some(v)) = (turn, res.section_times.get_mut(lock as usize)) {
+                        if let Some(t) = v.get_mut(k as usize) {
+                            t.1 = now;
+                        }
+                    }
+                    if let Some(fl) = free[lock as usize].as_mut() {
+                        let mut woke = false;
+                        if let Some(k) = turn {
+                            if let Some(r) = fl.released.get_mut(k as usize) {
+                                *r = true;
+                            }
+                            for t in fl.waiters.remove(&k).unwrap_or_default() {
+                                sim.at(now, t);
+                                sim.woke(t);
+                                woke = true;
+                            }
+                        }
+                        unlock_woke[ti_us] = woke;
+                        continue;
                     }
                     let l = &mut locks[lock as usize];
                     if l.exclusive {
@@ -1099,6 +1214,24 @@ fn signal(
             sim.woke(w);
         }
     }
+}
+
+/// Breaks a deadlock among ULCP-free locks: the lowest turn waited for
+/// counts as released (its release was lost by the recorder).
+fn force_free(free: &mut [Option<FreeLock>], sim: &mut Sim, res: &mut SimResult) -> bool {
+    for fl in free.iter_mut().flatten() {
+        if let Some((k, ts)) = fl.waiters.pop_first() {
+            if let Some(r) = fl.released.get_mut(k as usize) {
+                *r = true;
+            }
+            res.forced += 1;
+            for t in ts {
+                sim.at(sim.now, t);
+            }
+            return true;
+        }
+    }
+    false
 }
 
 /// Breaks a deadlock: the lock with the lowest waited-for turn skips

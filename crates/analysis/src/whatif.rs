@@ -7,13 +7,22 @@
 //! the same CPU model, compared with the replay of the unchanged run
 //! (both without the recorder's overhead). Removing a lock keeps the
 //! work done inside its sections and drops only the exclusion; whether
-//! that is correct for the program is the user's business (PerfPlay's
-//! `--ulcp-free` transformation, which keeps truly conflicting sections
-//! ordered, is not implemented yet).
+//! that is correct for the program is the user's business.
+//!
+//! The ULCP-free scenario ([`ulcp_free`], PerfPlay §4) is the safe
+//! version: from a detailed-mode trace, every critical section waits only
+//! for the earlier sections of its lock it truly conflicts with
+//! ([`crate::ulcp::classify`]); each unnecessary pair's gain (Eq. 1) is
+//! summed per pair of code regions (Alg. 2) and ranked by its share P of
+//! the total (Eq. 2).
 
+use std::collections::{BTreeMap, HashMap};
+
+use crate::detailed::Detailed;
 use crate::input::Meta;
-use crate::replay::{effective_cpus, simulate, Program, Scenario, SimResult};
+use crate::replay::{effective_cpus, simulate, Action, Program, Scenario, SimResult, UlcpFree};
 use crate::symbols::Symbolizer;
+use crate::ulcp::{classify, Kind};
 use crate::AnalysisError;
 
 /// JSON schema name of [`WhatifReport`].
@@ -34,6 +43,9 @@ pub struct WhatifConfig {
     /// reader-writer lock and these sections its readers (one scenario
     /// for all of them).
     pub readers: Vec<String>,
+    /// Run the ULCP-free scenario (needs the detailed view passed to
+    /// [`analyze_with`]).
+    pub ulcp_free: bool,
     /// Curves for this many locks (most replayed lock wait first).
     pub curve_top: usize,
     /// Read binaries for names.
@@ -117,6 +129,216 @@ pub struct WhatifReport {
     pub scenarios: Vec<ScenarioOut>,
     /// Curves of the top locks.
     pub curves: Vec<Curve>,
+    /// The ULCP-free scenario, when asked for (`--ulcp-free`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ulcp_free: Option<UlcpFreeOut>,
+}
+
+/// One pair of code regions whose unnecessary contention was fused
+/// (PerfPlay Alg. 2).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct UlcpRegion {
+    /// Code region of the first section (call site of its acquisition).
+    pub first: String,
+    /// Code region of the second section.
+    pub second: String,
+    /// Lock name.
+    pub lock: String,
+    /// Unnecessary pairs fused here.
+    pub count: u64,
+    /// Of them, per kind (`null_lock`, `read_read`, `disjoint_write`,
+    /// `benign`).
+    pub kinds: BTreeMap<String, u64>,
+    /// Summed gain ΔT (Eq. 1), ns.
+    pub gain_ns: u64,
+    /// Share of the total gain (Eq. 2), 0..1.
+    pub p: f64,
+}
+
+/// The ULCP-free scenario's result.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct UlcpFreeOut {
+    /// Predicted wall time with no unnecessary contention, ns.
+    pub predicted_wall_ns: u64,
+    /// Baseline wall / predicted wall.
+    pub speedup: f64,
+    /// Locks transformed (their non-conflicting sections run together).
+    pub locks_transformed: usize,
+    /// Locks kept as recorded (their sections in the detailed view did
+    /// not line up with the replay's acquisitions).
+    pub locks_kept: usize,
+    /// Unnecessary pairs (consecutive sections of different threads that
+    /// do not truly conflict).
+    pub ulcps: u64,
+    /// Truly conflicting consecutive pairs (kept in order).
+    pub conflicts: u64,
+    /// Pairs of code regions, highest P first.
+    pub regions: Vec<UlcpRegion>,
+}
+
+/// How far back (in a lock's recorded order) a section is checked for a
+/// true conflict; the one just beyond is always followed, so that the
+/// check stays linear in the number of sections.
+const CONFLICT_WINDOW: usize = 64;
+
+/// The ULCP-free transformation of PerfPlay §4 on the replay: per lock,
+/// the detailed view's sections (in recorded order) give each
+/// acquisition the earlier ones it truly conflicts with; the replay
+/// grants an acquisition as soon as those are released (the dynamic
+/// locking strategy: non-conflicting sections no longer exclude each
+/// other, conflicting ones keep their recorded order).
+pub fn ulcp_free(
+    p: &Program,
+    d: &mut Detailed,
+    cpus: u32,
+    base_wall: u64,
+    names: &mut dyn FnMut(&Program, u32) -> String,
+) -> UlcpFreeOut {
+    // Turns per replayed lock.
+    let mut turns: Vec<u64> = vec![0; p.locks.len()];
+    for t in &p.threads {
+        for a in &t.actions {
+            if let Action::Acquire { lock, seq, .. } = *a {
+                let n = &mut turns[lock as usize];
+                *n = (*n).max(seq + 1);
+            }
+        }
+    }
+    let lock_ix: HashMap<(u32, u64), u32> = p
+        .locks
+        .iter()
+        .enumerate()
+        .map(|(i, id)| ((id.process, id.addr), i as u32))
+        .collect();
+    let mut by_lock: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, s) in d.sections.iter().enumerate() {
+        if let Some(&l) = lock_ix.get(&(s.process, s.lock)) {
+            by_lock.entry(l).or_default().push(i);
+        }
+    }
+    let mut free = UlcpFree::default();
+    let mut kept = 0;
+    // (lock, first turn, second turn, kind) of every unnecessary pair.
+    let mut pairs: Vec<(u32, usize, usize, Kind)> = Vec::new();
+    let mut conflicts = 0u64;
+    for (&l, secs) in &by_lock {
+        if secs.len() as u64 != turns[l as usize] {
+            kept += 1;
+            continue;
+        }
+        let mut deps = Vec::with_capacity(secs.len());
+        for k in 0..secs.len() {
+            let b = &d.sections[secs[k]];
+            let mut dk = Vec::new();
+            let lo = k.saturating_sub(CONFLICT_WINDOW);
+            if lo > 0 {
+                dk.push((lo - 1) as u64);
+            }
+            for (j, &sj) in secs.iter().enumerate().take(k).skip(lo) {
+                let a = &d.sections[sj];
+                // Program order already keeps a thread's own sections.
+                if a.thread == b.thread || (a.shared && b.shared) {
+                    continue;
+                }
+                let kind = classify(a, b);
+                if kind == Kind::Conflict {
+                    dk.push(j as u64);
+                }
+                if j + 1 == k {
+                    if kind == Kind::Conflict {
+                        conflicts += 1;
+                    } else {
+                        pairs.push((l, j, k, kind));
+                    }
+                }
+            }
+            deps.push(dk);
+        }
+        free.deps.insert(l, deps);
+    }
+    let transformed = free.deps.len();
+    let base = simulate(
+        p,
+        cpus,
+        &Scenario {
+            record_sections: true,
+            ..Scenario::default()
+        },
+    );
+    let r = simulate(
+        p,
+        cpus,
+        &Scenario {
+            record_sections: true,
+            ulcp_free: Some(free),
+            ..Scenario::default()
+        },
+    );
+    // Eq. 1: a pair gains what the later of its two sections' ends moved
+    // earlier, less what its first section's start moved earlier (that
+    // part is owed to other pairs before it).
+    let mut fused: BTreeMap<(u32, String, String), UlcpRegion> = BTreeMap::new();
+    let t = |res: &SimResult, l: u32, k: usize| {
+        res.section_times
+            .get(l as usize)
+            .and_then(|v| v.get(k))
+            .copied()
+            .unwrap_or((0, 0))
+    };
+    for &(l, j, k, kind) in &pairs {
+        let (a0, a1) = (t(&base, l, j), t(&base, l, k));
+        let (b0, b1) = (t(&r, l, j), t(&r, l, k));
+        if [a0.0, a0.1, a1.1, b0.0, b0.1, b1.1].contains(&u64::MAX) {
+            continue;
+        }
+        let end_gain = a0.1.max(a1.1) as i128 - b0.1.max(b1.1) as i128;
+        let start_gain = a0.0 as i128 - b0.0 as i128;
+        let gain = (end_gain - start_gain).max(0) as u64;
+        let (sa, sb) = (&d.sections[by_lock[&l][j]], &d.sections[by_lock[&l][k]]);
+        let ((pa, ca), (pb, cb)) = ((sa.process, sa.site), (sb.process, sb.site));
+        let (fa, fb) = (d.site(pa, ca), d.site(pb, cb));
+        // Alg. 2: pairs of the same two code regions are one, whichever
+        // ran first.
+        let (first, second) = if fa <= fb { (fa, fb) } else { (fb, fa) };
+        let e = fused
+            .entry((l, first.clone(), second.clone()))
+            .or_insert_with(|| UlcpRegion {
+                first,
+                second,
+                lock: names(p, l),
+                count: 0,
+                kinds: BTreeMap::new(),
+                gain_ns: 0,
+                p: 0.0,
+            });
+        e.count += 1;
+        *e.kinds.entry(kind.name().to_string()).or_default() += 1;
+        e.gain_ns += gain;
+    }
+    let mut regions: Vec<UlcpRegion> = fused.into_values().collect();
+    let total: u64 = regions.iter().map(|r| r.gain_ns).sum();
+    for g in &mut regions {
+        g.p = if total == 0 {
+            0.0
+        } else {
+            g.gain_ns as f64 / total as f64
+        };
+    }
+    regions.sort_by(|a, b| {
+        b.gain_ns
+            .cmp(&a.gain_ns)
+            .then(b.count.cmp(&a.count))
+            .then_with(|| (&a.first, &a.second).cmp(&(&b.first, &b.second)))
+    });
+    UlcpFreeOut {
+        predicted_wall_ns: r.wall_ns,
+        speedup: speedup(base_wall, r.wall_ns),
+        locks_transformed: transformed,
+        locks_kept: kept,
+        ulcps: pairs.len() as u64,
+        conflicts,
+        regions,
+    }
 }
 
 struct Names {
@@ -222,6 +444,17 @@ pub fn analyze(
     p: &Program,
     meta: &Meta,
     cfg: &WhatifConfig,
+) -> Result<WhatifReport, AnalysisError> {
+    analyze_with(p, meta, cfg, None)
+}
+
+/// [`analyze`] with the detailed view of a detailed-mode trace, needed by
+/// [`WhatifConfig::ulcp_free`].
+pub fn analyze_with(
+    p: &Program,
+    meta: &Meta,
+    cfg: &WhatifConfig,
+    detailed: Option<&mut Detailed>,
 ) -> Result<WhatifReport, AnalysisError> {
     let cpus = effective_cpus(p, cfg.cpus);
     let mut names = Names {
@@ -330,6 +563,16 @@ pub fn analyze(
             points,
         });
     }
+    let mut uf = None;
+    if cfg.ulcp_free {
+        let Some(d) = detailed else {
+            return Err(AnalysisError::Config(
+                "--ulcp-free needs the detailed view of a detailed-mode trace".into(),
+            ));
+        };
+        let mut nm = |p: &Program, l: u32| names.lock(p, l);
+        uf = Some(ulcp_free(p, d, cpus, base.wall_ns, &mut nm));
+    }
     Ok(WhatifReport {
         schema: SCHEMA,
         cpus,
@@ -337,6 +580,7 @@ pub fn analyze(
         baseline_wall_ns: base.wall_ns,
         scenarios,
         curves,
+        ulcp_free: uf,
     })
 }
 
@@ -378,6 +622,43 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
                 l.lock,
                 ms(l.baseline_wait_ns),
                 ms(l.predicted_wait_ns)
+            )?;
+        }
+    }
+    if let Some(u) = &r.ulcp_free {
+        writeln!(
+            out,
+            "\nULCP-free (sections that do not truly conflict no longer exclude each other)"
+        )?;
+        writeln!(
+            out,
+            "  predicted wall {}  speedup {:.2}x  ({} unnecessary pairs, {} conflicting kept in \
+             order; {} lock(s) transformed, {} kept as recorded)",
+            ms(u.predicted_wall_ns),
+            u.speedup,
+            u.ulcps,
+            u.conflicts,
+            u.locks_transformed,
+            u.locks_kept
+        )?;
+        if !u.regions.is_empty() {
+            writeln!(
+                out,
+                "  {:>4} {:>6} {:>12} {:>7}  code regions (lock)",
+                "rank", "P", "gain", "pairs"
+            )?;
+        }
+        for (i, g) in u.regions.iter().take(20).enumerate() {
+            writeln!(
+                out,
+                "  {:>4} {:>5.1}% {:>12} {:>7}  {} <-> {} ({})",
+                i + 1,
+                g.p * 100.0,
+                ms(g.gain_ns),
+                g.count,
+                g.first,
+                g.second,
+                g.lock
             )?;
         }
     }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lockscope_analysis::{input, whatif};
+use lockscope_analysis::{detailed::Detailed, input, whatif};
 
 use crate::cmd::util;
 
@@ -34,6 +34,13 @@ pub struct Args {
     /// `--readers` together form one scenario); repeatable.
     #[arg(long, value_name = "SITE")]
     pub readers: Vec<String>,
+    /// PerfPlay's ULCP-free transformation: critical sections that do not
+    /// truly conflict (read/write sets of a detailed-mode trace, see
+    /// `lockscope ulcp`) no longer exclude each other; prints the gain per
+    /// pair of code regions, ranked. Needs a trace of a program built
+    /// with `lockscope cc`/`c++`.
+    #[arg(long)]
+    pub ulcp_free: bool,
     /// Curves for this many locks (most waited for first).
     #[arg(long, default_value_t = 3)]
     pub top: usize,
@@ -71,9 +78,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         remove_locks: args.remove_lock.clone(),
         shrink,
         readers: args.readers.clone(),
+        ulcp_free: args.ulcp_free,
         curve_top: args.top,
         symbolize: !args.no_symbols,
     };
-    let r = whatif::analyze(&p, &meta, &cfg)?;
+    let mut detailed = None;
+    if args.ulcp_free {
+        let t = util::open_trace(&args.trace)?;
+        let d = Detailed::from_trace(&t, !args.no_symbols);
+        if d.sections.iter().all(|s| s.is_empty()) {
+            anyhow::bail!(
+                "{}: --ulcp-free needs a detailed-mode trace (memory accesses inside critical \
+                 sections), and this one has none: build the program with `lockscope cc` (or \
+                 `lockscope c++`) and record it with `lockscope record -- ./PROGRAM`",
+                args.trace.display()
+            );
+        }
+        detailed = Some(d);
+    }
+    let r = whatif::analyze_with(&p, &meta, &cfg, detailed.as_mut())?;
     util::print_result(&r, args.json, whatif::render_text)
 }
