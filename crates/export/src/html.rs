@@ -104,7 +104,8 @@ struct RawSpan {
 fn cat(k: SpanKind) -> usize {
     match k {
         SpanKind::Wait => 0,
-        SpanKind::Hold => 1,
+        // A busy GPU stream is drawn like a held lock (busy, blue).
+        SpanKind::Hold | SpanKind::GpuWork => 1,
         SpanKind::Unlocking => 3,
         _ => 2,
     }
@@ -254,8 +255,10 @@ pub fn write(
     opts: &HtmlOptions,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
-    let threads = timeline::threads(meta);
+    let mut threads = timeline::threads(meta);
     let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    // GPU streams get rows of their own after the threads, as they appear.
+    let mut gpu_rows: HashMap<(u32, u32, u32), usize> = HashMap::new();
     let end = threads
         .iter()
         .map(|t| t.end_ns)
@@ -305,6 +308,57 @@ pub fn write(
                 end: end_ns,
                 site,
                 stack,
+                handoff: None,
+            });
+            if kept.len() >= 2 * max {
+                trim(&mut kept);
+            }
+        }
+        Item::GpuWork {
+            process,
+            device,
+            stream,
+            start_ns,
+            end_ns,
+            func,
+            site,
+            ..
+        } => {
+            let ti = *gpu_rows
+                .entry((process, device, stream))
+                .or_insert_with(|| {
+                    threads.push(timeline::ThreadInfo {
+                        id: u32::MAX,
+                        process,
+                        pid: meta.processes.get(&process).map_or(0, |p| p.pid),
+                        tid: 0,
+                        name: format!("GPU {device} stream {stream}"),
+                        start_ns: 0,
+                        end_ns: end,
+                    });
+                    heat.push(Default::default());
+                    threads.len() - 1
+                });
+            sum.spans += 1;
+            let h = &mut heat[ti][cat(SpanKind::GpuWork)];
+            let mut t = start_ns;
+            while t < end_ns {
+                let b = (t / bin_ns).min(nb as u64 - 1);
+                let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
+                *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
+                t = bend;
+            }
+            kept.push(RawSpan {
+                thread: ti as u32,
+                kind: SpanKind::GpuWork,
+                obj: None,
+                start: start_ns,
+                end: end_ns,
+                // The kernel's host function names it (a function's
+                // entry is named like a return address: + 1); a copy
+                // is named by its launch site.
+                site: if func != 0 { func + 1 } else { site },
+                stack: 0,
                 handoff: None,
             });
             if kept.len() >= 2 * max {

@@ -59,7 +59,7 @@
   // Spans per thread, sorted by start (the data is).
   var spansOf = D.threads.map(function () { return []; });
   D.spans.forEach(function (s) { spansOf[s[0]].push(s); });
-  function kindCat(k) { return k === 'wait' ? 'wait' : k === 'hold' ? 'hold' : k === 'unlock' ? 'unlock' : 'blocked'; }
+  function kindCat(k) { return k === 'wait' ? 'wait' : (k === 'hold' || k === 'GPU work') ? 'hold' : k === 'unlock' ? 'unlock' : 'blocked'; }
 
   function size() {
     cv.width = Math.max(600, (app.clientWidth || 1000) - 4);
