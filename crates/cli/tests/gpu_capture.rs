@@ -239,6 +239,15 @@ fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
         gpu_wait <= cpu_wait && cpu_wait - gpu_wait < MS,
         "report {gpu_wait} ns blocked on the GPU, gpu {cpu_wait} ns"
     );
+    // The text report ends with the GPU section.
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["report", "--wide"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("GPU (CPU-GPU blame shifting"), "{text}");
+    assert!(text.contains("WHO MAKES THE GPU WAIT"), "{text}");
     assert!(
         r["verdict"].as_str().unwrap().contains("launch_two"),
         "{}",
