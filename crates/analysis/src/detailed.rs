@@ -506,6 +506,11 @@ impl Detailed {
         let mut names: Vec<String> = Vec::new();
         for pc in frames.into_iter().take(8) {
             let loc = self.sym.code(b.process, pc);
+            // libc's start-up frames are named once its debug file is
+            // found (issue 10): they are not the program's context.
+            if crate::symbols::is_runtime_module(&loc.module) {
+                continue;
+            }
             let Some(f) = loc.frames.iter().rev().find_map(|f| f.function.as_deref()) else {
                 continue;
             };
