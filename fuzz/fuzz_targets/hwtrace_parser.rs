@@ -1,13 +1,9 @@
-//! The hardware-trace parser and importer on arbitrary bytes: every bad
-//! line must be an error naming file, line and column, never a panic, and
-//! whatever imports must export and import again.
-//!
-//! Seeds: `fuzz/seeds/hwtrace_parser/` (replayed on stable by
-//! `crates/hwtrace/tests/fuzz_corpus.rs`).
+//! cargo-fuzz entry point of the hardware-trace parser target; the body is
+//! in `fuzz/targets/hwtrace_parser.rs`, shared with the stable replay tests.
+//! Seeds: `fuzz/seeds/hwtrace_parser/`.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../targets/hwtrace_parser.rs"]
+mod target;
 
-fuzz_target!(|data: &[u8]| {
-    lockscope_hwtrace::exercise(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

@@ -26,6 +26,7 @@ use std::path::Path;
 
 use lockscope_format::{Event, Op, Record, Trace};
 
+use crate::hb::{Clock, HbClocks};
 use crate::symbols::Symbolizer;
 use crate::sync::{for_each_trace_step, Step, StepKind};
 use crate::AnalysisError;
@@ -50,6 +51,10 @@ pub struct Access {
     /// Index of the set of locks held in write mode (rwlocks held for
     /// reading protect only reads: Eraser's reader-writer refinement).
     pub write_lockset: u32,
+    /// Index of the thread's vector clock at the access
+    /// ([`Detailed::clocks`]; happens-before through create, join and
+    /// barriers, see [`crate::hb`]).
+    pub clock: u32,
 }
 
 /// One dynamic critical section.
@@ -141,6 +146,8 @@ pub struct Detailed {
     pub accesses: Vec<Access>,
     /// Distinct sets of held locks (sorted addresses); index 0 is empty.
     pub locksets: Vec<Vec<u64>>,
+    /// Vector clocks referenced by [`Access::clock`].
+    pub clocks: Vec<Clock>,
     /// Heap blocks, ordered by address.
     pub blocks: Vec<Block>,
     /// Call paths by stack id.
@@ -169,6 +176,8 @@ struct ThreadScan {
     held: Vec<(u64, bool)>,
     lockset: u32,
     write_lockset: u32,
+    /// Index into [`Detailed::clocks`] and the clock version it holds.
+    clock: Option<(u32, u64)>,
 }
 
 impl Detailed {
@@ -227,6 +236,7 @@ impl Detailed {
             sections: Vec::new(),
             accesses: Vec::new(),
             locksets: vec![Vec::new()],
+            clocks: Vec::new(),
             blocks: Vec::new(),
             stacks,
             outside_accesses: 0,
@@ -255,15 +265,25 @@ impl Detailed {
             }
         }
         let mut scans: HashMap<u32, ThreadScan> = HashMap::new();
+        let mut hb = HbClocks::new(t);
         for_each_trace_step(t, false, |st, _| {
             if st.kind.is_synthetic() {
                 return;
             }
+            hb.step(st);
             let process = d
                 .threads
                 .get(&st.thread)
                 .map_or(main_process, |th| th.process);
             let sc = scans.entry(st.thread).or_default();
+            if matches!(st.kind, StepKind::Memory(Op::Read | Op::Write)) {
+                let v = hb.version(st.thread);
+                if sc.clock.is_none_or(|(_, have)| have != v) {
+                    d.clocks
+                        .push(hb.clock(st.thread).cloned().unwrap_or_default());
+                    sc.clock = Some((d.clocks.len() as u32 - 1, v));
+                }
+            }
             d.step(st, process, sc, &mut lockset_ids);
         });
         d.sections.sort_by(|a, b| {
@@ -394,6 +414,7 @@ impl Detailed {
                     site: e.site,
                     lockset: sc.lockset,
                     write_lockset: sc.write_lockset,
+                    clock: sc.clock.map_or(0, |c| c.0),
                 });
             }
             StepKind::Memory(Op::ReleaseValue) => {
@@ -497,7 +518,7 @@ impl Detailed {
 
     /// The allocation context of a block: the named functions of its
     /// call path, innermost first, joined by `<-` (frames that cannot be
-    /// named, like libc's start-up code, are left out).
+    /// named and runtime frames, like libc's start-up code, are left out).
     pub fn alloc_context(&mut self, b: &Block) -> String {
         let mut frames = self.stacks.get(&b.stack).cloned().unwrap_or_default();
         if frames.is_empty() && b.site != 0 {
@@ -505,12 +526,11 @@ impl Detailed {
         }
         let mut names: Vec<String> = Vec::new();
         for pc in frames.into_iter().take(8) {
-            let loc = self.sym.code(b.process, pc);
-            // libc's start-up frames are named once its debug file is
-            // found (issue 10): they are not the program's context.
-            if crate::symbols::is_runtime_module(&loc.module) {
+            // Runtime code (libc's start-up, which `.dynsym` now names)
+            // is not part of a user's allocation context.
+            let Some(loc) = self.sym.code(b.process, pc).user_view() else {
                 continue;
-            }
+            };
             let Some(f) = loc.frames.iter().rev().find_map(|f| f.function.as_deref()) else {
                 continue;
             };

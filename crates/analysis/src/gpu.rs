@@ -129,13 +129,12 @@ pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, cra
         .collect();
     let mut g = GpuAnalyzer::new(threads);
     let mut end = meta.thread_ends.values().copied().max().unwrap_or(0);
-    crate::input::Merge::new(path, &meta.index)?.run(
-        |t, e| {
-            end = end.max(e.time);
-            g.event(t, e);
-        },
-        &mut |_, _| {},
-    )?;
+    // Lock waits come from the one interpreter of the lock protocol;
+    // GPU events are data the layer passes through.
+    crate::sync::for_each_step(path, &meta, false, |s, _| {
+        end = end.max(s.time);
+        g.step(s);
+    })?;
     let mut sym =
         crate::symbols::Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize);
     let mut name = |process: u32, pc: u64| {
@@ -219,7 +218,6 @@ pub struct GpuAnalyzer {
     open_sync: HashMap<u32, Event>,
     /// Contended lock waits per thread: (begin, end, lock address).
     waits: HashMap<u32, Vec<(u64, u64, u64)>>,
-    open_wait: HashMap<u32, (u64, u64)>,
     /// Sync calls that never returned (still waiting at the end).
     unreturned: u64,
     /// Launches with a correlation id seen twice (kept: the first).
@@ -236,7 +234,43 @@ impl GpuAnalyzer {
         }
     }
 
-    /// Feeds one event of trace thread `thread`.
+    /// Feeds one step of the synchronization layer (every step of every
+    /// thread, in time order): lock waits from `Acquired` steps, GPU
+    /// events from their raw event.
+    pub fn step(&mut self, s: &crate::sync::Step<'_>) {
+        use crate::sync::StepKind;
+        match s.kind {
+            StepKind::Acquired {
+                section,
+                waited: true,
+                ..
+            } => {
+                // Only waits inside the GPU window can overlap its idle
+                // gaps; before the first GPU call nothing is kept (a
+                // lock-heavy program must not grow this list for nothing).
+                if self.launches.is_empty() && self.syncs.is_empty() && self.open_sync.is_empty() {
+                    return;
+                }
+                if section.begin_ns > section.attempt_ns {
+                    self.waits.entry(s.thread).or_default().push((
+                        section.attempt_ns,
+                        section.begin_ns,
+                        section.lock.addr,
+                    ));
+                }
+            }
+            _ => {
+                let op = s.event.op;
+                if (Op::GpuLaunch as u8..=Op::GpuActivity as u8).contains(&op) {
+                    self.event(s.thread, s.event);
+                }
+            }
+        }
+    }
+
+    /// Feeds one GPU event ([`Op::GpuLaunch`], [`Op::GpuSync`],
+    /// [`Op::GpuActivity`]) of trace thread `thread`; other events are
+    /// ignored (lock waits come through [`GpuAnalyzer::step`]).
     pub fn event(&mut self, thread: u32, e: &Event) {
         let process = self.thread_process.get(&thread).copied().unwrap_or(0);
         let Some(op) = e.op() else { return };
@@ -297,21 +331,6 @@ impl GpuAnalyzer {
                     device: (e.site >> 32) as u32,
                 });
             }
-            _ if op.is_acquire() => match e.phase() {
-                phase::BEGIN => {
-                    self.open_wait.insert(thread, (e.time, e.addr));
-                }
-                _ => {
-                    if let Some((t0, addr)) = self.open_wait.remove(&thread) {
-                        if addr == e.addr && e.time > t0 {
-                            self.waits
-                                .entry(thread)
-                                .or_default()
-                                .push((t0, e.time, addr));
-                        }
-                    }
-                }
-            },
             _ => {}
         }
     }
@@ -1072,12 +1091,19 @@ mod tests {
     }
     fn run(events: &[(u32, Event)], end: u64) -> GpuReport {
         let mut tp = HashMap::new();
+        let mut interp = crate::sync::SyncInterp::new(false, &[]);
         for &(t, _) in events {
-            tp.insert(t, 1);
+            if tp.insert(t, 1).is_none() {
+                interp.add_thread(t, 1, 0);
+            }
         }
         let mut g = GpuAnalyzer::new(tp);
-        for (t, e) in events {
-            g.event(*t, e);
+        // Each thread's events in order; threads one after the other
+        // would break the interpreter's time order, so sort by time.
+        let mut evs = events.to_vec();
+        evs.sort_by_key(|(_, e)| e.time);
+        for (t, e) in &evs {
+            interp.event(*t, e, &mut |s, _| g.step(s));
         }
         let mut n = namer();
         g.finish(end, &mut n)

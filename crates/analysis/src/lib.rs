@@ -14,21 +14,27 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod advice;
+pub mod barriers;
+pub mod critical;
+pub mod deadwrites;
 pub mod detailed;
 mod error;
 pub mod gpu;
 pub mod hangs;
+pub mod hb;
 pub mod hist;
 pub mod input;
 pub mod lockset;
 pub mod model;
 pub mod occ;
 pub mod render;
+pub mod replay;
 pub mod report;
 pub mod spin;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;
+pub mod whatif;
 
 pub use error::AnalysisError;
 pub use report::{analyze, Report, ReportConfig, SortKey, SCHEMA};

@@ -1,30 +1,47 @@
-//! Lockset analysis: the Eraser state machine over every recorded access.
+//! Lockset analysis: the Eraser state machine over every recorded access,
+//! with the happens-before of thread creation, join and barriers.
 //!
-//! Each location (access address) goes virgin -> exclusive (first thread)
-//! -> shared (read by a second thread) or shared-modified (written by a
-//! second thread, or written while shared). Leaving exclusive, its
-//! candidate set C is the set of locks held by that access; every later
-//! access intersects C with the locks it holds (only locks held in write
-//! mode count for writes: Eraser's reader-writer refinement). A
-//! shared-modified location whose C becomes empty is unprotected. The
-//! exclusive phase is what lets a thread initialize data without locks
-//! before publishing it.
+//! Each location (access address) is in one of four states:
+//!
+//! - **virgin**: never accessed;
+//! - **exclusive(t)**: accessed by thread `t` only, or by threads that
+//!   handed it over in happens-before order (below); no lock is needed;
+//! - **shared**: read by a second thread concurrently, written by at most
+//!   the first: Eraser refines the candidate set C but reports nothing;
+//! - **shared-modified**: written while shared, or written by a second
+//!   thread: a C that becomes empty is a report.
+//!
+//! Leaving exclusive, C is the set of locks held by that access; every
+//! later access intersects C with the locks it holds (only locks held in
+//! write mode count for writes: Eraser's reader-writer refinement).
+//!
+//! Happens-before ([`crate::hb`]): when every earlier access to the
+//! location by another thread happens before the current access through
+//! `pthread_create`, `pthread_join` or a barrier, the location is not
+//! shared at that moment: it goes (back) to exclusive for the accessing
+//! thread and C starts over at the next sharing. So data initialised by
+//! `main` before it starts the threads, read by `main` after it joined
+//! them, or handed from one phase's owner to the next across a barrier is
+//! not a race. Locks are not happens-before edges (see [`crate::hb`]).
 //!
 //! A data object (a static, or the heap blocks of one allocation context)
 //! is consistently protected by lock L when L is in the effective set of
-//! each of its locations: C for shared ones, and for locations only one
-//! thread ever touched, the locks held at all of their accesses.
+//! each of its locations: for a location that was ever shared, the
+//! intersection of C over all the periods it was shared; for a location
+//! only ever accessed in exclusive hand-offs, the locks held at all of its
+//! accesses.
 //!
 //! Accesses outside critical sections are recorded only when the program
-//! ran with `LOCKSCOPE_ALL_ACCESSES=1` (see the README, "Lockset: recorded on request", for why this
-//! is done offline). Without them, unprotected data cannot be seen, and
-//! the report says so.
+//! ran with `LOCKSCOPE_ALL_ACCESSES=1` (see the README, "Lockset: recorded
+//! on request", for why this is done offline). Without them, unprotected
+//! data cannot be seen, and the report says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
 use crate::detailed::{hex, Detailed};
+use crate::hb::ordered;
 
 /// JSON schema identifier.
 pub const SCHEMA: &str = "lockscope.lockset/1";
@@ -37,7 +54,8 @@ const MAX_SITES: usize = 12;
 pub enum State {
     /// Never accessed.
     Virgin,
-    /// Accessed by one thread only (its trace id).
+    /// Accessed by one thread only (its trace id), or handed to it in
+    /// happens-before order.
     Exclusive(u32),
     /// Read by several threads, written by at most the first.
     Shared,
@@ -65,6 +83,13 @@ struct Loc {
     always: Option<Vec<u64>>,
     /// Set when C became empty in shared-modified.
     race: bool,
+    /// Intersection of C over the shared periods that ended (a hand-off
+    /// back to exclusive ends one); `None` if it was never shared before.
+    hist: Option<Vec<u64>>,
+    /// Per thread, its own clock value at its latest access.
+    acc: Vec<(u32, u64)>,
+    /// Went back to exclusive through happens-before at least once.
+    handed_off: bool,
     process: u32,
     first_time: u64,
     sites: BTreeSet<u64>,
@@ -75,14 +100,16 @@ fn intersect(a: &mut Vec<u64>, b: &[u64]) {
 }
 
 /// One step of the state machine: the access of `thread` (`write`) with
-/// `held` (the relevant locks, sorted). Returns true when this access made
-/// the location unprotected.
+/// `held` (the relevant locks, sorted); `after_all` when every earlier
+/// access of another thread to the location happens before this one.
+/// Returns true when this access made the location unprotected.
 pub fn step(
     state: &mut State,
     cand: &mut Vec<u64>,
     thread: u32,
     write: bool,
     held: &[u64],
+    after_all: bool,
 ) -> bool {
     match *state {
         State::Virgin => {
@@ -90,6 +117,12 @@ pub fn step(
             false
         }
         State::Exclusive(t) if t == thread => false,
+        // Handed over (create, join, barrier): not shared concurrently.
+        _ if after_all => {
+            *state = State::Exclusive(thread);
+            cand.clear();
+            false
+        }
         State::Exclusive(_) => {
             *cand = held.to_vec();
             if write {
@@ -147,6 +180,10 @@ pub struct StateCounts {
     pub shared: u64,
     /// Shared and written.
     pub shared_modified: u64,
+    /// Locations that went back to exclusive at least once because every
+    /// earlier access happened before the next one (create, join,
+    /// barrier).
+    pub handed_off: u64,
 }
 
 /// The lockset report.
@@ -186,6 +223,9 @@ pub fn analyze(d: &mut Detailed) -> LocksetReport {
             cand: Vec::new(),
             always: None,
             race: false,
+            hist: None,
+            acc: Vec::new(),
+            handed_off: false,
             process,
             first_time: a.time,
             sites: BTreeSet::new(),
@@ -194,8 +234,41 @@ pub fn analyze(d: &mut Detailed) -> LocksetReport {
             None => l.always = Some(held.clone()),
             Some(v) => intersect(v, held),
         }
-        if step(&mut l.state, &mut l.cand, a.thread, a.write, held) {
+        let now = d.clocks.get(a.clock as usize);
+        let mine = now.and_then(|c| c.get(&a.thread)).copied().unwrap_or(0);
+        let after_all = now.is_some_and(|now| {
+            l.acc
+                .iter()
+                .all(|&(t, c)| t == a.thread || ordered(t, c, now))
+        });
+        let was_shared = matches!(l.state, State::Shared | State::SharedModified);
+        if after_all && was_shared {
+            // A shared period ends: remember what protected it.
+            match &mut l.hist {
+                None => l.hist = Some(l.cand.clone()),
+                Some(h) => intersect(h, &l.cand),
+            }
+        }
+        let before = l.state;
+        if step(
+            &mut l.state,
+            &mut l.cand,
+            a.thread,
+            a.write,
+            held,
+            after_all,
+        ) {
             l.race = true;
+        }
+        if before != l.state && matches!(l.state, State::Exclusive(_)) {
+            if before != State::Virgin {
+                l.handed_off = true;
+            }
+            l.acc.clear();
+        }
+        match l.acc.iter_mut().find(|x| x.0 == a.thread) {
+            Some(x) => x.1 = mine,
+            None => l.acc.push((a.thread, mine)),
         }
         if l.sites.len() < MAX_SITES {
             l.sites.insert(a.site);
@@ -212,21 +285,35 @@ pub fn analyze(d: &mut Detailed) -> LocksetReport {
     keys.sort_unstable();
     for addr in keys {
         let l = &locs[&addr];
-        let eff: &[u64] = match l.state {
+        if l.handed_off {
+            states.handed_off += 1;
+        }
+        let cur: Option<&[u64]> = match l.state {
             State::Virgin => continue,
             State::Exclusive(_) => {
                 states.exclusive += 1;
-                l.always.as_deref().unwrap_or(&[])
+                None
             }
             State::Shared => {
                 states.shared += 1;
-                &l.cand
+                Some(&l.cand)
             }
             State::SharedModified => {
                 states.shared_modified += 1;
-                &l.cand
+                Some(&l.cand)
             }
         };
+        let eff_owned: Vec<u64> = match (&l.hist, cur) {
+            (None, None) => l.always.clone().unwrap_or_default(),
+            (None, Some(c)) => c.to_vec(),
+            (Some(h), None) => h.clone(),
+            (Some(h), Some(c)) => {
+                let mut v = h.clone();
+                intersect(&mut v, c);
+                v
+            }
+        };
+        let eff: &[u64] = &eff_owned;
         let name = d.object_base(l.process, addr, l.first_time);
         for &lk in eff {
             lock_process.entry(lk).or_insert((l.process, l.first_time));
@@ -301,8 +388,9 @@ pub fn analyze(d: &mut Detailed) -> LocksetReport {
 pub fn render_text(r: &LocksetReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "Lockset (Eraser): {} exclusive, {} shared, {} shared-modified locations",
-        r.states.exclusive, r.states.shared, r.states.shared_modified
+        "Lockset (Eraser): {} exclusive, {} shared, {} shared-modified locations \
+         ({} handed over through create, join or a barrier)",
+        r.states.exclusive, r.states.shared, r.states.shared_modified, r.states.handed_off
     )?;
     writeln!(out, "\nprotected data")?;
     if r.protected.is_empty() {
@@ -345,21 +433,25 @@ mod tests {
     #[test]
     fn eraser_transitions() {
         let (mut s, mut c) = (State::Virgin, Vec::new());
-        assert!(!step(&mut s, &mut c, 1, true, &[]));
+        assert!(!step(&mut s, &mut c, 1, true, &[], false));
         assert_eq!(s, State::Exclusive(1));
         assert!(
-            !step(&mut s, &mut c, 1, true, &[]),
+            !step(&mut s, &mut c, 1, true, &[], false),
             "init without locks is fine"
         );
-        assert!(!step(&mut s, &mut c, 2, false, &[0xA, 0xB]));
+        assert!(!step(&mut s, &mut c, 2, false, &[0xA, 0xB], false));
         assert_eq!((s, c.clone()), (State::Shared, vec![0xA, 0xB]));
         assert!(
-            !step(&mut s, &mut c, 3, false, &[]),
+            !step(&mut s, &mut c, 3, false, &[], false),
             "read-shared: no report"
         );
         assert!(c.is_empty());
-        assert!(step(&mut s, &mut c, 3, true, &[0xA]));
+        assert!(step(&mut s, &mut c, 3, true, &[0xA], false));
         assert_eq!(s, State::SharedModified);
+        // Everything before happened before this access (a join): the
+        // location is handed over, not shared.
+        assert!(!step(&mut s, &mut c, 1, false, &[], true));
+        assert_eq!(s, State::Exclusive(1));
     }
 
     #[test]
@@ -383,5 +475,65 @@ mod tests {
         assert_eq!(r.unprotected.len(), 1);
         assert_eq!(r.unprotected[0].data, "0x200");
         assert_eq!(r.states.shared_modified, 2);
+    }
+
+    fn sync_ev(time: u64, op: lockscope_format::Op, arg: u64) -> lockscope_format::Event {
+        lockscope_format::Event {
+            time,
+            op: op as u8,
+            flags: lockscope_format::phase::DONE,
+            arg,
+            ..lockscope_format::Event::default()
+        }
+    }
+
+    #[test]
+    fn issue13_written_under_lock_read_after_join_is_not_a_race() {
+        use lockscope_format::Op;
+        let (l, x, init) = (0xA, 0x100, 0x200);
+        let worker = |t0: u64| {
+            vec![
+                rd(t0, init),
+                lock(t0 + 1, l),
+                wr(t0 + 2, x),
+                unlock(t0 + 3, l),
+            ]
+        };
+        let t = trace(vec![
+            vec![
+                wr(1, init),
+                sync_ev(2, Op::ThreadCreate, 102),
+                sync_ev(3, Op::ThreadCreate, 103),
+                sync_ev(30, Op::ThreadJoin, 102),
+                sync_ev(31, Op::ThreadJoin, 103),
+                rd(32, x),
+                wr(33, init),
+            ],
+            worker(10),
+            worker(20),
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&mut d);
+        assert_eq!(r.unprotected, vec![], "{r:#?}");
+        // x was shared only while the workers ran, always under l.
+        assert_eq!(r.protected.len(), 1);
+        assert_eq!(r.protected[0].data, vec!["0x100".to_string()]);
+        assert_eq!(r.states.handed_off, 2, "{r:#?}");
+        assert_eq!(r.states.exclusive, 2);
+
+        // Without the joins main's read races with the workers' writes.
+        let t = trace(vec![
+            vec![
+                wr(1, init),
+                sync_ev(2, Op::ThreadCreate, 102),
+                sync_ev(3, Op::ThreadCreate, 103),
+                rd(32, x),
+            ],
+            worker(10),
+            worker(20),
+        ]);
+        let r = analyze(&mut Detailed::from_trace(&t, false));
+        assert_eq!(r.unprotected.len(), 1, "{r:#?}");
+        assert_eq!(r.unprotected[0].data, "0x100");
     }
 }

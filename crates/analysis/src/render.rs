@@ -669,7 +669,11 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             cell(th.unlock_ns),
             cell(th.hold_ns),
             cell(th.unknown_ns),
-            ns(th.cond_wait_ns + th.barrier_wait_ns + th.sem_wait_ns + th.join_wait_ns),
+            ns(th.cond_wait_ns
+                + th.barrier_wait_ns
+                + th.sem_wait_ns
+                + th.join_wait_ns
+                + th.gpu_wait_ns),
         ]);
     }
     t.render(&mut out, "  ", o.width);

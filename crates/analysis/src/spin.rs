@@ -109,6 +109,8 @@ pub struct Hold {
     pub failed_rmw: u64,
     /// pc of the acquiring write.
     pub site: u64,
+    /// Index of the first attempt's event in its thread.
+    attempt_idx: usize,
     /// Index of the acquiring event in its thread.
     acq_idx: usize,
     /// Index of the releasing event in its thread.
@@ -212,6 +214,9 @@ pub struct Spinlock {
     /// Every acquisition, in time order (not serialized).
     #[serde(skip)]
     pub holds: Vec<Hold>,
+    /// The lock word's address (not serialized: `address` has it).
+    #[serde(skip)]
+    pub addr: u64,
 }
 
 /// A candidate that is not a two-valued spinlock.
@@ -302,6 +307,12 @@ fn values_of(ops: &[MemOp]) -> BTreeSet<u64> {
 /// True if every write adds one to the value before it (an atomic
 /// counter, or one word of a ticket lock).
 fn counts_up(ops: &[MemOp]) -> bool {
+    // Three values at least: 0 -> 1 alone is a lock's busy value.
+    let mut seen: BTreeSet<u64> = ops.iter().filter_map(|o| o.after).collect();
+    seen.extend(ops.iter().filter_map(|o| o.before));
+    if seen.len() < 3 {
+        return false;
+    }
     let mut cur: Option<u64> = None;
     let mut writes = 0;
     for o in ops {
@@ -373,37 +384,44 @@ fn detect(ops: &[MemOp]) -> Verdict {
         found.push(b);
         if let Some(a) = o.after {
             cur = a;
+        } else if o.kind == Kind::Store {
+            // A plain store of an unknown value to a lock word frees it.
+            cur = free;
         } else if let (Kind::Load, Some(v)) = (o.kind, o.before) {
             // A read value is the truth about the word at that time.
             cur = v;
         }
     }
-    // Value changes, queued per thread in program order.
+    // Value changes, queued per thread in program order. A plain store
+    // whose value is not recorded (detailed mode: `lock = 0;` seen with
+    // LOCKSCOPE_ALL_ACCESSES=1) can only be a release: it counts as one
+    // when the lock's owner makes it, and is ignored otherwise.
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Change {
         Acq,
         Rel,
+        PlainStore,
     }
     let mut queues: BTreeMap<u32, std::collections::VecDeque<(usize, Change)>> = BTreeMap::new();
-    let mut unknown_writes = 0u64;
     for (i, o) in ops.iter().enumerate() {
-        if o.kind == Kind::Store && o.after.is_none() {
-            unknown_writes += 1;
-            continue;
-        }
-        let Some(a) = o.after else { continue };
-        let c = if found[i] == free && a == busy {
-            Change::Acq
-        } else if found[i] == busy && a == free {
-            Change::Rel
-        } else {
-            continue;
+        let c = match o.after {
+            None if o.kind == Kind::Store => Change::PlainStore,
+            None => continue,
+            Some(a) if found[i] == free && a == busy => Change::Acq,
+            Some(a) if found[i] == busy && a == free => Change::Rel,
+            Some(_) => continue,
         };
         queues.entry(o.thread).or_default().push_back((i, c));
     }
     for q in queues.values_mut() {
         q.make_contiguous().sort_by_key(|&(i, _)| ops[i].idx);
     }
+    let unknown_writes = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Store && o.after.is_none())
+        .count();
+    let not_recorded = "its release was not recorded (a plain store `lock = 0`? record with \
+                        LOCKSCOPE_ALL_ACCESSES=1, or release with an atomic store)";
     // Changes in the only order a lock allows (see the module doc).
     let mut owner: Option<(u32, usize)> = None;
     let mut changes: Vec<(usize, usize)> = Vec::new(); // (acq op, rel op)
@@ -411,6 +429,12 @@ fn detect(ops: &[MemOp]) -> Verdict {
     loop {
         match owner {
             None => {
+                // Plain stores while the lock is free change nothing.
+                for q in queues.values_mut() {
+                    while q.front().is_some_and(|x| x.1 == Change::PlainStore) {
+                        q.pop_front();
+                    }
+                }
                 let next = queues
                     .iter()
                     .filter_map(|(&t, q)| q.front().map(|&(i, c)| (t, i, c)))
@@ -437,22 +461,42 @@ fn detect(ops: &[MemOp]) -> Verdict {
             Some((o, acq)) => {
                 let head = queues.get(&o).and_then(|q| q.front().copied());
                 match head {
-                    Some((i, Change::Rel)) => {
+                    Some((i, Change::Rel | Change::PlainStore)) => {
                         queues.get_mut(&o).and_then(|q| q.pop_front());
                         changes.push((acq, i));
                         open_acq = None;
                         owner = None;
                     }
                     _ => {
-                        if let Some((&t, q)) = queues.iter().find(|(_, q)| !q.is_empty()) {
-                            let i = q.front().map_or(0, |x| x.0);
-                            return Verdict::Rejected(format!(
-                                "changed at {} ns by thread {t} while thread {o} held it \
+                        // The earliest change nobody could make: a free
+                        // by another thread, or a second acquisition
+                        // whose release left no trace.
+                        let first = queues
+                            .iter()
+                            .filter_map(|(&t, q)| {
+                                q.iter()
+                                    .find(|x| x.1 != Change::PlainStore)
+                                    .map(|&x| (t, x))
+                            })
+                            .min_by_key(|&(t, (i, _))| (ops[i].time, t));
+                        let Some((t, (i, c))) = first else { break };
+                        return Verdict::Rejected(match c {
+                            Change::Rel => format!(
+                                "set free at {} ns by thread {t} while thread {o} held it \
                                  (set busy at {} ns): not only the owner sets it free",
                                 ops[i].time, ops[acq].time
-                            ));
-                        }
-                        break;
+                            ),
+                            _ if t == o => format!(
+                                "set busy again at {} ns by thread {o}, which held it since {} \
+                                 ns: {not_recorded}",
+                                ops[i].time, ops[acq].time
+                            ),
+                            _ => format!(
+                                "set busy at {} ns by thread {t} while thread {o} held it (set \
+                                 busy at {} ns): {not_recorded}",
+                                ops[i].time, ops[acq].time
+                            ),
+                        });
                     }
                 }
             }
@@ -461,9 +505,8 @@ fn detect(ops: &[MemOp]) -> Verdict {
     if changes.is_empty() {
         if unknown_writes > 0 && open_acq.is_some() {
             return Verdict::Rejected(format!(
-                "set busy, then written {unknown_writes} time(s) by plain stores whose values \
-                 were not recorded: record with LOCKSCOPE_ALL_ACCESSES=1, or release with an \
-                 atomic store"
+                "set busy, then written {unknown_writes} time(s) by other threads' plain stores \
+                 whose values were not recorded"
             ));
         }
         return Verdict::Rejected(if open_acq.is_some() {
@@ -492,7 +535,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
     for (&t, list) in by_thread.iter_mut() {
         list.sort_by_key(|&i| ops[i].idx);
         let mut holding = false;
-        let mut first: Option<u64> = None;
+        let mut first: Option<(u64, usize)> = None;
         let mut failed = 0u64;
         let mut failed_rmw = 0u64;
         let mut last_attempt: Option<Kind> = None;
@@ -503,7 +546,8 @@ fn detect(ops: &[MemOp]) -> Verdict {
                     let rel = rel_of.get(&i).copied();
                     holds.push(Hold {
                         thread: t,
-                        attempt: first.unwrap_or(o.time).min(o.time),
+                        attempt: first.map_or(o.time, |f| f.0).min(o.time),
+                        attempt_idx: first.map_or(o.idx, |f| f.1),
                         acquired: o.time,
                         released: rel.map(|r| ops[r].time),
                         failed,
@@ -521,7 +565,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
                 }
                 Some(false) => holding = false,
                 None if !holding && o.kind != Kind::Store => {
-                    first.get_or_insert(o.time);
+                    first.get_or_insert((o.time, o.idx));
                     last_attempt = Some(o.kind);
                     if found[i] == busy {
                         failed += 1;
@@ -541,8 +585,38 @@ fn detect(ops: &[MemOp]) -> Verdict {
     Verdict::Lock { holds, abandoned }
 }
 
+/// A lock whose busy value is its owner's id: every thread writes one
+/// value of its own (different threads different ones) and the first
+/// value back. Many-valued, so not a two-valued spinlock, but a lock.
+fn owner_id_lock(ops: &[MemOp]) -> Option<String> {
+    let free = ops.first()?.before?;
+    let mut own: BTreeMap<u32, u64> = BTreeMap::new();
+    for o in ops {
+        let Some(a) = o.after else { continue };
+        // A failed compare-exchange leaves the holder's value: not its own.
+        if a == free || o.before == Some(a) {
+            continue;
+        }
+        if *own.entry(o.thread).or_insert(a) != a {
+            return None;
+        }
+    }
+    let ids: BTreeSet<u64> = own.values().copied().collect();
+    let frees = ops.iter().filter(|o| o.after == Some(free)).count();
+    (own.len() >= 2 && ids.len() == own.len() && frees > 0).then(|| {
+        format!(
+            "owner-id lock (free = {free}, each of {} threads writes its own value): a lock, \
+             but not a two-valued spinlock",
+            own.len()
+        )
+    })
+}
+
 /// Names what a rejected many-valued word is, when it can tell.
 fn recognise(addr: u64, ops: &[MemOp], all: &BTreeMap<u64, Vec<MemOp>>) -> Option<String> {
+    if let Some(why) = owner_id_lock(ops) {
+        return Some(why);
+    }
     if !counts_up(ops) {
         return None;
     }
@@ -603,6 +677,8 @@ struct Loc {
     unlocked_sites: BTreeSet<u64>,
     process: u32,
     time: u64,
+    /// Time of the latest access (for hand-over at thread creation).
+    last_time: u64,
 }
 
 /// True if any event is an atomic read-modify-write (a candidate).
@@ -776,6 +852,7 @@ fn build(
         protects: Vec::new(),
         warnings: Vec::new(),
         holds: Vec::new(),
+        addr,
     };
     let mut first_total = 0;
     for (t, mut ts) in threads {
@@ -843,7 +920,7 @@ fn lockset(
     let mut marks: HashMap<u32, BTreeMap<usize, Vec<(u64, bool)>>> = HashMap::new();
     let mut lock_addrs: BTreeSet<u64> = BTreeSet::new();
     for l in locks.iter() {
-        let addr = u64::from_str_radix(l.address.trim_start_matches("0x"), 16).unwrap_or(0);
+        let addr = l.addr;
         lock_addrs.insert(addr);
         for h in &l.holds {
             let m = marks.entry(h.thread).or_default();
@@ -915,6 +992,14 @@ fn lockset(
             }
         }
     }
+    let starts: HashMap<u32, u64> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            lockscope_format::Record::Thread(th) => Some((th.id, th.start_ns)),
+            _ => None,
+        })
+        .collect();
     // Eraser in time order: a location's first thread may initialise it
     // without locks; from the second thread on, the locks held at every
     // access are intersected.
@@ -928,9 +1013,19 @@ fn lockset(
         });
         l.threads.insert(a.thread);
         l.written |= a.write;
-        if a.thread != l.first_thread {
-            l.shared = true;
+        if a.thread != l.first_thread && !l.shared {
+            // Ownership handed over by thread creation: the owner's last
+            // access came before this thread started (data filled before
+            // a thread is created, a `std::thread` state block). Eraser
+            // has no happens-before; thread start times give this much.
+            let handed = starts.get(&a.thread).is_some_and(|&st| l.last_time < st);
+            if handed {
+                l.first_thread = a.thread;
+            } else {
+                l.shared = true;
+            }
         }
+        l.last_time = a.time;
         if !l.shared {
             continue;
         }
@@ -964,7 +1059,7 @@ fn lockset(
         }
     }
     for l in locks.iter_mut() {
-        let addr = u64::from_str_radix(l.address.trim_start_matches("0x"), 16).unwrap_or(0);
+        let addr = l.addr;
         l.protects = protects
             .remove(&addr)
             .map(|s| s.into_iter().collect())
@@ -1141,6 +1236,120 @@ fn warn(t: &Trace, d: &Detailed, locks: &mut [Spinlock]) {
         }
         l.warnings = w;
     }
+}
+
+/// Header key set on a trace written by [`annotate`].
+pub const ANNOTATED_KEY: &str = "spin_annotated";
+
+/// A copy of `t` in which every acquisition and release of the spinlocks
+/// of `r` (the result of [`analyze`] on `t`) is also a pthread-spinlock
+/// event, so that the lock report, the replay and every other analysis of
+/// lock calls see the hand-written spinlocks as locks: `SpinLock` (one
+/// `DONE` after the acquiring write; for an acquisition that found the
+/// lock busy first, a `BEGIN` at the first attempt and a contended `DONE`
+/// at the acquisition) and `SpinUnlock` after the releasing write.
+///
+/// A thread waiting in a lock call records nothing else, so the spinning
+/// itself (the thread's accesses to the lock word between its first
+/// attempt and the acquiring write) is left out of the copy; where the
+/// thread did anything else meanwhile, the acquisition is written as
+/// uncontended instead.
+pub fn annotate(t: &Trace, r: &SpinReport) -> Trace {
+    #[derive(Default)]
+    struct Edits {
+        drop: std::collections::HashSet<usize>,
+        before: HashMap<usize, Vec<Event>>,
+        after: HashMap<usize, Vec<Event>>,
+    }
+    let mut edits: HashMap<u32, Edits> = HashMap::new();
+    for l in &r.spinlocks {
+        for h in &l.holds {
+            let Some(evs) = t.events.get(&h.thread) else {
+                continue;
+            };
+            let at = |i: usize| evs.get(i).copied().unwrap_or_default();
+            let acq = at(h.acq_idx);
+            let mk = |time: u64, op: Op, flags: u8, src: &Event| Event {
+                time,
+                op: op as u8,
+                flags,
+                addr: l.addr,
+                site: src.site,
+                stack: src.stack,
+                arg: 0,
+                arg2: 0,
+            };
+            let ed = edits.entry(h.thread).or_default();
+            let window = h.attempt_idx.min(h.acq_idx)..h.acq_idx;
+            let spinning_only = evs.get(window.clone()).is_some_and(|w| {
+                w.iter().all(|e| {
+                    e.addr == l.addr
+                        && e.op()
+                            .is_some_and(|o| o.is_atomic() || matches!(o, Op::Read | Op::Write))
+                })
+            });
+            if h.failed > 0 && spinning_only {
+                ed.drop.extend(window);
+                let v = ed.before.entry(h.acq_idx).or_default();
+                v.push(mk(
+                    h.attempt,
+                    Op::SpinLock,
+                    phase::BEGIN,
+                    &at(h.attempt_idx),
+                ));
+                v.push(mk(
+                    h.acquired,
+                    Op::SpinLock,
+                    phase::DONE | phase::CONTENDED,
+                    &acq,
+                ));
+            } else {
+                ed.after.entry(h.acq_idx).or_default().push(mk(
+                    h.acquired,
+                    Op::SpinLock,
+                    phase::DONE,
+                    &acq,
+                ));
+            }
+            if let (Some(ri), Some(rt)) = (h.rel_idx, h.released) {
+                ed.after
+                    .entry(ri)
+                    .or_default()
+                    .push(mk(rt, Op::SpinUnlock, phase::DONE, &at(ri)));
+            }
+        }
+    }
+    let mut out = Trace {
+        header: t.header.clone(),
+        records: t.records.clone(),
+        events: t.events.clone(),
+        footer: t.footer.clone(),
+    };
+    out.header
+        .extra
+        .push((ANNOTATED_KEY.to_string(), "1".to_string()));
+    for (tid, ed) in edits {
+        let Some(evs) = out.events.get_mut(&tid) else {
+            continue;
+        };
+        let mut merged = Vec::with_capacity(evs.len());
+        for (i, e) in evs.iter().enumerate() {
+            if let Some(v) = ed.before.get(&i) {
+                merged.extend_from_slice(v);
+            }
+            if !ed.drop.contains(&i) {
+                merged.push(*e);
+            }
+            if let Some(v) = ed.after.get(&i) {
+                merged.extend_from_slice(v);
+            }
+        }
+        *evs = merged;
+    }
+    if let Some(f) = &mut out.footer {
+        f.events = out.events.values().map(|v| v.len() as u64).sum();
+    }
+    out
 }
 
 /// Renders the report as text.
@@ -1399,6 +1608,27 @@ mod tests {
     }
 
     #[test]
+    fn owner_id_lock_is_named_but_not_reported_as_a_spinlock() {
+        let cas = |t, old, new| at(t, Op::AtomicCas, 2, L, old, new);
+        let r = run(vec![
+            vec![
+                cas(1, 0, 101),
+                store(5, L, 101, 0),
+                cas(20, 0, 101),
+                store(22, L, 101, 0),
+            ],
+            vec![cas(3, 101, 101), cas(6, 0, 102), store(9, L, 102, 0)],
+        ]);
+        assert!(r.spinlocks.is_empty());
+        assert!(
+            r.rejected[0]
+                .reason
+                .starts_with("owner-id lock (free = 0, each of 2 threads"),
+            "{r:#?}"
+        );
+    }
+
+    #[test]
     fn freed_by_another_thread_is_not_a_lock() {
         let r = run(vec![
             vec![xchg(1, L, 0, 1), xchg(20, L, 0, 1)],
@@ -1476,6 +1706,80 @@ mod tests {
         assert_eq!(l.protects, vec!["0x500".to_string()]);
         assert_eq!(r.unprotected.len(), 1);
         assert_eq!(r.unprotected[0].data, "0x600");
+    }
+
+    #[test]
+    fn plain_store_release_counts_when_the_owner_makes_it() {
+        // `lock = 0;` recorded (LOCKSCOPE_ALL_ACCESSES=1) without its value.
+        let plain = |t| at(t, Op::Write, 4, L, 0, 0);
+        let r = run(vec![
+            vec![xchg(1, L, 0, 1), plain(5), xchg(20, L, 0, 1), plain(22)],
+            vec![xchg(3, L, 1, 1), xchg(6, L, 0, 1), plain(9)],
+        ]);
+        let l = one(&r);
+        assert_eq!((l.acquisitions, l.releases, l.failed_attempts), (3, 3, 1));
+        assert_eq!(l.hold_ns, 4 + 2 + 3);
+    }
+
+    #[test]
+    fn issue12_unrecorded_release_is_named_as_the_reason() {
+        // The plain stores that released it were not recorded at all.
+        let r = run(vec![vec![xchg(1, L, 0, 1)], vec![xchg(6, L, 0, 1)]]);
+        assert!(r.spinlocks.is_empty());
+        assert!(
+            r.rejected[0].reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            "{r:#?}"
+        );
+        let r = run(vec![vec![xchg(1, L, 0, 1), xchg(9, L, 0, 1)]]);
+        assert!(r.rejected[0].reason.starts_with("set busy again"), "{r:#?}");
+    }
+
+    #[test]
+    fn annotate_turns_acquisitions_into_spinlock_calls() {
+        let t = trace(vec![
+            vec![xchg(10, L, 0, 1), store(20, L, 1, 0)],
+            vec![
+                xchg(12, L, 1, 1),
+                xchg(15, L, 1, 1),
+                xchg(21, L, 0, 1),
+                store(30, L, 1, 0),
+            ],
+        ]);
+        let r = analyze(&t, false);
+        let a = annotate(&t, &r);
+        let ops = |id: u32| -> Vec<(u64, Op, u8)> {
+            a.events[&id]
+                .iter()
+                .map(|e| (e.time, e.op().unwrap(), e.flags))
+                .collect()
+        };
+        let x = 2 | 5 << 3;
+        let s = 2 | 3 << 3;
+        assert_eq!(
+            ops(1),
+            vec![
+                (10, Op::AtomicExchange, x),
+                (10, Op::SpinLock, phase::DONE),
+                (20, Op::AtomicStore, s),
+                (20, Op::SpinUnlock, phase::DONE),
+            ]
+        );
+        // The spinning is left out: a thread in a lock call records
+        // nothing until it returns.
+        assert_eq!(
+            ops(2),
+            vec![
+                (12, Op::SpinLock, phase::BEGIN),
+                (21, Op::SpinLock, phase::DONE | phase::CONTENDED),
+                (21, Op::AtomicExchange, x),
+                (30, Op::AtomicStore, s),
+                (30, Op::SpinUnlock, phase::DONE),
+            ]
+        );
+        assert_eq!(a.header.get(ANNOTATED_KEY), Some("1"));
+        assert!(a.events[&2]
+            .iter()
+            .all(|e| e.op() != Some(Op::SpinLock) || e.addr == L));
     }
 
     #[test]

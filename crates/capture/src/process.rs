@@ -240,46 +240,56 @@ fn errno() -> i32 {
 
 /// Opens a new session file exclusively.
 unsafe fn create_excl(p: &mut PathBuf) -> Result<i32, i32> {
-    let fd = libc::open(
-        p.c(),
-        libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-        0o644,
-    );
-    if fd < 0 {
-        Err(errno())
-    } else {
-        Ok(fd)
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let fd = libc::open(
+            p.c(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+            0o644,
+        );
+        if fd < 0 {
+            Err(errno())
+        } else {
+            Ok(fd)
+        }
     }
 }
 
 /// Copies the file at `src` (NUL-terminated) into `fd` from `off`, through
 /// a stack buffer. Returns bytes copied (short on error).
 unsafe fn copy_file_into(src: &[u8], fd: i32, mut off: i64) -> u64 {
-    let s = libc::open(
-        src.as_ptr() as *const libc::c_char,
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
-    if s < 0 {
-        return 0;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let s = libc::open(
+            src.as_ptr() as *const libc::c_char,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if s < 0 {
+            return 0;
+        }
+        let mut buf = [0u8; 4096];
+        let mut total = 0u64;
+        loop {
+            let n = libc::read(s, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            if n <= 0 {
+                break;
+            }
+            if libc::pwrite(fd, buf.as_ptr() as *const libc::c_void, n as usize, off) != n {
+                break;
+            }
+            off += n as i64;
+            total += n as u64;
+        }
+        libc::close(s);
+        total
     }
-    let mut buf = [0u8; 4096];
-    let mut total = 0u64;
-    loop {
-        let n = libc::read(s, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
-        if n < 0 && errno() == libc::EINTR {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        if libc::pwrite(fd, buf.as_ptr() as *const libc::c_void, n as usize, off) != n {
-            break;
-        }
-        off += n as i64;
-        total += n as u64;
-    }
-    libc::close(s);
-    total
 }
 
 /// Writes `P<pid>-<gen>.maps<k>` (the next k) from /proc/self/maps.
@@ -309,78 +319,83 @@ pub fn snapshot_maps() -> bool {
 
 /// Creates and maps `P<pid>-<gen>.proc` for the next free generation.
 unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
-    let pid = libc::getpid() as u32;
-    let mut gen = 0u32;
-    let (fd, path) = loop {
-        let mut p = PathBuf::in_session();
-        p.push(b"P").num(pid).push(b"-").num(gen).push(b".proc");
-        match create_excl(&mut p) {
-            Ok(fd) => break (fd, p),
-            Err(libc::EEXIST) if gen < 100_000 => gen += 1,
-            Err(e) => return Err(e),
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let pid = libc::getpid() as u32;
+        let mut gen = 0u32;
+        let (fd, path) = loop {
+            let mut p = PathBuf::in_session();
+            p.push(b"P").num(pid).push(b"-").num(gen).push(b".proc");
+            match create_excl(&mut p) {
+                Ok(fd) => break (fd, p),
+                Err(libc::EEXIST) if gen < 100_000 => gen += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        let _ = path;
+        if libc::ftruncate(fd, HEADER_BYTES as i64) != 0 {
+            let e = errno();
+            libc::close(fd);
+            return Err(e);
         }
-    };
-    let _ = path;
-    if libc::ftruncate(fd, HEADER_BYTES as i64) != 0 {
-        let e = errno();
-        libc::close(fd);
-        return Err(e);
-    }
-    // argv text: executable path, NUL, then /proc/self/cmdline (already
-    // NUL-separated).
-    let mut exe = [0u8; 4096];
-    let n = libc::readlink(
-        c"/proc/self/exe".as_ptr(),
-        exe.as_mut_ptr() as *mut libc::c_char,
-        exe.len() - 1,
-    );
-    let n = if n < 0 { 0 } else { n as usize };
-    exe[n] = 0;
-    let mut argv_bytes = 0u64;
-    if libc::pwrite(
-        fd,
-        exe.as_ptr() as *const libc::c_void,
-        n + 1,
-        HEADER_BYTES as i64,
-    ) == (n + 1) as isize
-    {
-        argv_bytes = (n + 1) as u64;
-        argv_bytes += copy_file_into(
-            b"/proc/self/cmdline\0",
-            fd,
-            HEADER_BYTES as i64 + argv_bytes as i64,
+        // argv text: executable path, NUL, then /proc/self/cmdline (already
+        // NUL-separated).
+        let mut exe = [0u8; 4096];
+        let n = libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            exe.as_mut_ptr() as *mut libc::c_char,
+            exe.len() - 1,
         );
+        let n = if n < 0 { 0 } else { n as usize };
+        exe[n] = 0;
+        let mut argv_bytes = 0u64;
+        if libc::pwrite(
+            fd,
+            exe.as_ptr() as *const libc::c_void,
+            n + 1,
+            HEADER_BYTES as i64,
+        ) == (n + 1) as isize
+        {
+            argv_bytes = (n + 1) as u64;
+            argv_bytes += copy_file_into(
+                b"/proc/self/cmdline\0",
+                fd,
+                HEADER_BYTES as i64 + argv_bytes as i64,
+            );
+        }
+        let m = libc::mmap(
+            core::ptr::null_mut(),
+            HEADER_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if m == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        let h = m as *mut ProcessHeader;
+        (*h).version = 1;
+        (*h).pid = pid;
+        (*h).ppid = ppid;
+        (*h).exec_generation = gen;
+        (*h).start_tsc = tsc::now();
+        (*h).argv_bytes = argv_bytes.min(u32::MAX as u64) as u32;
+        (*h).parent_generation = parent_generation;
+        let (acq, rel) = measure_costs();
+        (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);
+        (*h).release_cost_ticks.store(rel, Ordering::Relaxed);
+        core::sync::atomic::fence(Ordering::Release);
+        core::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
+        PID.store(pid, Ordering::Relaxed);
+        GEN.store(gen, Ordering::Relaxed);
+        MAPS_K.store(0, Ordering::Relaxed);
+        HEADER.store(h, Ordering::Release);
+        Ok(())
     }
-    let m = libc::mmap(
-        core::ptr::null_mut(),
-        HEADER_BYTES,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_SHARED,
-        fd,
-        0,
-    );
-    libc::close(fd);
-    if m == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    let h = m as *mut ProcessHeader;
-    (*h).version = 1;
-    (*h).pid = pid;
-    (*h).ppid = ppid;
-    (*h).exec_generation = gen;
-    (*h).start_tsc = tsc::now();
-    (*h).argv_bytes = argv_bytes.min(u32::MAX as u64) as u32;
-    (*h).parent_generation = parent_generation;
-    let (acq, rel) = measure_costs();
-    (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);
-    (*h).release_cost_ticks.store(rel, Ordering::Relaxed);
-    core::sync::atomic::fence(Ordering::Release);
-    core::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
-    PID.store(pid, Ordering::Relaxed);
-    GEN.store(gen, Ordering::Relaxed);
-    MAPS_K.store(0, Ordering::Relaxed);
-    HEADER.store(h, Ordering::Release);
-    Ok(())
 }
 
 /// Creates ring `seq` of thread `tid` with `cap` slots and returns its
@@ -395,127 +410,154 @@ pub(crate) unsafe fn create_ring(
     seq: u32,
     cap: u64,
 ) -> Option<Producer> {
-    let min = if seq == 0 {
-        ring::capacity_for_kib(8)
-    } else {
-        cap
-    };
-    let mut cap = cap;
-    let mut counted = false;
-    let mut waited = 0u32;
-    loop {
-        match create_ring_once(tid, parent_tid, seq, cap) {
-            Ok(p) => return Some(p),
-            Err(libc::ENOSPC) => {
-                if !counted {
-                    count_space_exhausted();
-                    counted = true;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let min = if seq == 0 {
+            ring::capacity_for_kib(8)
+        } else {
+            cap
+        };
+        let mut cap = cap;
+        let mut counted = false;
+        let mut waited = 0u32;
+        loop {
+            match create_ring_once(tid, parent_tid, seq, cap) {
+                Ok(p) => return Some(p),
+                Err(libc::ENOSPC) => {
+                    if !counted {
+                        count_space_exhausted();
+                        counted = true;
+                    }
+                    if cap / 2 >= min {
+                        cap /= 2;
+                        continue;
+                    }
+                    // Even the smallest ring does not fit. A growth keeps its
+                    // current ring (the thread waits for the recorder instead);
+                    // a new thread waits for space: the recorder frees the
+                    // rings of threads that have exited (tens of ms after
+                    // their exit), which is where the space went when many
+                    // short threads come and go. Up to ~2 s, then the thread
+                    // is given up on (counted, reported).
+                    // Once one thread waited in vain, the space is not
+                    // coming back (someone else filled the file system):
+                    // later threads give up at once instead of each
+                    // waiting 2 s.
+                    if seq > 0 || !config().wait_when_full || SPACE_GAVE_UP.load(Ordering::Relaxed)
+                    {
+                        return None;
+                    }
+                    if waited >= SPACE_WAITS {
+                        SPACE_GAVE_UP.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                    waited += 1;
+                    let ts = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 1_000_000,
+                    };
+                    libc::nanosleep(&ts, core::ptr::null_mut());
                 }
-                if cap / 2 >= min {
-                    cap /= 2;
-                    continue;
-                }
-                // Even the smallest ring does not fit. A growth keeps its
-                // current ring (the thread waits for the recorder instead);
-                // a new thread waits for space: the recorder frees the
-                // rings of threads that have exited (tens of ms after
-                // their exit), which is where the space went when many
-                // short threads come and go. Up to ~2 s, then the thread
-                // is given up on (counted, reported).
-                if seq > 0 || waited >= SPACE_WAITS || !config().wait_when_full {
-                    return None;
-                }
-                waited += 1;
-                let ts = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 1_000_000,
-                };
-                libc::nanosleep(&ts, core::ptr::null_mut());
+                Err(_) => return None,
             }
-            Err(_) => return None,
         }
     }
 }
+
+/// Set when a thread waited for space in vain (see `create_ring`).
+static SPACE_GAVE_UP: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// 1 ms sleeps a new thread waits for space for its first ring.
 const SPACE_WAITS: u32 = 2000;
 
 unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Result<Producer, i32> {
-    let len = ring::file_bytes(cap);
-    let mut p = PathBuf::in_session();
-    p.push(b"T")
-        .num(pid())
-        .push(b"-")
-        .num(generation())
-        .push(b"-")
-        .num(tid);
-    if seq > 0 {
-        p.push(b"-").num(seq);
-    }
-    p.push(b".ring");
-    let fd = create_excl(&mut p)?;
-    // fallocate first: on a full tmpfs it fails cleanly, where touching a
-    // page of a sparse shared mapping would raise SIGBUS.
-    let fa = libc::fallocate(fd, 0, 0, len as i64);
-    let fa_err = if fa != 0 { errno() } else { 0 };
-    if fa != 0 && fa_err != libc::EOPNOTSUPP {
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let len = ring::file_bytes(cap);
+        let mut p = PathBuf::in_session();
+        p.push(b"T")
+            .num(pid())
+            .push(b"-")
+            .num(generation())
+            .push(b"-")
+            .num(tid);
+        if seq > 0 {
+            p.push(b"-").num(seq);
+        }
+        p.push(b".ring");
+        let fd = create_excl(&mut p)?;
+        // fallocate first: on a full tmpfs it fails cleanly, where touching a
+        // page of a sparse shared mapping would raise SIGBUS.
+        let fa = libc::fallocate(fd, 0, 0, len as i64);
+        let fa_err = if fa != 0 { errno() } else { 0 };
+        if fa != 0 && fa_err != libc::EOPNOTSUPP {
+            libc::close(fd);
+            libc::unlink(p.c());
+            return Err(fa_err);
+        }
+        if fa != 0 && libc::ftruncate(fd, len as i64) != 0 {
+            let e = errno();
+            libc::close(fd);
+            libc::unlink(p.c());
+            return Err(e);
+        }
+        let m = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
         libc::close(fd);
-        libc::unlink(p.c());
-        return Err(fa_err);
+        if m == libc::MAP_FAILED {
+            let e = errno();
+            libc::unlink(p.c());
+            return Err(e);
+        }
+        prefault(m as *mut u8, len);
+        let mut name = [0u8; 16];
+        libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
+        let id = ring::RingIdentity {
+            pid: pid(),
+            tid,
+            exec_generation: generation(),
+            parent_tid,
+            start_tsc: tsc::now(),
+            name,
+        };
+        let Some(mut prod) = Producer::init(m as *mut u8, len, &id) else {
+            libc::munmap(m, len);
+            libc::unlink(p.c());
+            return Err(libc::EINVAL);
+        };
+        prod.set_wait_when_full(config().wait_when_full);
+        Ok(prod)
     }
-    if fa != 0 && libc::ftruncate(fd, len as i64) != 0 {
-        let e = errno();
-        libc::close(fd);
-        libc::unlink(p.c());
-        return Err(e);
-    }
-    let m = libc::mmap(
-        core::ptr::null_mut(),
-        len,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_SHARED,
-        fd,
-        0,
-    );
-    libc::close(fd);
-    if m == libc::MAP_FAILED {
-        let e = errno();
-        libc::unlink(p.c());
-        return Err(e);
-    }
-    prefault(m as *mut u8, len);
-    let mut name = [0u8; 16];
-    libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
-    let id = ring::RingIdentity {
-        pid: pid(),
-        tid,
-        exec_generation: generation(),
-        parent_tid,
-        start_tsc: tsc::now(),
-        name,
-    };
-    let Some(mut prod) = Producer::init(m as *mut u8, len, &id) else {
-        libc::munmap(m, len);
-        libc::unlink(p.c());
-        return Err(libc::EINVAL);
-    };
-    prod.set_wait_when_full(config().wait_when_full);
-    Ok(prod)
 }
 
 /// Faults every page of a fresh mapping in now, so that the event path
 /// never takes a page fault (3-6 us each on this kind of VM).
 unsafe fn prefault(p: *mut u8, len: usize) {
-    // MADV_POPULATE_WRITE (Linux 5.14); older kernels say EINVAL and we
-    // touch each page instead (the file was fallocated, so no SIGBUS).
-    const MADV_POPULATE_WRITE: i32 = 23;
-    if libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_WRITE) == 0 {
-        return;
-    }
-    let mut off = 0;
-    while off < len {
-        core::ptr::write_volatile(p.add(off), 0);
-        off += 4096;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        // MADV_POPULATE_WRITE (Linux 5.14); older kernels say EINVAL and we
+        // touch each page instead (the file was fallocated, so no SIGBUS).
+        const MADV_POPULATE_WRITE: i32 = 23;
+        if libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_WRITE) == 0 {
+            return;
+        }
+        let mut off = 0;
+        while off < len {
+            core::ptr::write_volatile(p.add(off), 0);
+            off += 4096;
+        }
     }
 }
 
@@ -580,22 +622,27 @@ fn measure_costs() -> (u64, u64) {
 
 /// Reads `KEY=value` from the environment into the saved slot `i`.
 unsafe fn save_env(c: &mut Config, i: usize) {
-    let key = ENV_KEYS[i];
-    let mut k = [0u8; 32];
-    k[..key.len()].copy_from_slice(key);
-    let v = libc::getenv(k.as_ptr() as *const libc::c_char);
-    c.env_len[i] = 0;
-    if v.is_null() {
-        return;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let key = ENV_KEYS[i];
+        let mut k = [0u8; 32];
+        k[..key.len()].copy_from_slice(key);
+        let v = libc::getenv(k.as_ptr() as *const libc::c_char);
+        c.env_len[i] = 0;
+        if v.is_null() {
+            return;
+        }
+        let v = core::ffi::CStr::from_ptr(v).to_bytes();
+        if key.len() + 1 + v.len() >= MAX_ENV {
+            return;
+        }
+        c.env[i][..key.len()].copy_from_slice(key);
+        c.env[i][key.len()] = b'=';
+        c.env[i][key.len() + 1..key.len() + 1 + v.len()].copy_from_slice(v);
+        c.env_len[i] = key.len() + 1 + v.len();
     }
-    let v = core::ffi::CStr::from_ptr(v).to_bytes();
-    if key.len() + 1 + v.len() >= MAX_ENV {
-        return;
-    }
-    c.env[i][..key.len()].copy_from_slice(key);
-    c.env[i][key.len()] = b'=';
-    c.env[i][key.len() + 1..key.len() + 1 + v.len()].copy_from_slice(v);
-    c.env_len[i] = key.len() + 1 + v.len();
 }
 
 /// Starts recording in this process image if `LOCKSCOPE_SESSION` is set.
@@ -617,73 +664,78 @@ pub fn init() -> bool {
 }
 
 unsafe fn init_inner() -> bool {
-    let c = &mut *CONFIG.0.get();
-    let dir = libc::getenv(c"LOCKSCOPE_SESSION".as_ptr());
-    if dir.is_null() {
-        return false;
-    }
-    let dir = core::ffi::CStr::from_ptr(dir).to_bytes();
-    if dir.is_empty() {
-        return false;
-    }
-    if dir.len() > MAX_DIR {
-        complain(b"session directory path too long; not recording\n");
-        return false;
-    }
-    c.dir[..dir.len()].copy_from_slice(dir);
-    c.dir_len = dir.len();
-    for i in 0..ENV_KEYS.len() {
-        save_env(c, i);
-    }
-    let kb = libc::getenv(c"LOCKSCOPE_RING_KB".as_ptr());
-    if !kb.is_null() {
-        let s = core::ffi::CStr::from_ptr(kb).to_bytes();
-        if let Some(v) = core::str::from_utf8(s)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        {
-            c.ring_kb = v.clamp(4, 1 << 20);
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let c = &mut *CONFIG.0.get();
+        let dir = libc::getenv(c"LOCKSCOPE_SESSION".as_ptr());
+        if dir.is_null() {
+            return false;
         }
-    }
-    c.ring_max_kb = DEFAULT_RING_MAX_KB;
-    let kb = libc::getenv(c"LOCKSCOPE_RING_MAX_KB".as_ptr());
-    if !kb.is_null() {
-        let s = core::ffi::CStr::from_ptr(kb).to_bytes();
-        if let Some(v) = core::str::from_utf8(s)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        {
-            c.ring_max_kb = v.min(1 << 22);
+        let dir = core::ffi::CStr::from_ptr(dir).to_bytes();
+        if dir.is_empty() {
+            return false;
         }
+        if dir.len() > MAX_DIR {
+            complain(b"session directory path too long; not recording\n");
+            return false;
+        }
+        c.dir[..dir.len()].copy_from_slice(dir);
+        c.dir_len = dir.len();
+        for i in 0..ENV_KEYS.len() {
+            save_env(c, i);
+        }
+        let kb = libc::getenv(c"LOCKSCOPE_RING_KB".as_ptr());
+        if !kb.is_null() {
+            let s = core::ffi::CStr::from_ptr(kb).to_bytes();
+            if let Some(v) = core::str::from_utf8(s)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                c.ring_kb = v.clamp(4, 1 << 20);
+            }
+        }
+        c.ring_max_kb = DEFAULT_RING_MAX_KB;
+        let kb = libc::getenv(c"LOCKSCOPE_RING_MAX_KB".as_ptr());
+        if !kb.is_null() {
+            let s = core::ffi::CStr::from_ptr(kb).to_bytes();
+            if let Some(v) = core::str::from_utf8(s)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                c.ring_max_kb = v.min(1 << 22);
+            }
+        }
+        // The first ring is never larger than the maximum (0 or a smaller
+        // maximum: the rings never grow).
+        c.ring_max_kb = c.ring_max_kb.max(c.ring_kb);
+        let of = libc::getenv(c"LOCKSCOPE_ON_FULL".as_ptr());
+        // Lossless by default (issue 8): only an explicit `drop` lets a full
+        // ring drop events instead of waiting for the recorder.
+        c.wait_when_full = of.is_null() || core::ffi::CStr::from_ptr(of).to_bytes() != b"drop";
+        let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
+        if !st.is_null() {
+            let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());
+            STACKS.store(m as u8, Ordering::Relaxed);
+        }
+        // Only on the main thread: a runtime may initialise us lazily from
+        // another thread, whose stack must not bound the main thread's walks.
+        if libc::gettid() == libc::getpid() {
+            MAIN_STACK_HI.store(thread::thread_stack_top(), Ordering::Relaxed);
+            MAIN_PTHREAD.store(libc::pthread_self() as u64, Ordering::Relaxed);
+        }
+        if let Err(e) = open_process(libc::getppid() as u32, 0) {
+            complain_errno(b"cannot create the process file; not recording", e);
+            return false;
+        }
+        snapshot_maps();
+        libc::pthread_atfork(None, None, Some(fork_child_handler));
+        on_exit(exit_handler, core::ptr::null_mut());
+        RECORDING.store(REC_ON, Ordering::Release);
+        thread_start_event(0);
+        true
     }
-    // The first ring is never larger than the maximum (0 or a smaller
-    // maximum: the rings never grow).
-    c.ring_max_kb = c.ring_max_kb.max(c.ring_kb);
-    let of = libc::getenv(c"LOCKSCOPE_ON_FULL".as_ptr());
-    // Lossless by default (issue 8): only an explicit `drop` lets a full
-    // ring drop events instead of waiting for the recorder.
-    c.wait_when_full = of.is_null() || core::ffi::CStr::from_ptr(of).to_bytes() != b"drop";
-    let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
-    if !st.is_null() {
-        let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());
-        STACKS.store(m as u8, Ordering::Relaxed);
-    }
-    // Only on the main thread: a runtime may initialise us lazily from
-    // another thread, whose stack must not bound the main thread's walks.
-    if libc::gettid() == libc::getpid() {
-        MAIN_STACK_HI.store(thread::thread_stack_top(), Ordering::Relaxed);
-        MAIN_PTHREAD.store(libc::pthread_self() as u64, Ordering::Relaxed);
-    }
-    if let Err(e) = open_process(libc::getppid() as u32, 0) {
-        complain_errno(b"cannot create the process file; not recording", e);
-        return false;
-    }
-    snapshot_maps();
-    libc::pthread_atfork(None, None, Some(fork_child_handler));
-    on_exit(exit_handler, core::ptr::null_mut());
-    RECORDING.store(REC_ON, Ordering::Release);
-    thread_start_event(0);
-    true
 }
 
 extern "C" {
@@ -706,6 +758,7 @@ extern "C" fn fork_child_handler() {
     // SAFETY: errno's location is valid for the calling thread.
     let saved = unsafe { *libc::__errno_location() };
     after_fork_child();
+    // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved };
 }
 

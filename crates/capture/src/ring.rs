@@ -122,38 +122,43 @@ impl Producer {
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the producer is used, aligned to a page, and zero-filled.
     pub unsafe fn init(base: *mut u8, len: usize, id: &RingIdentity) -> Option<Producer> {
-        if len < HEADER_BYTES + 64 * SLOT_BYTES {
-            return None;
+        // SAFETY: the unsafe operations below rely only on this function's own
+        // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+        // it interposes), which the caller upholds.
+        unsafe {
+            if len < HEADER_BYTES + 64 * SLOT_BYTES {
+                return None;
+            }
+            let cap = {
+                let slots = ((len - HEADER_BYTES) / SLOT_BYTES) as u64;
+                1u64 << (63 - slots.leading_zeros())
+            };
+            let hdr = base as *mut RingHeader;
+            // Plain writes: the consumer validates `magic` last (see below).
+            (*hdr).version = 1;
+            (*hdr).slot_bytes = SLOT_BYTES as u32;
+            (*hdr).capacity = cap;
+            (*hdr).pid = id.pid;
+            (*hdr).tid = id.tid;
+            (*hdr).exec_generation = id.exec_generation;
+            (*hdr).parent_tid = id.parent_tid;
+            (*hdr).start_tsc = id.start_tsc;
+            (*hdr).name = id.name;
+            // Publish the header: a consumer that sees the magic sees the rest.
+            core::sync::atomic::fence(Ordering::Release);
+            core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
+            Some(Producer {
+                hdr,
+                slots: base.add(HEADER_BYTES) as *mut Slot,
+                mask: cap - 1,
+                write: 0,
+                read_cache: 0,
+                skip: 0,
+                backoff: 0,
+                wait_full: false,
+                headroom_skip: 0,
+            })
         }
-        let cap = {
-            let slots = ((len - HEADER_BYTES) / SLOT_BYTES) as u64;
-            1u64 << (63 - slots.leading_zeros())
-        };
-        let hdr = base as *mut RingHeader;
-        // Plain writes: the consumer validates `magic` last (see below).
-        (*hdr).version = 1;
-        (*hdr).slot_bytes = SLOT_BYTES as u32;
-        (*hdr).capacity = cap;
-        (*hdr).pid = id.pid;
-        (*hdr).tid = id.tid;
-        (*hdr).exec_generation = id.exec_generation;
-        (*hdr).parent_tid = id.parent_tid;
-        (*hdr).start_tsc = id.start_tsc;
-        (*hdr).name = id.name;
-        // Publish the header: a consumer that sees the magic sees the rest.
-        core::sync::atomic::fence(Ordering::Release);
-        core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
-        Some(Producer {
-            hdr,
-            slots: base.add(HEADER_BYTES) as *mut Slot,
-            mask: cap - 1,
-            write: 0,
-            read_cache: 0,
-            skip: 0,
-            backoff: 0,
-            wait_full: false,
-            headroom_skip: 0,
-        })
     }
 
     /// The ring header (for the thread-exit stamp and loss counter).
@@ -162,7 +167,8 @@ impl Producer {
     /// The producer must be attached.
     #[inline]
     pub unsafe fn header(&self) -> &RingHeader {
-        &*self.hdr
+        // SAFETY: the caller guarantees the producer is attached: `hdr` points to a live header.
+        unsafe { &*self.hdr }
     }
 
     /// Appends one event. Returns false (and counts a loss) if the ring is
@@ -258,7 +264,7 @@ impl Producer {
         (self.mask + 1) / 4
     }
 
-    /// True when the cached view says less than [`Self::reserve`] slots
+    /// True when the cached view says less than `Self::reserve` slots
     /// are free: the caller then looks closer
     /// ([`Producer::headroom_slow`]). One subtraction and one compare
     /// against the cached `read`, no shared cache line touched: this runs
@@ -634,6 +640,7 @@ impl Consumer {
                 break;
             }
             for i in 0..k {
+                // SAFETY: masked index inside the ring; slot memory is plain data.
                 buf[i as usize] = unsafe { *slots.add(((read + i) & mask) as usize) };
             }
             if let Some(ev) = RawEvent::decode(&buf[..k as usize]) {
@@ -681,6 +688,9 @@ impl Consumer {
         let start = (read & mask) as usize;
         let first = (n as usize).min(self.cap as usize - start);
         out.reserve(n as usize);
+        // SAFETY: [start, start+first) and [0, n-first) lie inside the ring;
+        // that region is published and not written by the producer until
+        // `read` moves past it.
         unsafe {
             out.extend_from_slice(core::slice::from_raw_parts(slots.add(start), first));
             out.extend_from_slice(core::slice::from_raw_parts(slots, n as usize - first));
@@ -712,6 +722,7 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
+        // SAFETY: the slots follow the header page inside the mapping.
         let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
         let mask = self.cap - 1;
         let n = if n > dst.len() as u64 {
@@ -737,9 +748,9 @@ impl Consumer {
             n
         };
         let write = read + n;
-        // SAFETY: as in copy_out; `dst` holds at least `n` slots.
         let start = (read & mask) as usize;
         let first = (n as usize).min(self.cap as usize - start);
+        // SAFETY: as in copy_out; `dst` holds at least `n` slots.
         unsafe {
             core::ptr::copy_nonoverlapping(slots.add(start), dst.as_mut_ptr(), first);
             core::ptr::copy_nonoverlapping(slots, dst.as_mut_ptr().add(first), n as usize - first);
@@ -777,6 +788,7 @@ mod tests {
             .unwrap();
         let len = file_bytes(capacity_for_kib(kib));
         f.set_len(len as u64).unwrap();
+        // SAFETY: mapping a file we just created and sized to `len`.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
@@ -800,6 +812,7 @@ mod tests {
             start_tsc: 5,
             ..Default::default()
         };
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         let mut got = Vec::new();
@@ -835,6 +848,7 @@ mod tests {
     #[test]
     fn copy_out_across_the_wrap_matches_drain() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         let mut slots = Vec::new();
@@ -918,6 +932,7 @@ mod tests {
     #[test]
     fn copy_out_to_a_short_buffer_cuts_at_an_event_boundary() {
         let (path, base, len) = temp_ring(64);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let mut c = Consumer::open(&path).unwrap();
         // Events of 1, 2 and 3 slots (0, 4 and 8 frames).
@@ -952,6 +967,7 @@ mod tests {
     #[test]
     fn full_ring_drops_and_counts_never_blocks() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let cap = capacity_for_kib(2);
         let mut ok = 0;
@@ -982,6 +998,7 @@ mod tests {
     #[test]
     fn long_overflow_backs_off_counts_every_drop_and_recovers() {
         let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
         let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
         let cap = capacity_for_kib(2);
         let mut failed = 0u64;

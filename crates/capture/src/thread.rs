@@ -404,7 +404,10 @@ impl Guard {
         // it and the stack top is live stack, hence mapped.
         let marker = 0u8;
         let lo = core::ptr::addr_of!(marker) as u64;
-        1 + walk_frames(fp, lo, hi, &mut out[1..])
+        // SAFETY: [lo, hi) is the live part of this thread's stack: from
+        // our own frame to the top read from pthread_getattr_np (0 when
+        // unknown: an empty range, no reads).
+        1 + unsafe { walk_frames(fp, lo, hi, &mut out[1..]) }
     }
 
     /// Offers this thread's ring for unmapping by whoever joins it (see
@@ -468,6 +471,16 @@ fn emit_full(st: &mut ThreadState, head: Head, args: Option<(u64, u64)>, frames:
 #[cold]
 #[inline(never)]
 fn headroom(st: &mut ThreadState) {
+    // Growing creates a ring: inside a panic guard (see `attach`).
+    let p = st as *mut ThreadState as usize;
+    // SAFETY: this thread's state, exclusively ours while busy.
+    let ok = std::panic::catch_unwind(|| headroom_inner(unsafe { &mut *(p as *mut ThreadState) }));
+    if ok.is_err() {
+        process::disable();
+    }
+}
+
+fn headroom_inner(st: &mut ThreadState) {
     let may_wait = st.locks_held == 0;
     let can_grow = st.ring == RING_OK && st.no_grow == 0;
     if st.prod.headroom_slow(may_wait, can_grow) && !grow(st) {
@@ -585,14 +598,21 @@ pub(crate) fn forget_retired_after_fork() {
 
 /// Walks a frame-pointer chain starting at `fp`, writing return addresses
 /// to `out`; only reads 16-byte frame records inside `[lo, hi)`.
-pub fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
+///
+/// # Safety
+/// Every address in `[lo, hi)` must be readable for the whole call (in
+/// practice: the live part of the calling thread's stack, from the current
+/// stack pointer to its top, which is what [`Guard::call_path`] passes).
+/// The chain itself may be garbage: records outside the range, misaligned
+/// or not increasing end the walk.
+pub unsafe fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
     let mut n = 0;
     while n < out.len() {
         if fp < lo || fp & 7 != 0 || fp.saturating_add(16) > hi {
             break;
         }
-        // SAFETY: [fp, fp+16) lies inside the live part of this thread's
-        // stack (checked above), which is mapped and readable.
+        // SAFETY: [fp, fp+16) lies inside [lo, hi) (checked above), which
+        // the caller guarantees readable.
         let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
         if ret < 4096 {
             break;
@@ -607,51 +627,73 @@ pub fn walk_frames(mut fp: u64, lo: u64, hi: u64, out: &mut [u64]) -> usize {
     n
 }
 
-/// Creates the calling thread's ring (cold path, first event).
+/// Creates the calling thread's ring (cold path, first event), inside a
+/// panic guard: it runs before the hook's own `catch_unwind`, and a panic
+/// must disable the recorder, never unwind into the program.
 #[cold]
 #[inline(never)]
 unsafe fn attach(st: *mut ThreadState) {
     // The program must not see our file operations in errno.
-    let saved_errno = *libc::__errno_location();
-    attach_inner(st);
-    *libc::__errno_location() = saved_errno;
+    // SAFETY: errno's location is valid for the calling thread.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    let st = st as usize;
+    // SAFETY: `st` is this thread's state, exclusively ours while busy.
+    let ok = std::panic::catch_unwind(|| unsafe { attach_inner(st as *mut ThreadState) });
+    if ok.is_err() {
+        process::disable();
+        // SAFETY: as above; no ring: events are counted, not written.
+        unsafe { (*(st as *mut ThreadState)).ring = RING_FAILED };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 unsafe fn attach_inner(st: *mut ThreadState) {
-    let st = &mut *st;
-    st.ring = RING_FAILED;
-    let tid = libc::gettid() as u32;
-    st.tid = tid;
-    if st.stack_hi == 0 && tid == process::pid() {
-        st.stack_hi = process::main_stack_top();
-    }
-    // Other threads got their stack top in `thread_started`, at a safe
-    // point. Not here: pthread_getattr_np allocates (its cpuset), and this
-    // may run inside a hook called by a malloc implementation that holds
-    // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
-    // did not see start keeps stack_hi = 0: call sites only, no walks.
-    if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity()) {
-        st.prod = p;
-        st.ring = RING_OK;
-    } else {
-        process::count_thread_without_ring();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let st = &mut *st;
+        st.ring = RING_FAILED;
+        let tid = libc::gettid() as u32;
+        st.tid = tid;
+        if st.stack_hi == 0 && tid == process::pid() {
+            st.stack_hi = process::main_stack_top();
+        }
+        // Other threads got their stack top in `thread_started`, at a safe
+        // point. Not here: pthread_getattr_np allocates (its cpuset), and this
+        // may run inside a hook called by a malloc implementation that holds
+        // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
+        // did not see start keeps stack_hi = 0: call sites only, no walks.
+        if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity())
+        {
+            st.prod = p;
+            st.ring = RING_OK;
+        } else {
+            process::count_thread_without_ring();
+        }
     }
 }
 
 /// Top of the calling thread's stack from pthread_getattr_np.
 pub(crate) unsafe fn thread_stack_top() -> u64 {
-    let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-        return 0;
-    }
-    let mut addr: *mut libc::c_void = core::ptr::null_mut();
-    let mut size: libc::size_t = 0;
-    let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-    libc::pthread_attr_destroy(&mut attr);
-    if ok {
-        addr as u64 + size as u64
-    } else {
-        0
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        if ok {
+            addr as u64 + size as u64
+        } else {
+            0
+        }
     }
 }
 
@@ -690,6 +732,7 @@ mod tests {
         // `.tbss` hands every thread zeroes: that must be EMPTY.
         let s = ThreadState::EMPTY;
         let p = &s as *const ThreadState as *const u8;
+        // SAFETY: `s` is a live ThreadState of that size; any byte is a u8.
         let bytes = unsafe { core::slice::from_raw_parts(p, core::mem::size_of::<ThreadState>()) };
         assert!(bytes.iter().all(|&b| b == 0));
     }
@@ -700,12 +743,14 @@ mod tests {
         let here = state() as usize;
         let (there, parent) = std::thread::spawn(|| {
             let p = state();
+            // SAFETY: this thread's state.
             (p as usize, unsafe { (*p).parent_tid })
         })
         .join()
         .unwrap();
         assert_ne!(here, there);
         assert_eq!(parent, 0, "a new thread starts from zeroed state");
+        // SAFETY: this thread's state.
         assert_eq!(unsafe { (*state()).parent_tid }, 77);
     }
 
@@ -720,6 +765,7 @@ mod tests {
     fn walk_here(out: &mut [u64]) -> usize {
         let fp: u64;
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: reads a register, nothing else.
         unsafe {
             core::arch::asm!("mov {}, rbp", out(reg) fp)
         };
@@ -729,8 +775,10 @@ mod tests {
         }
         let marker = 0u8;
         let lo = core::ptr::addr_of!(marker) as u64;
+        // SAFETY: called on a live thread, no other precondition.
         let hi = unsafe { thread_stack_top() };
-        walk_frames(fp, lo, hi, out)
+        // SAFETY: from our frame to the top of this thread's stack.
+        unsafe { walk_frames(fp, lo, hi, out) }
     }
 
     #[test]
@@ -740,10 +788,21 @@ mod tests {
         let mut out = [0u64; 8];
         let n = walk_here(&mut out);
         assert!(n <= 8);
-        // Garbage frame pointers: outside the stack, misaligned, null.
-        assert_eq!(walk_frames(0, 1, u64::MAX, &mut out), 0);
-        assert_eq!(walk_frames(0x1001, 0x1000, 0x2000, &mut out), 0);
-        assert_eq!(walk_frames(0xdead_0000, 0x1000, 0x2000, &mut out), 0);
+        // Garbage frame pointers: outside the range, misaligned, null.
+        // SAFETY: the range [lo, hi) given is never read from (every fp
+        // is rejected before a read), and is the readable stack below.
+        unsafe {
+            assert_eq!(walk_frames(0, 1, u64::MAX, &mut out), 0);
+            assert_eq!(walk_frames(0x1001, 0x1000, 0x2000, &mut out), 0);
+            assert_eq!(walk_frames(0xdead_0000, 0x1000, 0x2000, &mut out), 0);
+        }
+        // A garbage chain inside a readable range (this stack) ends
+        // without faulting.
+        let junk = [0x10u64, 7, 0xffff_ffff_0000, 3];
+        let lo = junk.as_ptr() as u64;
+        // SAFETY: [lo, lo+32) is `junk`, readable.
+        let n = unsafe { walk_frames(lo, lo, lo + 32, &mut out) };
+        assert!(n <= 1);
     }
 
     #[test]
@@ -760,12 +819,15 @@ mod tests {
         // The walk reads the array through raw addresses.
         core::hint::black_box(&stack);
         let mut out = [0u64; 8];
-        let n = walk_frames(base, base, base + 64, &mut out);
+        // SAFETY: [base, base+64) is `stack`, readable.
+        let n = unsafe { walk_frames(base, base, base + 64, &mut out) };
         assert_eq!(&out[..n], &[0x40_1000, 0x40_2000, 0x40_3000]);
         // Bounded by the output buffer.
         let mut two = [0u64; 2];
-        assert_eq!(walk_frames(base, base, base + 64, &mut two), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk_frames(base, base, base + 64, &mut two) }, 2);
         // Bounded by the stack top: frame 2 sits at base+32..48 > hi.
-        assert_eq!(walk_frames(base, base, base + 40, &mut out), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk_frames(base, base, base + 40, &mut out) }, 2);
     }
 }

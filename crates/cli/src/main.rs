@@ -49,6 +49,13 @@ enum Command {
     Import(cmd::import::Args),
     Export(cmd::export::Args),
     Gpu(cmd::gpu::Args),
+    Replay(cmd::replay::Args),
+    Whatif(cmd::whatif::Args),
+    CriticalPath(cmd::critical_path::Args),
+    Html(cmd::html::Args),
+    Diff(cmd::diff::Args),
+    Deadwrites(cmd::deadwrites::Args),
+    Barriers(cmd::barriers::Args),
 }
 
 fn main() {
@@ -68,6 +75,13 @@ fn main() {
         Command::Import(a) => cmd::import::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Gpu(a) => cmd::gpu::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Whatif(a) => cmd::whatif::run(a),
+        Command::CriticalPath(a) => cmd::critical_path::run(a),
+        Command::Html(a) => cmd::html::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
+        Command::Deadwrites(a) => cmd::deadwrites::run(a),
+        Command::Barriers(a) => cmd::barriers::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

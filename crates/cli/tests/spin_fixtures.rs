@@ -119,6 +119,49 @@ fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
                 num(&truth, &format!("{name} acquisitions")).to_string()
             );
         }
+        // `spin --annotate`: the lock report itself sees them as locks,
+        // with the same acquisitions, holds and (for test-and-set, whose
+        // every wait starts with a failed swap) waits.
+        let annotated = dir.path("annotated.lstrace");
+        let o = std::process::Command::new(lockscope())
+            .args(["spin", "--annotate"])
+            .arg(&annotated)
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = std::process::Command::new(lockscope())
+            .args(["report", "--json", "--no-overhead-correction"])
+            .arg(&annotated)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+        for name in ["tas_lock", "ttas_lock"] {
+            let rl = rep["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap_or_else(|| panic!("{}: {name} not in the report", c.label));
+            let sl = lock(&j, name);
+            assert_eq!(rl["kind"], "spin");
+            assert_eq!(
+                rl["acquisitions"], sl["acquisitions"],
+                "{}: {name}",
+                c.label
+            );
+            assert_eq!(rl["hold_ns"]["total"], sl["hold_ns"], "{}: {name}", c.label);
+        }
+        let tas = lock(&j, "tas_lock");
+        let rtas = rep["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "tas_lock")
+            .unwrap();
+        assert_eq!(rtas["wait_ns"]["total"], tas["wait_ns"], "{}", c.label);
+        assert_eq!(rep["anomalies"]["interrupted_waits"], 0);
         assert!(!lock(&j, "ttas_lock")["warnings"]
             .as_array()
             .unwrap()
@@ -214,6 +257,96 @@ fn issue12_spin_warns_about_a_holder_that_sleeps() {
                     sleeper["tid"]
                 ))),
             "{}: {w:#}",
+            c.label
+        );
+    }
+}
+
+#[test]
+fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-cxx");
+        let bin = dir.path("cxx_flag");
+        build_instrumented(c, &spin_fixture("cxx_flag.cpp"), &bin);
+        let trace = dir.path("t.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            1,
+            "{}: {j:#}",
+            c.label
+        );
+        assert_eq!(
+            j["rejected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let l = lock(&j, "g_flag");
+        assert_eq!(l["kind"], "tas", "{}", c.label);
+        assert_eq!(l["acquisitions"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(l["releases"], num(&truth, "g_flag acquisitions"));
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["counter"]),
+            "{}: {l:#}",
+            c.label
+        );
+        assert_eq!(
+            j["unprotected"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+    }
+}
+
+#[test]
+fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
+    for c in compilers() {
+        let dir = Scratch::new("spin-volatile");
+        let bin = dir.path("volatile_release");
+        build_instrumented(c, &spin_fixture("volatile_release.c"), &bin);
+        let trace = dir.path("all.lstrace");
+        let out = record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let truth = truth_of(&out);
+        let j = analysis_json("spin", &trace);
+        let l = lock(&j, "vlock");
+        assert_eq!(
+            l["acquisitions"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["releases"],
+            num(&truth, "vlock acquisitions"),
+            "{}",
+            c.label
+        );
+        assert_eq!(
+            l["protects"],
+            serde_json::json!(["vdata"]),
+            "{}: {l:#}",
+            c.label
+        );
+        // Without the plain accesses the release is invisible: rejected,
+        // and the reason says how to see it.
+        let trace = dir.path("cs.lstrace");
+        record(&bin, &[], &trace, &[]);
+        let j = analysis_json("spin", &trace);
+        assert_eq!(
+            j["spinlocks"].as_array().unwrap().len(),
+            0,
+            "{}: {j:#}",
+            c.label
+        );
+        let reason = j["rejected"][0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            "{}: {reason}",
             c.label
         );
     }

@@ -59,6 +59,8 @@ fn issue12_import_of_export_gives_the_same_spin_result() {
             ("spinlocks.c", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
             ("decoys.c", &[][..]),
             ("sleepy_holder.c", &[][..]),
+            ("cxx_flag.cpp", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
+            ("volatile_release.c", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
         ] {
             let dir = Scratch::new("spin-rt");
             let bin = dir.path("prog");
@@ -151,5 +153,51 @@ fn issue12_import_names_file_line_and_column_of_a_bad_row() {
             csv.display()
         )),
         "{err}"
+    );
+}
+
+#[test]
+fn issue12_import_takes_the_schedule_from_a_second_file() {
+    let dir = Scratch::new("spin-sched");
+    let trace = dir.path("trace.csv");
+    let sched = dir.path("sched.csv");
+    std::fs::write(
+        &trace,
+        "time,opoint,origin,address,operation,value\n\
+         10,CPU0,CPU0,0x40,A32,1\n15,CPU1,CPU1,0x40,A32,1\n20,CPU0,CPU0,0x40,W32,0\n\
+         21,CPU1,CPU1,0x40,A32,1\n30,CPU1,CPU1,0x40,W32,0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &sched,
+        "time,opoint,origin,address,operation,value\n0,CPU0,CPU0,7,THREAD,seven\n\
+         0,CPU1,CPU1,9,THREAD,nine\n",
+    )
+    .unwrap();
+    let out = dir.path("t.lstrace");
+    ok(Command::new(lockscope())
+        .args(["import", "--format", "hwtrace", "--cpus", "1", "--schedule"])
+        .arg(&sched)
+        .arg(&trace)
+        .arg("-o")
+        .arg(&out));
+    let j = analysis_json("spin", &out);
+    let l = &j["spinlocks"][0];
+    assert_eq!(l["acquisitions"], 2);
+    assert_eq!(l["failed_attempts"], 1);
+    let threads: Vec<(u64, &str)> = l["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["tid"].as_u64().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(threads, [(7, "seven"), (9, "nine")]);
+    assert!(
+        l["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "oversubscribed"),
+        "{l:#}"
     );
 }

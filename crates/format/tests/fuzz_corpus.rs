@@ -10,12 +10,18 @@ use std::path::{Path, PathBuf};
 #[path = "../../../fuzz/targets/trace_reader.rs"]
 mod trace_reader;
 
+#[path = "../../../fuzz/targets/hwtrace_parser.rs"]
+mod hwtrace_parser;
+
 /// The body of a fuzz target: runs one input.
 type Body = fn(&[u8]);
 
 /// Every fuzz target: its name (the file under `fuzz/fuzz_targets/`) and
 /// its body.
-const TARGETS: &[(&str, Body)] = &[("trace_reader", trace_reader::run)];
+const TARGETS: &[(&str, Body)] = &[
+    ("trace_reader", trace_reader::run),
+    ("hwtrace_parser", hwtrace_parser::run),
+];
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")

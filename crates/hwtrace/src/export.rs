@@ -46,7 +46,7 @@ pub struct ExportSummary {
     pub rows: u64,
     /// Events with no hardware-trace form (lock calls, allocations...).
     pub skipped: u64,
-    /// Plain accesses cut short at [`MAX_SPLIT`] rows.
+    /// Plain accesses cut short at `MAX_SPLIT` rows.
     pub truncated: u64,
 }
 
@@ -103,11 +103,13 @@ pub fn export(
         .map(|s| s.split('\n').map(field).collect())
         .unwrap_or_default();
     let mut names: HashMap<u32, (u32, String)> = HashMap::new();
+    let mut starts: HashMap<u32, u64> = HashMap::new();
     let mut tid_count: HashMap<u32, u32> = HashMap::new();
     for r in &t.records {
         match r {
             lockscope_format::Record::Thread(th) => {
                 names.insert(th.id, (th.tid, th.name.clone()));
+                starts.insert(th.id, th.start_ns);
                 *tid_count.entry(th.tid).or_default() += 1;
             }
             lockscope_format::Record::ThreadName(n) => {
@@ -157,7 +159,27 @@ pub fn export(
         };
         thread_names.insert(ident(id), nm.clone());
         if !scheduled {
-            own_core.insert(id, format!("CPU{k}"));
+            let core = format!("CPU{k}");
+            // Placed on its core when it started, so that the import has
+            // the same thread start (the lockset's hand-over at thread
+            // creation uses it).
+            if let Some(first) = evs.first() {
+                let c = cycles(
+                    starts
+                        .get(&id)
+                        .copied()
+                        .unwrap_or(first.time)
+                        .min(first.time),
+                );
+                rows.insert(
+                    (c, 1, id, 0, 0),
+                    (
+                        Tag::Sched(core.clone(), ident(id)),
+                        format!("{c},{core},{core},{},THREAD,{nm}", ident(id)),
+                    ),
+                );
+            }
+            own_core.insert(id, core);
         }
         let mut core = own_core.get(&id).cloned().unwrap_or_else(|| "CPU0".into());
         let mut last_ip = 0u64;

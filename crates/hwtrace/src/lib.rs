@@ -37,7 +37,7 @@
 //! site.
 //!
 //! # Entry points
-//! - [`parse`]: bytes -> [`Parsed`] rows (every bad line is an error naming
+//! - [`parse()`]: bytes -> [`Parsed`] rows (every bad line is an error naming
 //!   file, line and column; the parser is fuzzed: `fuzz/`).
 //! - [`import()`]: rows -> [`lockscope_format::Trace`]; [`write_trace`]
 //!   writes it.
@@ -73,7 +73,7 @@ pub const CORES_KEY: &str = "hwtrace_cores";
 pub const DEFAULT_CLOCK_HZ: u64 = 1_000_000_000;
 
 /// The whole import path on arbitrary bytes, for the fuzz target
-/// (`fuzz/fuzz_targets/hwtrace_parser.rs`) and the test that replays its
+/// (`fuzz/targets/hwtrace_parser.rs`) and the test that replays its
 /// corpus: parsing and importing may fail but must not panic, and what
 /// imports must export, parse and import again to the same events.
 #[doc(hidden)]

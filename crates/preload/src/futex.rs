@@ -74,108 +74,113 @@ unsafe extern "C-unwind" fn syscall_impl(
     site: u64,
     fp: u64,
 ) -> c_long {
-    if n != libc::SYS_futex || !thread::is_recording() {
-        return real_syscall(n, a1, a2, a3, a4, a5, a6);
-    }
-    let op = a2 as i32;
-    match op & !FUTEX_FLAGS {
-        FUTEX_WAIT | FUTEX_WAIT_BITSET => {
-            match thread::recorder() {
-                None => return real_syscall(n, a1, a2, a3, a4, a5, a6),
-                Some(mut g) => {
-                    let t0 = tsc::now();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if n != libc::SYS_futex || !thread::is_recording() {
+            return real_syscall(n, a1, a2, a3, a4, a5, a6);
+        }
+        let op = a2 as i32;
+        match op & !FUTEX_FLAGS {
+            FUTEX_WAIT | FUTEX_WAIT_BITSET => {
+                match thread::recorder() {
+                    None => return real_syscall(n, a1, a2, a3, a4, a5, a6),
+                    Some(mut g) => {
+                        let t0 = tsc::now();
+                        guarded(|| {
+                            emit(
+                                &mut g,
+                                Op::FutexWait,
+                                phase::BEGIN,
+                                t0,
+                                a1 as u64,
+                                site,
+                                fp,
+                                u64::from(a3 as u32),
+                                op as u32 as u64,
+                                false,
+                            )
+                        });
+                    }
+                }
+                let r = real_syscall(n, a1, a2, a3, a4, a5, a6);
+                let e = errno();
+                if let Some(mut g) = thread::recorder() {
+                    let t1 = tsc::now();
                     guarded(|| {
+                        if r == 0 {
+                            emit(
+                                &mut g,
+                                Op::FutexWait,
+                                phase::DONE,
+                                t1,
+                                a1 as u64,
+                                site,
+                                fp,
+                                0,
+                                0,
+                                true,
+                            )
+                        } else {
+                            emit(
+                                &mut g,
+                                Op::FutexWait,
+                                phase::FAIL,
+                                t1,
+                                a1 as u64,
+                                site,
+                                fp,
+                                e as u64,
+                                0,
+                                true,
+                            )
+                        }
+                    });
+                }
+                set_errno(e);
+                r
+            }
+            FUTEX_WAKE | FUTEX_WAKE_BITSET => {
+                let Some(mut g) = thread::recorder() else {
+                    return real_syscall(n, a1, a2, a3, a4, a5, a6);
+                };
+                let t0 = tsc::now();
+                let r = real_syscall(n, a1, a2, a3, a4, a5, a6);
+                let e = errno();
+                guarded(|| {
+                    if r >= 0 {
                         emit(
                             &mut g,
-                            Op::FutexWait,
-                            phase::BEGIN,
+                            Op::FutexWake,
+                            phase::DONE,
                             t0,
                             a1 as u64,
                             site,
                             fp,
-                            u64::from(a3 as u32),
-                            op as u32 as u64,
+                            r as u64,
+                            0,
                             false,
-                        )
-                    });
-                }
-            }
-            let r = real_syscall(n, a1, a2, a3, a4, a5, a6);
-            let e = errno();
-            if let Some(mut g) = thread::recorder() {
-                let t1 = tsc::now();
-                guarded(|| {
-                    if r == 0 {
-                        emit(
-                            &mut g,
-                            Op::FutexWait,
-                            phase::DONE,
-                            t1,
-                            a1 as u64,
-                            site,
-                            fp,
-                            0,
-                            0,
-                            true,
                         )
                     } else {
                         emit(
                             &mut g,
-                            Op::FutexWait,
+                            Op::FutexWake,
                             phase::FAIL,
-                            t1,
+                            t0,
                             a1 as u64,
                             site,
                             fp,
                             e as u64,
                             0,
-                            true,
+                            false,
                         )
                     }
                 });
+                set_errno(e);
+                r
             }
-            set_errno(e);
-            r
+            _ => real_syscall(n, a1, a2, a3, a4, a5, a6),
         }
-        FUTEX_WAKE | FUTEX_WAKE_BITSET => {
-            let Some(mut g) = thread::recorder() else {
-                return real_syscall(n, a1, a2, a3, a4, a5, a6);
-            };
-            let t0 = tsc::now();
-            let r = real_syscall(n, a1, a2, a3, a4, a5, a6);
-            let e = errno();
-            guarded(|| {
-                if r >= 0 {
-                    emit(
-                        &mut g,
-                        Op::FutexWake,
-                        phase::DONE,
-                        t0,
-                        a1 as u64,
-                        site,
-                        fp,
-                        r as u64,
-                        0,
-                        false,
-                    )
-                } else {
-                    emit(
-                        &mut g,
-                        Op::FutexWake,
-                        phase::FAIL,
-                        t0,
-                        a1 as u64,
-                        site,
-                        fp,
-                        e as u64,
-                        0,
-                        false,
-                    )
-                }
-            });
-            set_errno(e);
-            r
-        }
-        _ => real_syscall(n, a1, a2, a3, a4, a5, a6),
     }
 }

@@ -258,7 +258,7 @@ fn resolve(h: *mut c_void) -> Option<Api> {
         let p = unsafe { libc::dlsym(h, name.as_ptr()) };
         (!p.is_null()).then_some(p)
     };
-    // SAFETY (all transmutes): each symbol is the CUPTI function of that
+    // SAFETY: (all transmutes) each symbol is the CUPTI function of that
     // name, whose C signature is the field's type.
     unsafe {
         Some(Api {
@@ -528,6 +528,8 @@ fn user_site() -> u64 {
     // SAFETY: backtrace fills at most `len` entries of a valid buffer.
     let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as c_int) };
     for &f in frames.iter().take(n.max(0) as usize) {
+        // SAFETY: Dl_info is plain data (pointers and integers): all
+        // zeroes is a valid value.
         let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
         // SAFETY: dladdr with a valid out-pointer.
         if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
@@ -667,9 +669,14 @@ struct Rec {
 /// # Safety
 /// `r` points at a complete CUPTI activity record.
 unsafe fn parse_record(r: *const u8) -> Option<Rec> {
-    // SAFETY (all reads): offsets inside the record kind's struct.
+    // The offsets passed below lie inside the record kind's struct (the
+    // smallest, CUpti_ActivityMemset, is 64 bytes; the kernel records
+    // read up to byte 96 of 100+).
+    // SAFETY: `r` points at a whole record and `o + 4` is inside it.
     let u32_at = |o: usize| unsafe { core::ptr::read_unaligned(r.add(o).cast::<u32>()) };
+    // SAFETY: as above, `o + 8` is inside the record.
     let u64_at = |o: usize| unsafe { core::ptr::read_unaligned(r.add(o).cast::<u64>()) };
+    // SAFETY: as above, `o` is inside the record.
     let u8_at = |o: usize| unsafe { core::ptr::read(r.add(o)) };
     match u32_at(0) {
         KIND_KERNEL | KIND_CONCURRENT_KERNEL => Some(Rec {

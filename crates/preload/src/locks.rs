@@ -253,10 +253,18 @@ fn release(
 macro_rules! acquire_hook {
     ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, held = $held:ident, block = $block:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
             // Not recording: forward with no frame of our own (the
             // recording path below needs a large one).
             #[inline(never)]
             unsafe fn rec($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
+                // SAFETY: the unsafe operations below rely only on this function's own
+                // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                // it interposes), which the caller upholds.
+                unsafe {
                 let Some(mut g) = thread::recorder() else {
                     return $block($l $(, $a)*);
                 };
@@ -268,12 +276,12 @@ macro_rules! acquire_hook {
                     Some(rc) => rc,
                     None => $block($l $(, $a)*),
                 }
-            }
+            }}
             if !thread::is_recording() {
                 return $block($l $(, $a)*);
             }
             rec($l, $($a,)* site, fp)
-        }
+        }}
     };
 }
 
@@ -281,22 +289,34 @@ macro_rules! acquire_hook {
 macro_rules! try_hook {
     ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $try:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            #[inline(never)]
-            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                let Some(mut g) = thread::recorder() else {
-                    return $try($l);
-                };
-                let mut ret = None;
-                guarded(|| try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l)));
-                match ret {
-                    Some(rc) => rc,
-                    None => $try($l),
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
+                #[inline(never)]
+                unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                    // SAFETY: the unsafe operations below rely only on this function's own
+                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                    // it interposes), which the caller upholds.
+                    unsafe {
+                        let Some(mut g) = thread::recorder() else {
+                            return $try($l);
+                        };
+                        let mut ret = None;
+                        guarded(|| {
+                            try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l))
+                        });
+                        match ret {
+                            Some(rc) => rc,
+                            None => $try($l),
+                        }
+                    }
                 }
+                if !thread::is_recording() {
+                    return $try($l);
+                }
+                rec($l, site, fp)
             }
-            if !thread::is_recording() {
-                return $try($l);
-            }
-            rec($l, site, fp)
         }
     };
 }
@@ -305,22 +325,34 @@ macro_rules! try_hook {
 macro_rules! release_hook {
     ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $unlock:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            #[inline(never)]
-            unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                let Some(mut g) = thread::recorder() else {
-                    return $unlock($l);
-                };
-                let mut ret = None;
-                guarded(|| release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l)));
-                match ret {
-                    Some(rc) => rc,
-                    None => $unlock($l),
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
+                #[inline(never)]
+                unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
+                    // SAFETY: the unsafe operations below rely only on this function's own
+                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+                    // it interposes), which the caller upholds.
+                    unsafe {
+                        let Some(mut g) = thread::recorder() else {
+                            return $unlock($l);
+                        };
+                        let mut ret = None;
+                        guarded(|| {
+                            release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l))
+                        });
+                        match ret {
+                            Some(rc) => rc,
+                            None => $unlock($l),
+                        }
+                    }
                 }
+                if !thread::is_recording() {
+                    return $unlock($l);
+                }
+                rec($l, site, fp)
             }
-            if !thread::is_recording() {
-                return $unlock($l);
-            }
-            rec($l, site, fp)
         }
     };
 }
@@ -343,18 +375,23 @@ acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *co
 /// contended. Priority-protect mutexes encode the ceiling there: never.
 #[inline(always)]
 unsafe fn mutex_has_waiters(m: *mut pthread_mutex_t) -> bool {
-    let p = m as *const core::sync::atomic::AtomicI32;
-    let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
-    let kind = (*p.add(4)).load(core::sync::atomic::Ordering::Relaxed);
-    const ROBUST: i32 = 16;
-    const PI: i32 = 32;
-    const PP: i32 = 64;
-    if kind & (ROBUST | PI) != 0 {
-        lock as u32 & 0x8000_0000 != 0
-    } else if kind & PP != 0 {
-        false
-    } else {
-        lock > 1
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let p = m as *const core::sync::atomic::AtomicI32;
+        let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
+        let kind = (*p.add(4)).load(core::sync::atomic::Ordering::Relaxed);
+        const ROBUST: i32 = 16;
+        const PI: i32 = 32;
+        const PP: i32 = 64;
+        if kind & (ROBUST | PI) != 0 {
+            lock as u32 & 0x8000_0000 != 0
+        } else if kind & PP != 0 {
+            false
+        } else {
+            lock > 1
+        }
     }
 }
 
@@ -363,45 +400,55 @@ unsafe extern "C-unwind" fn mutex_unlock_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    if !thread::is_recording() {
-        return real_mutex_unlock(m);
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if !thread::is_recording() {
+            return real_mutex_unlock(m);
+        }
+        mutex_unlock_rec(m, site, fp)
     }
-    mutex_unlock_rec(m, site, fp)
 }
 
 #[inline(never)]
 unsafe fn mutex_unlock_rec(m: *mut pthread_mutex_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_mutex_unlock(m);
-    };
-    let mut ret = None;
-    guarded(|| {
-        let waiters = mutex_has_waiters(m);
-        release(
-            &mut g,
-            &mut ret,
-            Op::MutexUnlock,
-            m as u64,
-            site,
-            fp,
-            || real_mutex_unlock(m),
-        );
-        if waiters && ret == Some(0) {
-            // The unlock had to wake a waiter (a futex syscall): its end
-            // makes the time spent inside unlock visible.
-            g.event(
-                Op::MutexUnlock as u8,
-                phase::END,
-                tsc::now(),
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_mutex_unlock(m);
+        };
+        let mut ret = None;
+        guarded(|| {
+            let waiters = mutex_has_waiters(m);
+            release(
+                &mut g,
+                &mut ret,
+                Op::MutexUnlock,
                 m as u64,
                 site,
-                0,
+                fp,
+                || real_mutex_unlock(m),
             );
+            if waiters && ret == Some(0) {
+                // The unlock had to wake a waiter (a futex syscall): its end
+                // makes the time spent inside unlock visible.
+                g.event(
+                    Op::MutexUnlock as u8,
+                    phase::END,
+                    tsc::now(),
+                    m as u64,
+                    site,
+                    0,
+                );
+            }
+        });
+        match ret {
+            Some(rc) => rc,
+            None => real_mutex_unlock(m),
         }
-    });
-    match ret {
-        Some(rc) => rc,
-        None => real_mutex_unlock(m),
     }
 }
 
@@ -532,7 +579,10 @@ unsafe extern "C-unwind" fn cond_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m)) }
 }
 
 unsafe extern "C-unwind" fn cond_timedwait_impl(
@@ -542,9 +592,14 @@ unsafe extern "C-unwind" fn cond_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
-        real_cond_timedwait(c, m, t)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+            real_cond_timedwait(c, m, t)
+        })
+    }
 }
 
 unsafe extern "C-unwind" fn cond_clockwait_impl(
@@ -555,9 +610,14 @@ unsafe extern "C-unwind" fn cond_clockwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
-        real_cond_clockwait(c, m, k, t)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
+            real_cond_clockwait(c, m, k, t)
+        })
+    }
 }
 
 /// A single-event call (signal, broadcast, post): DONE at the call time,
@@ -591,7 +651,10 @@ unsafe fn single(op: Op, addr: u64, site: u64, fp: u64, call: impl FnOnce() -> c
 }
 
 unsafe extern "C-unwind" fn cond_signal_impl(c: *mut pthread_cond_t, site: u64, fp: u64) -> c_int {
-    single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c)) }
 }
 
 unsafe extern "C-unwind" fn cond_broadcast_impl(
@@ -599,9 +662,14 @@ unsafe extern "C-unwind" fn cond_broadcast_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    single(Op::CondBroadcast, c as u64, site, fp, || {
-        real_cond_broadcast(c)
-    })
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        single(Op::CondBroadcast, c as u64, site, fp, || {
+            real_cond_broadcast(c)
+        })
+    }
 }
 
 tramp!(pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int
@@ -622,69 +690,74 @@ unsafe extern "C-unwind" fn barrier_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    match thread::recorder() {
-        None => return real_barrier_wait(b),
-        Some(mut g) => {
-            let t0 = tsc::now();
-            guarded(|| {
-                emit(
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        match thread::recorder() {
+            None => return real_barrier_wait(b),
+            Some(mut g) => {
+                let t0 = tsc::now();
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        Op::BarrierWait,
+                        phase::BEGIN,
+                        t0,
+                        b as u64,
+                        site,
+                        fp,
+                        0,
+                        0,
+                        false,
+                    )
+                });
+            }
+        }
+        let rc = real_barrier_wait(b);
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
+            guarded(|| match rc {
+                0 => emit(
                     &mut g,
                     Op::BarrierWait,
-                    phase::BEGIN,
-                    t0,
+                    phase::DONE,
+                    t1,
                     b as u64,
                     site,
                     fp,
                     0,
                     0,
-                    false,
-                )
+                    true,
+                ),
+                libc::PTHREAD_BARRIER_SERIAL_THREAD => emit(
+                    &mut g,
+                    Op::BarrierWait,
+                    phase::DONE,
+                    t1,
+                    b as u64,
+                    site,
+                    fp,
+                    1,
+                    0,
+                    true,
+                ),
+                e => emit(
+                    &mut g,
+                    Op::BarrierWait,
+                    phase::FAIL,
+                    t1,
+                    b as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    true,
+                ),
             });
         }
+        rc
     }
-    let rc = real_barrier_wait(b);
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        guarded(|| match rc {
-            0 => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::DONE,
-                t1,
-                b as u64,
-                site,
-                fp,
-                0,
-                0,
-                true,
-            ),
-            libc::PTHREAD_BARRIER_SERIAL_THREAD => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::DONE,
-                t1,
-                b as u64,
-                site,
-                fp,
-                1,
-                0,
-                true,
-            ),
-            e => emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::FAIL,
-                t1,
-                b as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                true,
-            ),
-        });
-    }
-    rc
 }
 
 tramp!(pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int = barrier_wait_impl ["rsi", "rdx"]);
@@ -701,50 +774,58 @@ unsafe fn sem_wait_common(
     fp: u64,
     wait: impl FnOnce() -> c_int,
 ) -> c_int {
-    let saved = errno();
-    let t0;
-    match thread::recorder() {
-        None => return wait(),
-        Some(mut g) => {
-            // After the try, as in `acquire`: a sem_wait that succeeds
-            // at once must be stamped after the sem_post it consumed.
-            let rc = real_sem_trywait(s);
-            t0 = tsc::now();
-            if rc == 0 {
-                guarded(|| emit(&mut g, op, phase::DONE, t0, s as u64, site, fp, 0, 0, false));
-                return 0;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let saved = errno();
+        let t0;
+        match thread::recorder() {
+            None => return wait(),
+            Some(mut g) => {
+                // After the try, as in `acquire`: a sem_wait that succeeds
+                // at once must be stamped after the sem_post it consumed.
+                let rc = real_sem_trywait(s);
+                t0 = tsc::now();
+                if rc == 0 {
+                    guarded(|| emit(&mut g, op, phase::DONE, t0, s as u64, site, fp, 0, 0, false));
+                    return 0;
+                }
+                set_errno(saved);
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        op,
+                        phase::BEGIN,
+                        t0,
+                        s as u64,
+                        site,
+                        fp,
+                        0,
+                        0,
+                        false,
+                    )
+                });
             }
-            set_errno(saved);
-            guarded(|| {
-                emit(
-                    &mut g,
-                    op,
-                    phase::BEGIN,
-                    t0,
-                    s as u64,
-                    site,
-                    fp,
-                    0,
-                    0,
-                    false,
-                )
-            });
         }
+        let rc = wait();
+        let e = errno();
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
+            let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
+            let arg = if rc == 0 { 0 } else { e as u64 };
+            guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
+        }
+        set_errno(e);
+        rc
     }
-    let rc = wait();
-    let e = errno();
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
-        let arg = if rc == 0 { 0 } else { e as u64 };
-        guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
-    }
-    set_errno(e);
-    rc
 }
 
 unsafe extern "C-unwind" fn sem_wait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s)) }
 }
 
 unsafe extern "C-unwind" fn sem_timedwait_impl(
@@ -753,87 +834,100 @@ unsafe extern "C-unwind" fn sem_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t))
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t)) }
 }
 
 unsafe extern "C-unwind" fn sem_trywait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_sem_trywait(s);
-    };
-    let rc = real_sem_trywait(s);
-    let e = errno();
-    let t0 = tsc::now();
-    guarded(|| {
-        if rc == 0 {
-            emit(
-                &mut g,
-                Op::SemTrywait,
-                phase::DONE,
-                t0,
-                s as u64,
-                site,
-                fp,
-                0,
-                0,
-                false,
-            )
-        } else {
-            emit(
-                &mut g,
-                Op::SemTrywait,
-                phase::FAIL,
-                t0,
-                s as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                false,
-            )
-        }
-    });
-    set_errno(e);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_sem_trywait(s);
+        };
+        let rc = real_sem_trywait(s);
+        let e = errno();
+        let t0 = tsc::now();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    Op::SemTrywait,
+                    phase::DONE,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    Op::SemTrywait,
+                    phase::FAIL,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    false,
+                )
+            }
+        });
+        set_errno(e);
+        rc
+    }
 }
 
 unsafe extern "C-unwind" fn sem_post_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    let Some(mut g) = thread::recorder() else {
-        return real_sem_post(s);
-    };
-    let t0 = tsc::now();
-    let rc = real_sem_post(s);
-    let e = errno();
-    guarded(|| {
-        if rc == 0 {
-            emit(
-                &mut g,
-                Op::SemPost,
-                phase::DONE,
-                t0,
-                s as u64,
-                site,
-                fp,
-                0,
-                0,
-                false,
-            )
-        } else {
-            emit(
-                &mut g,
-                Op::SemPost,
-                phase::FAIL,
-                t0,
-                s as u64,
-                site,
-                fp,
-                e as u64,
-                0,
-                false,
-            )
-        }
-    });
-    set_errno(e);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let Some(mut g) = thread::recorder() else {
+            return real_sem_post(s);
+        };
+        let t0 = tsc::now();
+        let rc = real_sem_post(s);
+        let e = errno();
+        guarded(|| {
+            if rc == 0 {
+                emit(
+                    &mut g,
+                    Op::SemPost,
+                    phase::DONE,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    0,
+                    0,
+                    false,
+                )
+            } else {
+                emit(
+                    &mut g,
+                    Op::SemPost,
+                    phase::FAIL,
+                    t0,
+                    s as u64,
+                    site,
+                    fp,
+                    e as u64,
+                    0,
+                    false,
+                )
+            }
+        });
+        set_errno(e);
+        rc
+    }
 }
 
 tramp!(sem_wait(s: *mut sem_t) -> c_int = sem_wait_impl ["rsi", "rdx"]);

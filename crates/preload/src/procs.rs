@@ -24,47 +24,52 @@ extern "C" {
 }
 
 unsafe extern "C-unwind" fn fork_impl(site: u64, fp: u64) -> pid_t {
-    if !thread::is_recording() {
-        return real_fork();
-    }
-    let pid = real_fork();
-    if pid != 0 {
-        let e = errno();
-        if let Some(mut g) = thread::recorder() {
-            let t = tsc::now();
-            guarded(|| {
-                if pid > 0 {
-                    emit(
-                        &mut g,
-                        Op::Fork,
-                        phase::DONE,
-                        t,
-                        0,
-                        site,
-                        fp,
-                        pid as u64,
-                        0,
-                        false,
-                    )
-                } else {
-                    emit(
-                        &mut g,
-                        Op::Fork,
-                        phase::FAIL,
-                        t,
-                        0,
-                        site,
-                        fp,
-                        e as u64,
-                        0,
-                        false,
-                    )
-                }
-            });
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if !thread::is_recording() {
+            return real_fork();
         }
-        set_errno(e);
+        let pid = real_fork();
+        if pid != 0 {
+            let e = errno();
+            if let Some(mut g) = thread::recorder() {
+                let t = tsc::now();
+                guarded(|| {
+                    if pid > 0 {
+                        emit(
+                            &mut g,
+                            Op::Fork,
+                            phase::DONE,
+                            t,
+                            0,
+                            site,
+                            fp,
+                            pid as u64,
+                            0,
+                            false,
+                        )
+                    } else {
+                        emit(
+                            &mut g,
+                            Op::Fork,
+                            phase::FAIL,
+                            t,
+                            0,
+                            site,
+                            fp,
+                            e as u64,
+                            0,
+                            false,
+                        )
+                    }
+                });
+            }
+            set_errno(e);
+        }
+        pid
     }
-    pid
 }
 
 tramp!(fork() -> pid_t = fork_impl ["rdi", "rsi"]);
@@ -141,11 +146,17 @@ fn starts_with_key(entry: &[u8], saved: &[u8]) -> bool {
 
 /// Path of this library, if it was loaded through LD_PRELOAD.
 unsafe fn own_path() -> Option<&'static [u8]> {
-    let mut info: libc::Dl_info = core::mem::zeroed();
-    if libc::dladdr(own_path as *const libc::c_void, &mut info) == 0 || info.dli_fname.is_null() {
-        return None;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(own_path as *const libc::c_void, &mut info) == 0 || info.dli_fname.is_null()
+        {
+            return None;
+        }
+        Some(core::ffi::CStr::from_ptr(info.dli_fname).to_bytes())
     }
-    Some(core::ffi::CStr::from_ptr(info.dli_fname).to_bytes())
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -153,108 +164,113 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 unsafe fn fix_env(envp: Argv) -> Env {
-    let unchanged = Env {
-        envp,
-        map: core::ptr::null_mut(),
-        len: 0,
-    };
-    let saved = process::saved_env();
-    if saved[1].is_empty() {
-        // Not in a session: nothing to keep.
-        return unchanged;
-    }
-    // Our library's path, if LD_PRELOAD named it (the detailed runtime is
-    // linked into the program and needs no LD_PRELOAD).
-    let lib = own_path().filter(|p| contains(saved[0], p));
-    let mut n = 0usize;
-    let mut present = [false; process::SAVED_ENV_KEYS];
-    let mut preload_ok = lib.is_none();
-    let mut preload_at = usize::MAX;
-    if !envp.is_null() {
-        while !(*envp.add(n)).is_null() {
-            let e = core::ffi::CStr::from_ptr(*envp.add(n)).to_bytes();
-            for (i, s) in saved.iter().enumerate() {
-                if !s.is_empty() && !present[i] && starts_with_key(e, s) {
-                    present[i] = true;
-                    if i == 0 {
-                        preload_at = n;
-                        preload_ok = lib.is_none_or(|l| contains(e, l));
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let unchanged = Env {
+            envp,
+            map: core::ptr::null_mut(),
+            len: 0,
+        };
+        let saved = process::saved_env();
+        if saved[1].is_empty() {
+            // Not in a session: nothing to keep.
+            return unchanged;
+        }
+        // Our library's path, if LD_PRELOAD named it (the detailed runtime is
+        // linked into the program and needs no LD_PRELOAD).
+        let lib = own_path().filter(|p| contains(saved[0], p));
+        let mut n = 0usize;
+        let mut present = [false; process::SAVED_ENV_KEYS];
+        let mut preload_ok = lib.is_none();
+        let mut preload_at = usize::MAX;
+        if !envp.is_null() {
+            while !(*envp.add(n)).is_null() {
+                let e = core::ffi::CStr::from_ptr(*envp.add(n)).to_bytes();
+                for (i, s) in saved.iter().enumerate() {
+                    if !s.is_empty() && !present[i] && starts_with_key(e, s) {
+                        present[i] = true;
+                        if i == 0 {
+                            preload_at = n;
+                            preload_ok = lib.is_none_or(|l| contains(e, l));
+                        }
                     }
                 }
+                n += 1;
             }
-            n += 1;
         }
-    }
-    let missing = (0..saved.len())
-        .filter(|&i| !saved[i].is_empty() && !present[i])
-        .count();
-    if missing == 0 && preload_ok {
-        return unchanged;
-    }
-    // Pointer array, then room for a merged LD_PRELOAD entry.
-    let old_preload: &[u8] = if preload_at != usize::MAX {
-        core::ffi::CStr::from_ptr(*envp.add(preload_at)).to_bytes()
-    } else {
-        b""
-    };
-    let text = lib.map_or(0, |l| l.len()) + old_preload.len() + 16;
-    // The program's entries, every saved entry possibly missing, the NULL.
-    let slots = n + process::SAVED_ENV_KEYS + 1;
-    let len = slots * 8 + text;
-    let map = libc::mmap(
-        core::ptr::null_mut(),
-        len,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if map == libc::MAP_FAILED {
-        return unchanged;
-    }
-    let out = map as *mut *const c_char;
-    let mut k = 0;
-    for i in 0..n {
-        out.add(k).write(*envp.add(i));
-        k += 1;
-    }
-    if !preload_ok {
-        // LD_PRELOAD=<our library>:<what the program set>
-        let dst = (map as *mut u8).add(slots * 8);
-        let lib = lib.unwrap_or(b"");
-        let mut w = 0;
-        for part in [b"LD_PRELOAD=" as &[u8], lib] {
-            core::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(w), part.len());
-            w += part.len();
+        let missing = (0..saved.len())
+            .filter(|&i| !saved[i].is_empty() && !present[i])
+            .count();
+        if missing == 0 && preload_ok {
+            return unchanged;
         }
-        let old_val = old_preload.get(11..).unwrap_or(b"");
-        if !old_val.is_empty() {
-            *dst.add(w) = b':';
-            w += 1;
-            core::ptr::copy_nonoverlapping(old_val.as_ptr(), dst.add(w), old_val.len());
-            w += old_val.len();
-        }
-        *dst.add(w) = 0;
-        if preload_at != usize::MAX {
-            out.add(preload_at).write(dst as *const c_char);
+        // Pointer array, then room for a merged LD_PRELOAD entry.
+        let old_preload: &[u8] = if preload_at != usize::MAX {
+            core::ffi::CStr::from_ptr(*envp.add(preload_at)).to_bytes()
         } else {
-            out.add(k).write(dst as *const c_char);
-            k += 1;
-            present[0] = true;
+            b""
+        };
+        let text = lib.map_or(0, |l| l.len()) + old_preload.len() + 16;
+        // The program's entries, every saved entry possibly missing, the NULL.
+        let slots = n + process::SAVED_ENV_KEYS + 1;
+        let len = slots * 8 + text;
+        let map = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            return unchanged;
         }
-    }
-    for i in 0..saved.len() {
-        if !saved[i].is_empty() && !present[i] {
-            // Saved entries are NUL-terminated in their static buffers.
-            out.add(k).write(saved[i].as_ptr() as *const c_char);
+        let out = map as *mut *const c_char;
+        let mut k = 0;
+        for i in 0..n {
+            out.add(k).write(*envp.add(i));
             k += 1;
         }
-    }
-    out.add(k).write(core::ptr::null());
-    Env {
-        envp: out as Argv,
-        map,
-        len,
+        if !preload_ok {
+            // LD_PRELOAD=<our library>:<what the program set>
+            let dst = (map as *mut u8).add(slots * 8);
+            let lib = lib.unwrap_or(b"");
+            let mut w = 0;
+            for part in [b"LD_PRELOAD=" as &[u8], lib] {
+                core::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(w), part.len());
+                w += part.len();
+            }
+            let old_val = old_preload.get(11..).unwrap_or(b"");
+            if !old_val.is_empty() {
+                *dst.add(w) = b':';
+                w += 1;
+                core::ptr::copy_nonoverlapping(old_val.as_ptr(), dst.add(w), old_val.len());
+                w += old_val.len();
+            }
+            *dst.add(w) = 0;
+            if preload_at != usize::MAX {
+                out.add(preload_at).write(dst as *const c_char);
+            } else {
+                out.add(k).write(dst as *const c_char);
+                k += 1;
+                present[0] = true;
+            }
+        }
+        for i in 0..saved.len() {
+            if !saved[i].is_empty() && !present[i] {
+                // Saved entries are NUL-terminated in their static buffers.
+                out.add(k).write(saved[i].as_ptr() as *const c_char);
+                k += 1;
+            }
+        }
+        out.add(k).write(core::ptr::null());
+        Env {
+            envp: out as Argv,
+            map,
+            len,
+        }
     }
 }
 
@@ -265,14 +281,19 @@ unsafe extern "C-unwind" fn execve_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let rec = before_exec(site, fp);
-    let env = fix_env(e);
-    let rc = real_execve(p, a, env.envp);
-    exec_failed(rec, site, fp);
-    let err = errno();
-    drop(env);
-    set_errno(err);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let rec = before_exec(site, fp);
+        let env = fix_env(e);
+        let rc = real_execve(p, a, env.envp);
+        exec_failed(rec, site, fp);
+        let err = errno();
+        drop(env);
+        set_errno(err);
+        rc
+    }
 }
 
 unsafe extern "C-unwind" fn execvpe_impl(
@@ -282,33 +303,49 @@ unsafe extern "C-unwind" fn execvpe_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let rec = before_exec(site, fp);
-    let env = fix_env(e);
-    let rc = real_execvpe(p, a, env.envp);
-    exec_failed(rec, site, fp);
-    let err = errno();
-    drop(env);
-    set_errno(err);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let rec = before_exec(site, fp);
+        let env = fix_env(e);
+        let rc = real_execvpe(p, a, env.envp);
+        exec_failed(rec, site, fp);
+        let err = errno();
+        drop(env);
+        set_errno(err);
+        rc
+    }
 }
 
 unsafe extern "C-unwind" fn fexecve_impl(fd: c_int, a: Argv, e: Argv, site: u64, fp: u64) -> c_int {
-    let rec = before_exec(site, fp);
-    let env = fix_env(e);
-    let rc = real_fexecve(fd, a, env.envp);
-    exec_failed(rec, site, fp);
-    let err = errno();
-    drop(env);
-    set_errno(err);
-    rc
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let rec = before_exec(site, fp);
+        let env = fix_env(e);
+        let rc = real_fexecve(fd, a, env.envp);
+        exec_failed(rec, site, fp);
+        let err = errno();
+        drop(env);
+        set_errno(err);
+        rc
+    }
 }
 
 unsafe extern "C-unwind" fn execv_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
-    execve_impl(p, a, environ, site, fp)
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { execve_impl(p, a, environ, site, fp) }
 }
 
 unsafe extern "C-unwind" fn execvp_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
-    execvpe_impl(p, a, environ, site, fp)
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe { execvpe_impl(p, a, environ, site, fp) }
 }
 
 tramp!(execve(p: *const c_char, a: Argv, e: Argv) -> c_int = execve_impl ["rcx", "r8"]);
@@ -371,50 +408,55 @@ unsafe extern "C-unwind" fn execl_impl(
     kind: u32,
     fp: u64,
 ) -> c_int {
-    let arg = |i: usize| {
-        if i < 5 {
-            *regs.add(i)
-        } else {
-            *stack.add(i - 5)
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let arg = |i: usize| {
+            if i < 5 {
+                *regs.add(i)
+            } else {
+                *stack.add(i - 5)
+            }
+        };
+        let mut n = 0;
+        while n < MAX_LIST && !arg(n).is_null() {
+            n += 1;
         }
-    };
-    let mut n = 0;
-    while n < MAX_LIST && !arg(n).is_null() {
-        n += 1;
+        if n == MAX_LIST {
+            set_errno(libc::E2BIG);
+            return -1;
+        }
+        let envp = if kind == 2 {
+            arg(n + 1) as Argv
+        } else {
+            environ
+        };
+        let len = (n + 1) * 8;
+        let map = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            set_errno(libc::ENOMEM);
+            return -1;
+        }
+        let argv = map as *mut *const c_char;
+        for i in 0..=n {
+            argv.add(i).write(arg(i));
+        }
+        let rc = if kind == 1 {
+            execvpe_impl(path, argv, envp, site, fp)
+        } else {
+            execve_impl(path, argv, envp, site, fp)
+        };
+        let e = errno();
+        libc::munmap(map, len);
+        set_errno(e);
+        rc
     }
-    if n == MAX_LIST {
-        set_errno(libc::E2BIG);
-        return -1;
-    }
-    let envp = if kind == 2 {
-        arg(n + 1) as Argv
-    } else {
-        environ
-    };
-    let len = (n + 1) * 8;
-    let map = libc::mmap(
-        core::ptr::null_mut(),
-        len,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if map == libc::MAP_FAILED {
-        set_errno(libc::ENOMEM);
-        return -1;
-    }
-    let argv = map as *mut *const c_char;
-    for i in 0..=n {
-        argv.add(i).write(arg(i));
-    }
-    let rc = if kind == 1 {
-        execvpe_impl(path, argv, envp, site, fp)
-    } else {
-        execve_impl(path, argv, envp, site, fp)
-    };
-    let e = errno();
-    libc::munmap(map, len);
-    set_errno(e);
-    rc
 }

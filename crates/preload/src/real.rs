@@ -123,6 +123,10 @@ macro_rules! real {
         #[inline(always)]
         #[allow(clippy::missing_safety_doc)]
         $vis unsafe fn $caller($($a: $t),*) -> $r {
+            // SAFETY: the unsafe operations below rely only on this function's own
+            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+            // it interposes), which the caller upholds.
+            unsafe {
             static R: $crate::real::Real = real!(@new $sym $(, $ver)?);
             // Resolved at load time by our own constructor entry, so that
             // no `dlsym` runs later on a signal path (a hook called from a
@@ -139,7 +143,7 @@ macro_rules! real {
             let f: unsafe extern "C-unwind" fn($($t),*) -> $r =
                 core::mem::transmute::<usize, unsafe extern "C-unwind" fn($($t),*) -> $r>(R.get());
             f($($a),*)
-        }
+        }}
     };
     (@new $sym:literal) => { $crate::real::Real::new(concat!($sym, "\0").as_bytes()) };
     (@new $sym:literal, $ver:literal) => {

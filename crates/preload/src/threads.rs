@@ -1,7 +1,7 @@
 //! Thread lifecycle hooks: create (with a start trampoline that emits
 //! ThreadStart/ThreadExit in the new thread), exit, join, and names.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void, pthread_attr_t, pthread_t};
 use lockscope_capture::raw::{Head, OP_THREAD_NAME};
@@ -60,42 +60,131 @@ fn tid_offset() -> Option<usize> {
     (off != u32::MAX).then(|| off as usize - 1)
 }
 
+/// Slots of the pthread_t -> kernel tid table (power of two).
+const TID_SLOTS: usize = 4096;
+/// Probes before the table counts as full for a key.
+const TID_PROBES: usize = 32;
+/// Keys (`pthread_t` values, 0 = free) and the kernel tid of the thread
+/// that last started under each. Filled by every thread at its start, read
+/// by joins. Why a table: the kernel clears the tid in glibc's descriptor
+/// when the thread exits (CLONE_CHILD_CLEARTID, which is how join waits),
+/// so a join of a thread that has already exited read 0 from the
+/// descriptor (issue 13 found every join after the first recorded as tid
+/// 0). Lock-free and allocation-free: open addressing, entries are only
+/// ever added or overwritten (a reused `pthread_t` maps to its newest
+/// thread).
+static TID_KEYS: [AtomicUsize; TID_SLOTS] = [const { AtomicUsize::new(0) }; TID_SLOTS];
+static TID_VALS: [AtomicU32; TID_SLOTS] = [const { AtomicU32::new(0) }; TID_SLOTS];
+
+fn tid_slot(key: usize, k: usize) -> usize {
+    // Fibonacci hashing of the descriptor address (its low bits are
+    // alignment).
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(20)
+        .wrapping_add(k))
+        & (TID_SLOTS - 1)
+}
+
+/// Remembers that the thread `t` has kernel tid `tid` (called by the
+/// thread itself at its start). A full table keeps nothing: joins then
+/// read the descriptor as before.
+fn remember_tid(t: pthread_t, tid: u32) {
+    let key = t as usize;
+    if key == 0 {
+        return;
+    }
+    for k in 0..TID_PROBES {
+        let i = tid_slot(key, k);
+        let cur = TID_KEYS[i].load(Ordering::Acquire);
+        let mine = cur == key
+            || (cur == 0
+                && TID_KEYS[i]
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .map_or_else(|now| now == key, |_| true));
+        if mine {
+            TID_VALS[i].store(tid, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The tid `remember_tid` stored for `t`, if any.
+fn remembered_tid(t: pthread_t) -> Option<u32> {
+    let key = t as usize;
+    for k in 0..TID_PROBES {
+        let i = tid_slot(key, k);
+        match TID_KEYS[i].load(Ordering::Acquire) {
+            0 => return None,
+            cur if cur == key => return Some(TID_VALS[i].load(Ordering::Acquire)),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Kernel tid of the thread `t` before joining it: glibc's descriptor
+/// holds it while the thread runs (CLONE_PARENT_SETTID); once it has
+/// exited the descriptor says 0 and the tid the thread remembered at its
+/// start is used. The descriptor comes first: a `pthread_t` reused by a
+/// thread that has not run its start yet still has the previous thread's
+/// entry in the table.
+unsafe fn join_tid(t: pthread_t) -> u32 {
+    // SAFETY: the caller passes a joinable thread's handle, whose
+    // descriptor stays mapped until the join returns.
+    let live = unsafe { tid_of(t) };
+    if live != 0 {
+        return live;
+    }
+    remembered_tid(t).unwrap_or(0)
+}
+
 /// Kernel tid of a thread that is known to be alive (not yet joined):
 /// glibc's descriptor holds it from the moment clone returns
 /// (CLONE_PARENT_SETTID).
 unsafe fn tid_of(t: pthread_t) -> u32 {
-    if t == libc::pthread_self() {
-        return libc::gettid() as u32;
-    }
-    match tid_offset() {
-        Some(off) => *((t as usize + off) as *const i32) as u32,
-        None => 0,
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if t == libc::pthread_self() {
+            return libc::gettid() as u32;
+        }
+        match tid_offset() {
+            Some(off) => *((t as usize + off) as *const i32) as u32,
+            None => 0,
+        }
     }
 }
 
 unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
-    let s = core::ptr::read(p as *const Start);
-    libc::free(p);
-    thread::thread_started(s.parent_tid);
-    if let Some(mut g) = thread::recorder() {
-        let t = tsc::now();
-        guarded(|| {
-            g.event(
-                Op::ThreadStart as u8,
-                phase::DONE,
-                t,
-                0,
-                s.f as usize as u64,
-                s.parent_tid,
-            )
-        });
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let s = core::ptr::read(p as *const Start);
+        libc::free(p);
+        remember_tid(libc::pthread_self(), libc::gettid() as u32);
+        thread::thread_started(s.parent_tid);
+        if let Some(mut g) = thread::recorder() {
+            let t = tsc::now();
+            guarded(|| {
+                g.event(
+                    Op::ThreadStart as u8,
+                    phase::DONE,
+                    t,
+                    0,
+                    s.f as usize as u64,
+                    s.parent_tid,
+                )
+            });
+        }
+        // The start routine runs outside any guard and catch_unwind: it may
+        // end in pthread_exit or cancellation, which unwind through this
+        // frame (hence "C-unwind" and no destructors here).
+        let r = (s.f)(s.arg);
+        thread_exit_event(0, s.joinable);
+        r
     }
-    // The start routine runs outside any guard and catch_unwind: it may
-    // end in pthread_exit or cancellation, which unwind through this
-    // frame (hence "C-unwind" and no destructors here).
-    let r = (s.f)(s.arg);
-    thread_exit_event(0, s.joinable);
-    r
 }
 
 /// Last event of the calling thread, and the ring's end stamp. A joinable
@@ -137,53 +226,58 @@ unsafe extern "C-unwind" fn create_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let parent_tid = match thread::recorder() {
-        None => return real_create(t, attr, f, arg),
-        Some(mut g) => g.tid(),
-    };
-    // One small allocation per thread creation, outside the event path
-    // (pthread_create allocates a stack anyway).
-    let s = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
-    if s.is_null() {
-        return real_create(t, attr, f, arg);
-    }
-    let mut detached = 0;
-    if !attr.is_null() {
-        pthread_attr_getdetachstate(attr, &mut detached);
-    }
-    let joinable = detached != libc::PTHREAD_CREATE_DETACHED;
-    s.write(Start {
-        f,
-        arg,
-        parent_tid,
-        joinable,
-    });
-    let rc = real_create(t, attr, start_trampoline, s as *mut c_void);
-    if rc != 0 {
-        libc::free(s as *mut c_void);
-        return rc;
-    }
-    if let Some(mut g) = thread::recorder() {
-        let now = tsc::now();
-        guarded(|| {
-            // A detached thread may already be gone and its descriptor
-            // reused: read the tid only of joinable threads.
-            let tid = if joinable { tid_of(*t) } else { 0 };
-            emit(
-                &mut g,
-                Op::ThreadCreate,
-                phase::DONE,
-                now,
-                *t,
-                site,
-                fp,
-                u64::from(tid),
-                0,
-                false,
-            );
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let parent_tid = match thread::recorder() {
+            None => return real_create(t, attr, f, arg),
+            Some(mut g) => g.tid(),
+        };
+        // One small allocation per thread creation, outside the event path
+        // (pthread_create allocates a stack anyway).
+        let s = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
+        if s.is_null() {
+            return real_create(t, attr, f, arg);
+        }
+        let mut detached = 0;
+        if !attr.is_null() {
+            pthread_attr_getdetachstate(attr, &mut detached);
+        }
+        let joinable = detached != libc::PTHREAD_CREATE_DETACHED;
+        s.write(Start {
+            f,
+            arg,
+            parent_tid,
+            joinable,
         });
+        let rc = real_create(t, attr, start_trampoline, s as *mut c_void);
+        if rc != 0 {
+            libc::free(s as *mut c_void);
+            return rc;
+        }
+        if let Some(mut g) = thread::recorder() {
+            let now = tsc::now();
+            guarded(|| {
+                // A detached thread may already be gone and its descriptor
+                // reused: read the tid only of joinable threads.
+                let tid = if joinable { tid_of(*t) } else { 0 };
+                emit(
+                    &mut g,
+                    Op::ThreadCreate,
+                    phase::DONE,
+                    now,
+                    *t,
+                    site,
+                    fp,
+                    u64::from(tid),
+                    0,
+                    false,
+                );
+            });
+        }
+        rc
     }
-    rc
 }
 
 unsafe extern "C-unwind" fn join_impl(
@@ -192,79 +286,89 @@ unsafe extern "C-unwind" fn join_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    let tid;
-    match thread::recorder() {
-        None => return real_join(t, r),
-        Some(mut g) => {
-            // Read before the join: afterwards the descriptor is freed.
-            tid = tid_of(t);
-            let t0 = tsc::now();
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let tid;
+        match thread::recorder() {
+            None => return real_join(t, r),
+            Some(mut g) => {
+                // Read before the join: afterwards the descriptor is freed.
+                tid = join_tid(t);
+                let t0 = tsc::now();
+                guarded(|| {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::BEGIN,
+                        t0,
+                        t,
+                        site,
+                        fp,
+                        u64::from(tid),
+                        0,
+                        false,
+                    )
+                });
+            }
+        }
+        let rc = real_join(t, r);
+        if rc == 0 {
+            // The thread is gone, destructors and all: its ring can go too.
+            thread::release_joined(t);
+        }
+        if let Some(mut g) = thread::recorder() {
+            let t1 = tsc::now();
             guarded(|| {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::BEGIN,
-                    t0,
-                    t,
-                    site,
-                    fp,
-                    u64::from(tid),
-                    0,
-                    false,
-                )
+                if rc == 0 {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::DONE,
+                        t1,
+                        t,
+                        site,
+                        fp,
+                        u64::from(tid),
+                        0,
+                        true,
+                    )
+                } else {
+                    emit(
+                        &mut g,
+                        Op::ThreadJoin,
+                        phase::FAIL,
+                        t1,
+                        t,
+                        site,
+                        fp,
+                        rc as u64,
+                        0,
+                        true,
+                    )
+                }
             });
         }
+        rc
     }
-    let rc = real_join(t, r);
-    if rc == 0 {
-        // The thread is gone, destructors and all: its ring can go too.
-        thread::release_joined(t);
-    }
-    if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
-        guarded(|| {
-            if rc == 0 {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::DONE,
-                    t1,
-                    t,
-                    site,
-                    fp,
-                    u64::from(tid),
-                    0,
-                    true,
-                )
-            } else {
-                emit(
-                    &mut g,
-                    Op::ThreadJoin,
-                    phase::FAIL,
-                    t1,
-                    t,
-                    site,
-                    fp,
-                    rc as u64,
-                    0,
-                    true,
-                )
-            }
-        });
-    }
-    rc
 }
 
 unsafe extern "C-unwind" fn exit_impl(r: *mut c_void, site: u64, _fp: u64) {
-    if thread::is_recording() {
-        // The main thread's ring stays: the process may go on in other
-        // threads and exit() will still record into it.
-        let main = libc::gettid() as u32 == lockscope_capture::process::pid();
-        thread_exit_event(site, !main && self_joinable());
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        if thread::is_recording() {
+            // The main thread's ring stays: the process may go on in other
+            // threads and exit() will still record into it.
+            let main = libc::gettid() as u32 == lockscope_capture::process::pid();
+            thread_exit_event(site, !main && self_joinable());
+        }
+        real_exit(r);
+        // pthread_exit does not return.
+        libc::abort();
     }
-    real_exit(r);
-    // pthread_exit does not return.
-    libc::abort();
 }
 
 unsafe extern "C-unwind" fn setname_impl(
@@ -273,32 +377,37 @@ unsafe extern "C-unwind" fn setname_impl(
     site: u64,
     _fp: u64,
 ) -> c_int {
-    let rc = real_setname(t, name);
-    if rc != 0 || name.is_null() {
-        return rc;
+    // SAFETY: the unsafe operations below rely only on this function's own
+    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
+    // it interposes), which the caller upholds.
+    unsafe {
+        let rc = real_setname(t, name);
+        if rc != 0 || name.is_null() {
+            return rc;
+        }
+        if let Some(mut g) = thread::recorder() {
+            let now = tsc::now();
+            guarded(|| {
+                let mut b = [0u8; 16];
+                let s = core::ffi::CStr::from_ptr(name).to_bytes();
+                let n = s.len().min(15);
+                b[..n].copy_from_slice(&s[..n]);
+                let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+                let hi = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+                // addr = tid of the thread that was named (a thread may name
+                // another one, e.g. a parent naming its child).
+                let head = Head {
+                    tsc: now,
+                    addr: u64::from(tid_of(t)),
+                    site,
+                    op: OP_THREAD_NAME,
+                    ..Head::default()
+                };
+                g.emit(head, Some((lo, hi)), &[]);
+            });
+        }
+        rc
     }
-    if let Some(mut g) = thread::recorder() {
-        let now = tsc::now();
-        guarded(|| {
-            let mut b = [0u8; 16];
-            let s = core::ffi::CStr::from_ptr(name).to_bytes();
-            let n = s.len().min(15);
-            b[..n].copy_from_slice(&s[..n]);
-            let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-            let hi = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
-            // addr = tid of the thread that was named (a thread may name
-            // another one, e.g. a parent naming its child).
-            let head = Head {
-                tsc: now,
-                addr: u64::from(tid_of(t)),
-                site,
-                op: OP_THREAD_NAME,
-                ..Head::default()
-            };
-            g.emit(head, Some((lo, hi)), &[]);
-        });
-    }
-    rc
 }
 
 tramp!(pthread_create(t: *mut pthread_t, a: *const pthread_attr_t, f: StartFn, arg: *mut c_void) -> c_int

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::{RecordConfig, RecordError};
 
@@ -15,17 +15,62 @@ static SIGNAL_COUNT: AtomicU32 = AtomicU32::new(0);
 
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// The last signal received and when (CLOCK_MONOTONIC ms), to recognise
+/// the same signal delivered twice by one sender.
+static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static LAST_SIGNAL_MS: AtomicU64 = AtomicU64::new(0);
+/// The same signal again within this many ms is one event: `timeout`
+/// sends it to the recorder and then to its process group, which the
+/// recorder is in.
+const SAME_SIGNAL_MS: u64 = 200;
+
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // A Ctrl-C on the terminal is sent by the kernel (si_code > 0) to the
-    // whole foreground process group, the program included: forwarding it
-    // would deliver it twice. Only signals sent to the recorder alone
-    // (kill(2): si_code <= 0) are forwarded. Either way the recorder keeps
-    // running and finishes the trace once the program is gone.
+    // Where the program has a process group of its own (see `spawn`), a
+    // signal to the recorder's group (`kill -INT -PGID`, `timeout`) or to
+    // the recorder alone reaches only the recorder, which forwards it
+    // once. Where the program shares the recorder's group (an interactive
+    // terminal), a Ctrl-C is sent by the kernel (si_code > 0) to the whole
+    // foreground group, the program included: it is not forwarded, which
+    // would deliver it twice. Either way the recorder keeps running and
+    // finishes the trace once the program is gone.
     // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
     let user_sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    let now = monotonic_ms();
+    let prev = LAST_SIGNAL.swap(sig, Ordering::Relaxed);
+    let prev_ms = LAST_SIGNAL_MS.swap(now, Ordering::Relaxed);
+    if prev == sig && now.saturating_sub(prev_ms) < SAME_SIGNAL_MS {
+        return;
+    }
     SIGNAL_COUNT.fetch_add(1, Ordering::Relaxed);
-    if user_sent {
+    if user_sent || PROGRAM_OWN_GROUP.load(Ordering::Relaxed) {
         PENDING_SIGNAL.store(sig, Ordering::Relaxed);
+    }
+}
+
+/// CLOCK_MONOTONIC in ms (async-signal-safe).
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// True when the program runs in a process group of its own: then every
+/// signal the recorder gets was not delivered to the program.
+static PROGRAM_OWN_GROUP: AtomicBool = AtomicBool::new(false);
+
+/// True if a terminal on stdin, stdout or stderr has the recorder's
+/// process group in the foreground: an interactive session, where the
+/// program must stay in that group (a background group reading the
+/// terminal would be stopped by SIGTTIN).
+fn interactive() -> bool {
+    // SAFETY: plain calls on standard descriptors.
+    unsafe {
+        let me = libc::getpgrp();
+        (0..3).any(|fd| libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == me)
     }
 }
 
@@ -38,6 +83,7 @@ impl SignalGuard {
     pub(crate) fn install() -> SignalGuard {
         PENDING_SIGNAL.store(0, Ordering::Relaxed);
         SIGNAL_COUNT.store(0, Ordering::Relaxed);
+        LAST_SIGNAL.store(0, Ordering::Relaxed);
         let mut old = Vec::new();
         for sig in FORWARDED {
             // SAFETY: plain sigaction calls with initialized structs.
@@ -106,6 +152,31 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
     // else's injection (another profiler) wins: two cannot coexist.
     if cfg.gpu && std::env::var_os("CUDA_INJECTION64_PATH").is_none() {
         cmd.env("CUDA_INJECTION64_PATH", &cfg.preload_lib);
+    }
+    // Outside an interactive terminal the program gets a process group of
+    // its own, so that a signal sent to the recorder's group (`kill -INT
+    // -PGID`, `timeout -s INT`, supervisors) reaches the program once,
+    // forwarded by the recorder, instead of twice (issue 8). It dies with
+    // the recorder (PR_SET_PDEATHSIG), as it would have with the group.
+    let own_group = !interactive();
+    PROGRAM_OWN_GROUP.store(own_group, Ordering::Relaxed);
+    if own_group {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the
+        // child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                Ok(())
+            });
+        }
     }
     let child = cmd.spawn().map_err(|source| RecordError::Spawn {
         program: cfg.program.to_string_lossy().into_owned(),

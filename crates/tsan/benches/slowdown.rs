@@ -10,9 +10,14 @@
 //! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access);
 //! - `unrecorded`: the `lockscope cc` build run outside `lockscope record`;
 //! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
+//! - `coalesced`: lockset mode with `LOCKSCOPE_COALESCE=1` (runs of
+//!   identical accesses recorded once with a count);
 //!
 //! The fixtures run with `FIXTURE_SCALE` (default 20) times their test
-//! workload. Under `lockscope record` the time shown is the program's own
+//! workload (those that read it). `SLOWDOWN_FIXTURES=a.c,b.c` picks
+//! fixtures by file name, `SLOWDOWN_RUNS=N` the number of runs. After the
+//! times, the events lost and the trace size of the last detailed and
+//! lockset recordings are printed (issue 13: "no loss in default mode"). Under `lockscope record` the time shown is the program's own
 //! lifetime as the trace records it (process start to exit): the
 //! recorder's own start-up and final drain (~40 ms, the same in timing
 //! mode) are not detailed mode's cost. The ratio columns compare detailed
@@ -24,12 +29,25 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 const RUNS: usize = 5;
+/// Paths under `tests/programs/`: the detailed fixtures, the hand-written
+/// spinlock fixture (every spin iteration is an atomic load) and a
+/// streaming fixture (repeated reads of a few locations).
 const FIXTURES: &[&str] = &[
-    "ulcp_kinds.c",
-    "pincs_fig1.c",
-    "racy_counter.c",
-    "cxx_inventory.cpp",
+    "detailed/ulcp_kinds.c",
+    "detailed/pincs_fig1.c",
+    "detailed/racy_counter.c",
+    "detailed/cxx_inventory.cpp",
+    "spin/spinlocks.c",
+    "detailed/stream.c",
 ];
+
+/// Events lost and trace size (MB) of a trace.
+fn loss_and_size(trace: &Path) -> (u64, f64) {
+    let t = lockscope_format::Trace::open(trace).unwrap();
+    let lost = t.footer.as_ref().map_or(0, |f| f.lost);
+    let mb = std::fs::metadata(trace).map_or(0, |m| m.len()) as f64 / 1e6;
+    (lost, mb)
+}
 
 fn lockscope() -> PathBuf {
     // target/release/deps/slowdown-HASH -> target/release/lockscope
@@ -88,11 +106,19 @@ fn main() {
     // `cargo bench` passes --bench; nothing to parse.
     let ls = lockscope();
     let scale = std::env::var("FIXTURE_SCALE").unwrap_or_else(|_| "20".into());
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs/detailed");
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs");
+    let runs: usize = std::env::var("SLOWDOWN_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RUNS)
+        .max(1);
+    let pick: Option<Vec<String>> = std::env::var("SLOWDOWN_FIXTURES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     let tmp = std::env::temp_dir().join(format!("lockscope-slowdown-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let trace = tmp.join("t.lstrace");
-    println!("FIXTURE_SCALE={scale}, median of {RUNS} runs");
+    println!("FIXTURE_SCALE={scale}, median of {runs} runs");
     println!(
         "{:<20} {:<6} {:>8} {:>8} {:>9} {:>8} {:>10} {:>8} {:>10} {:>11} {:>9}",
         "fixture",
@@ -112,8 +138,12 @@ fn main() {
             println!("({label} not installed)");
             continue;
         }
-        for f in FIXTURES {
-            let src = src_dir.join(f);
+        for path in FIXTURES {
+            let f = path.rsplit('/').next().unwrap_or(path);
+            if pick.as_ref().is_some_and(|p| !p.iter().any(|x| x == f)) {
+                continue;
+            }
+            let src = src_dir.join(path);
             let cpp = f.ends_with(".cpp");
             let drv = if cpp { cxx } else { cc };
             let (plain, instr, tsan) = (tmp.join("plain"), tmp.join("instr"), tmp.join("tsan"));
@@ -142,14 +172,21 @@ fn main() {
                 .arg(&tsan)
                 .output()
                 .is_ok_and(|o| o.status.success());
-            let rec = |bin: &Path, all: bool| -> f64 {
+            let mut losses = [(0u64, 0f64); 3];
+            let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
+                if slot == Some(2) {
+                    c.env("LOCKSCOPE_COALESCE", "1");
+                }
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
                 if all {
                     c.env("LOCKSCOPE_ALL_ACCESSES", "1");
                 }
                 time(c);
+                if let Some(i) = slot {
+                    losses[i] = loss_and_size(&trace);
+                }
                 traced_ms(&trace)
             };
             let run = |bin: &Path| {
@@ -157,13 +194,14 @@ fn main() {
                 c.env("FIXTURE_SCALE", &scale);
                 c
             };
-            let mut cols = [const { Vec::new() }; 6];
-            for _ in 0..RUNS {
+            let mut cols = [const { Vec::new() }; 7];
+            for _ in 0..runs {
                 cols[0].push(time(run(&plain)));
-                cols[1].push(rec(&plain, false));
-                cols[2].push(rec(&instr, false));
-                cols[3].push(rec(&instr, true));
+                cols[1].push(rec(&plain, false, None));
+                cols[2].push(rec(&instr, false, Some(0)));
+                cols[3].push(rec(&instr, true, Some(1)));
                 cols[4].push(time(run(&instr)));
+                cols[6].push(rec(&instr, true, Some(2)));
                 if have_tsan {
                     let mut c = run(&tsan);
                     // The fixtures have deliberate races: do not fail on them.
@@ -188,6 +226,20 @@ fn main() {
                 m[2] / m[1],
                 m[3] / m[1],
                 m[2] / m[0]
+            );
+            println!(
+                "{:<20} {:<6} lost: detailed {} ({:.1} MB), lockset {} ({:.1} MB), \
+                 coalesced lockset {} ({:.1} MB) {:.1}ms = {:.2}x timing",
+                "",
+                "",
+                losses[0].0,
+                losses[0].1,
+                losses[1].0,
+                losses[1].1,
+                losses[2].0,
+                losses[2].1,
+                m[6],
+                m[6] / m[1]
             );
         }
     }

@@ -15,6 +15,18 @@ pub enum Format {
     /// The hardware-trace text form that `lockscope import --format
     /// hwtrace` reads (atomics, memory accesses, a core per thread).
     Hwtrace,
+    /// Collapsed stacks weighted by wait ns (flamegraph.pl, inferno):
+    /// waiter call paths, or holder call paths with `--blame`.
+    Folded,
+    /// Gzipped profile.proto like Go's contention profile (`go tool
+    /// pprof`): contentions/count, delay/nanoseconds, blame/nanoseconds.
+    Pprof,
+    /// Chrome trace-event JSON (Perfetto UI, chrome://tracing): a track
+    /// per thread, wait/hold slices, hand-off flows, waiter counters.
+    Perfetto,
+    /// speedscope's file format: an evented profile per thread whose
+    /// frames are its states (wait/hold LOCK at FUNCTION, blocked).
+    Speedscope,
 }
 
 /// Write a trace in another format.
@@ -36,11 +48,14 @@ pub struct Args {
     /// Clock frequency of the time column (default 1 GHz: cycles = ns).
     #[arg(long, value_name = "HZ", value_parser = parse_hz)]
     pub clock_hz: Option<u64>,
+    /// `--format folded`: the holders' call paths weighted by the wait
+    /// charged to them (the report's blame) instead of the waiters'.
+    #[arg(long)]
+    pub blame: bool,
 }
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let t = util::open_trace(&args.trace)?;
     let mut out: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
@@ -49,6 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     match args.format {
         Format::Hwtrace => {
+            let t = util::open_trace(&args.trace)?;
             let mut opts = lockscope_hwtrace::ExportOptions::default();
             if let Some(hz) = args.clock_hz {
                 opts.clock_hz = hz;
@@ -62,6 +78,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 );
             }
         }
+        Format::Folded | Format::Pprof => super::export_formats::stacks(
+            &args.trace,
+            matches!(args.format, Format::Pprof),
+            args.blame,
+            &mut out,
+        )?,
+        Format::Perfetto => super::export_formats::perfetto(&args.trace, &mut out)?,
+        Format::Speedscope => super::export_formats::speedscope(&args.trace, &mut out)?,
     }
+    out.flush()?;
     Ok(0)
 }

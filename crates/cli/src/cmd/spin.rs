@@ -26,12 +26,25 @@ pub struct Args {
     /// Do not read binaries for symbols (names stay addresses).
     #[arg(long)]
     pub no_symbols: bool,
+    /// Also write a copy of the trace in which every spinlock acquisition
+    /// and release is a pthread-spinlock event, so that `report` (as
+    /// `spin` locks), the replay and every other lock analysis see them.
+    #[arg(long, value_name = "OUT")]
+    pub annotate: Option<PathBuf>,
 }
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let t = util::open_trace(&args.trace)?;
     let r = spin::analyze(&t, !args.no_symbols);
+    if let Some(out) = &args.annotate {
+        use anyhow::Context;
+        let a = spin::annotate(&t, &r);
+        let f = std::fs::File::create(out)
+            .with_context(|| format!("cannot create {}", out.display()))?;
+        lockscope_hwtrace::write_trace(&a, std::io::BufWriter::new(f))
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    }
     util::print_result(&r, args.json, spin::render_text)
 }
 

@@ -1,0 +1,722 @@
+//! Barriers: load imbalance blamed on the last arriver, and redundant
+//! barrier instances (Chabbi's thesis, ch. 3).
+//!
+//! A barrier instance is one round of one `pthread_barrier_t` (the sync
+//! layer numbers a thread's k-th wait on a barrier round k). For each
+//! instance: every participant's arrival, departure and wait; the last
+//! arriver (whose lateness every other participant waited for) with the
+//! call path of its barrier call.
+//!
+//! # Redundancy
+//! Each thread's accesses are cut into epochs by its barrier crossings
+//! (any barrier). An instance is *needed* when there is a dependence
+//! through memory across it between two different participants: thread t
+//! wrote, in its epoch before the instance, bytes that another
+//! participant u reads or writes in its epoch after it (write-read,
+//! write-write), or t read bytes before that u writes after (read-write:
+//! without the barrier u could overwrite them before t read them). With
+//! no such dependence the instance was *redundant*: removing that one
+//! barrier call would not have changed what any thread read. This is the
+//! thesis' definition (§3.2: no data dependence edge from before the
+//! barrier on one task to after it on another). Atomic accesses count
+//! like plain ones. Threads that do not take part in the barrier are not
+//! ordered by it and are ignored.
+//!
+//! As in ch. 3, redundancy is reported per calling context of the
+//! barrier call: a barrier that is always redundant when reached through
+//! one call path can be elided there, even when it is needed elsewhere.
+//!
+//! Redundancy needs every access: a trace recorded without
+//! `LOCKSCOPE_ALL_ACCESSES=1` holds only those inside critical sections,
+//! so the report leaves redundancy undecided and says why.
+
+use std::collections::{BTreeMap, HashMap};
+
+use lockscope_format::{Op, Trace};
+use serde::Serialize;
+
+use crate::deadwrites::context_of;
+use crate::detailed::{hex, Detailed};
+use crate::sync::{for_each_trace_step, StepKind};
+
+/// JSON schema identifier.
+pub const SCHEMA: &str = "lockscope.barriers/1";
+
+/// Most instances listed per barrier.
+const MAX_INSTANCES: usize = 64;
+
+/// Byte ranges [lo, hi), sorted and merged once the epoch is closed.
+#[derive(Default, Clone)]
+struct Ranges(Vec<(u64, u64)>);
+
+impl Ranges {
+    fn push(&mut self, lo: u64, hi: u64) {
+        if let Some(last) = self.0.last_mut() {
+            if last.0 <= lo && lo <= last.1 {
+                last.1 = last.1.max(hi);
+                return;
+            }
+        }
+        self.0.push((lo, hi));
+    }
+
+    fn normalize(&mut self) {
+        self.0.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.0.len());
+        for &(lo, hi) in &self.0 {
+            match out.last_mut() {
+                Some(l) if lo <= l.1 => l.1 = l.1.max(hi),
+                _ => out.push((lo, hi)),
+            }
+        }
+        self.0 = out;
+    }
+
+    /// The first byte both hold, if any (both normalized).
+    fn overlap(&self, other: &Ranges) -> Option<u64> {
+        let (a, b) = (&self.0, &other.0);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let lo = a[i].0.max(b[j].0);
+            let hi = a[i].1.min(b[j].1);
+            if lo < hi {
+                return Some(lo);
+            }
+            if a[i].1 <= b[j].1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        None
+    }
+}
+
+#[derive(Default, Clone)]
+struct Epoch {
+    reads: Ranges,
+    writes: Ranges,
+}
+
+struct Crossing {
+    thread: u32,
+    process: u32,
+    arrive: u64,
+    wait_ns: u64,
+    site: u64,
+    stack: u32,
+    /// Index of the thread's epoch before the crossing (after: + 1).
+    epoch: usize,
+}
+
+/// One thread's wait at one instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Wait {
+    /// Trace thread id.
+    pub thread: u32,
+    /// Waited (corrected ns).
+    pub wait_ns: u64,
+}
+
+/// One barrier instance (one round).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Instance {
+    /// Round (0-based).
+    pub round: u64,
+    /// The last arriver's trace thread id.
+    pub last_arriver: u32,
+    /// `function (file:line)` of the last arriver's barrier call.
+    pub last_arriver_site: String,
+    /// Waits of the participants.
+    pub waits: Vec<Wait>,
+    /// Sum of the waits (ns).
+    pub wait_ns: u64,
+    /// No dependence across it (None: undecided, accesses missing).
+    pub redundant: Option<bool>,
+    /// For a needed instance: a dependence that needed it
+    /// (`thread 2 wrote in+0x8 before, thread 3 reads it after`).
+    pub dependence: Option<String>,
+}
+
+/// Redundancy of one calling context of the barrier call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContextStat {
+    /// Function containing the barrier call.
+    pub function: String,
+    /// `function (file:line)` of the call.
+    pub site: String,
+    /// Call path, innermost first.
+    pub path: Vec<String>,
+    /// Instances some participant reached through this context.
+    pub instances: u64,
+    /// Of those, redundant ones.
+    pub redundant: u64,
+    /// `redundant / instances`.
+    pub redundant_fraction: f64,
+    /// Waiting at these instances (ns, all participants).
+    pub wait_ns: u64,
+}
+
+/// A last arriver: a thread and where it arrived from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LastArriver {
+    /// Trace thread id.
+    pub thread: u32,
+    /// Thread name.
+    pub name: String,
+    /// `function (file:line)` of its barrier call.
+    pub site: String,
+    /// Instances it arrived last at.
+    pub instances: u64,
+    /// Waiting of the others at those instances (ns): the imbalance its
+    /// lateness cost.
+    pub wait_caused_ns: u64,
+}
+
+/// One barrier object.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Barrier {
+    /// Its name (symbol, heap context or address).
+    pub barrier: String,
+    /// Address, hex.
+    pub address: String,
+    /// Instances (rounds) seen.
+    pub instances: u64,
+    /// Most participants of an instance.
+    pub participants: u64,
+    /// Total waiting (ns).
+    pub wait_ns: u64,
+    /// Redundant instances (0 when undecided).
+    pub redundant: u64,
+    /// `redundant / instances`.
+    pub redundant_fraction: f64,
+    /// Per calling context of the barrier call.
+    pub contexts: Vec<ContextStat>,
+    /// Who arrived last, by waiting caused.
+    pub last_arrivers: Vec<LastArriver>,
+    /// The instances (at most 64, in round order).
+    pub instance_list: Vec<Instance>,
+}
+
+/// The barrier report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BarriersReport {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// Whether accesses outside critical sections were recorded (needed
+    /// to decide redundancy).
+    pub all_accesses: bool,
+    /// Barrier instances in the trace.
+    pub instances: u64,
+    /// Redundant ones.
+    pub redundant: u64,
+    /// Per barrier object, by waiting.
+    pub barriers: Vec<Barrier>,
+    /// Caveats.
+    pub notes: Vec<String>,
+}
+
+/// (function, `function (file:line)`, call path) of a code context.
+type Named = (String, String, Vec<String>);
+
+fn size_of(flags: u8, arg2: u64) -> u64 {
+    if flags == 0 {
+        arg2
+    } else {
+        u64::from(flags)
+    }
+}
+
+/// Runs the analysis over a trace (`d`, its detailed view, names things).
+pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
+    let mut epochs: HashMap<u32, Vec<Epoch>> = HashMap::new();
+    // (process, barrier, round) -> crossings
+    let mut rounds: BTreeMap<(u32, u64, u64), Vec<Crossing>> = BTreeMap::new();
+    // Pending arrivals: thread -> (time, site, stack)
+    let mut arrived: HashMap<u32, (u64, u64, u32)> = HashMap::new();
+    let mut outside = false;
+    for_each_trace_step(t, false, |st, interp| {
+        let e = st.event;
+        let ep = epochs
+            .entry(st.thread)
+            .or_insert_with(|| vec![Epoch::default()]);
+        let (rd, wr, size) = match st.kind {
+            StepKind::Memory(Op::Read) => (true, false, size_of(e.flags, e.arg2)),
+            StepKind::Memory(Op::Write) => (false, true, size_of(e.flags, e.arg2)),
+            StepKind::Memory(op) if op.is_atomic() || op == Op::AtomicRmw => {
+                let w = 1u64 << (e.flags & 7).min(4);
+                match op {
+                    Op::AtomicFence => return,
+                    Op::AtomicLoad => (true, false, w),
+                    Op::AtomicStore => (false, true, w),
+                    Op::AtomicCas if e.flags & 0x40 != 0 => (true, false, w),
+                    _ => (true, true, w),
+                }
+            }
+            StepKind::BarrierArrive { .. } => {
+                arrived.insert(st.thread, (st.time, e.site, e.stack));
+                return;
+            }
+            StepKind::BarrierDepart {
+                barrier,
+                round,
+                wait_ns,
+                ..
+            } => {
+                let (arrive, site, stack) = arrived
+                    .remove(&st.thread)
+                    .unwrap_or((st.time, e.site, e.stack));
+                rounds
+                    .entry((barrier.process, barrier.addr, round))
+                    .or_default()
+                    .push(Crossing {
+                        thread: st.thread,
+                        process: st.process,
+                        arrive,
+                        wait_ns,
+                        site,
+                        stack,
+                        epoch: ep.len() - 1,
+                    });
+                ep.push(Epoch::default());
+                return;
+            }
+            _ => return,
+        };
+        if !outside && interp.held(st.thread).is_empty() {
+            outside = true;
+        }
+        let cur = ep.last_mut().expect("one epoch at least");
+        let hi = e.addr.saturating_add(size.max(1));
+        if rd {
+            cur.reads.push(e.addr, hi);
+        }
+        if wr {
+            cur.writes.push(e.addr, hi);
+        }
+    });
+    for v in epochs.values_mut() {
+        for e in v {
+            e.reads.normalize();
+            e.writes.normalize();
+        }
+    }
+    let empty = Epoch::default();
+    let epoch =
+        |t: u32, i: usize| -> &Epoch { epochs.get(&t).and_then(|v| v.get(i)).unwrap_or(&empty) };
+
+    struct Acc {
+        process: u32,
+        instances: u64,
+        participants: u64,
+        wait_ns: u64,
+        redundant: u64,
+        contexts: HashMap<(u64, u32), (u64, u64, u64)>,
+        last: HashMap<(u32, u64), (u64, u64)>,
+        list: Vec<Instance>,
+    }
+    let mut by_barrier: BTreeMap<(u32, u64), Acc> = BTreeMap::new();
+    let (mut total, mut total_redundant) = (0u64, 0u64);
+    let mut site_names: HashMap<(u32, u64, u32), Named> = HashMap::new();
+    for (&(process, addr, round), cs) in &rounds {
+        total += 1;
+        let redundant = if outside {
+            let mut dep: Option<String> = None;
+            'outer: for a in cs {
+                let before = epoch(a.thread, a.epoch);
+                for b in cs {
+                    if a.thread == b.thread {
+                        continue;
+                    }
+                    let after = epoch(b.thread, b.epoch + 1);
+                    let hit = before
+                        .writes
+                        .overlap(&after.reads)
+                        .map(|x| (x, "wrote", "reads"))
+                        .or_else(|| {
+                            before
+                                .writes
+                                .overlap(&after.writes)
+                                .map(|x| (x, "wrote", "writes"))
+                        })
+                        .or_else(|| {
+                            before
+                                .reads
+                                .overlap(&after.writes)
+                                .map(|x| (x, "read", "writes"))
+                        });
+                    if let Some((x, did, does)) = hit {
+                        let obj = d.object(process, x, a.arrive);
+                        dep = Some(format!(
+                            "thread {} {did} {obj} before, thread {} {does} it after",
+                            a.thread, b.thread
+                        ));
+                        break 'outer;
+                    }
+                }
+            }
+            Some(dep)
+        } else {
+            None
+        };
+        let last = cs
+            .iter()
+            .max_by_key(|c| (c.arrive, c.thread))
+            .expect("a round has a crossing");
+        let wait: u64 = cs.iter().map(|c| c.wait_ns).sum();
+        let is_red = matches!(redundant, Some(None));
+        if is_red {
+            total_redundant += 1;
+        }
+        let acc = by_barrier.entry((process, addr)).or_insert_with(|| Acc {
+            process,
+            instances: 0,
+            participants: 0,
+            wait_ns: 0,
+            redundant: 0,
+            contexts: HashMap::new(),
+            last: HashMap::new(),
+            list: Vec::new(),
+        });
+        acc.instances += 1;
+        acc.participants = acc.participants.max(cs.len() as u64);
+        acc.wait_ns += wait;
+        acc.redundant += u64::from(is_red);
+        let mut seen: Vec<(u64, u32)> = Vec::new();
+        for c in cs {
+            if !seen.contains(&(c.site, c.stack)) {
+                seen.push((c.site, c.stack));
+                let e = acc.contexts.entry((c.site, c.stack)).or_insert((0, 0, 0));
+                e.0 += 1;
+                e.1 += u64::from(is_red);
+                e.2 += wait;
+            }
+        }
+        let l = acc.last.entry((last.thread, last.site)).or_insert((0, 0));
+        l.0 += 1;
+        l.1 += wait;
+        if acc.list.len() < MAX_INSTANCES {
+            let name = site_names
+                .entry((last.process, last.site, 0))
+                .or_insert_with(|| context_of(d, last.process, last.site, 0))
+                .1
+                .clone();
+            acc.list.push(Instance {
+                round,
+                last_arriver: last.thread,
+                last_arriver_site: name,
+                waits: cs
+                    .iter()
+                    .map(|c| Wait {
+                        thread: c.thread,
+                        wait_ns: c.wait_ns,
+                    })
+                    .collect(),
+                wait_ns: wait,
+                redundant: redundant.as_ref().map(|x| x.is_none()),
+                dependence: redundant.and_then(|x| x),
+            });
+        }
+    }
+
+    let mut barriers = Vec::new();
+    for ((process, addr), acc) in by_barrier {
+        let mut contexts: Vec<ContextStat> = acc
+            .contexts
+            .iter()
+            .map(|(&(site, stack), &(n, red, wait))| {
+                let (function, s, path) = site_names
+                    .entry((acc.process, site, stack))
+                    .or_insert_with(|| context_of(d, acc.process, site, stack))
+                    .clone();
+                ContextStat {
+                    function,
+                    site: s,
+                    path,
+                    instances: n,
+                    redundant: red,
+                    redundant_fraction: red as f64 / n.max(1) as f64,
+                    wait_ns: wait,
+                }
+            })
+            .collect();
+        contexts.sort_by(|a, b| {
+            b.instances
+                .cmp(&a.instances)
+                .then(a.site.cmp(&b.site))
+                .then(a.path.cmp(&b.path))
+        });
+        let mut last_arrivers: Vec<LastArriver> = acc
+            .last
+            .iter()
+            .map(|(&(thread, site), &(n, wait))| LastArriver {
+                thread,
+                name: d
+                    .threads
+                    .get(&thread)
+                    .map_or_else(String::new, |t| t.name.clone()),
+                site: site_names
+                    .entry((acc.process, site, 0))
+                    .or_insert_with(|| context_of(d, acc.process, site, 0))
+                    .1
+                    .clone(),
+                instances: n,
+                wait_caused_ns: wait,
+            })
+            .collect();
+        last_arrivers.sort_by(|a, b| {
+            b.wait_caused_ns
+                .cmp(&a.wait_caused_ns)
+                .then(a.thread.cmp(&b.thread))
+        });
+        barriers.push(Barrier {
+            barrier: d.object(process, addr, 0),
+            address: hex(addr),
+            instances: acc.instances,
+            participants: acc.participants,
+            wait_ns: acc.wait_ns,
+            redundant: acc.redundant,
+            redundant_fraction: acc.redundant as f64 / acc.instances.max(1) as f64,
+            contexts,
+            last_arrivers,
+            instance_list: acc.list,
+        });
+    }
+    barriers.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.address.cmp(&b.address)));
+    let mut notes = Vec::new();
+    if !outside && total > 0 {
+        notes.push(
+            "only accesses inside critical sections were recorded: whether a barrier was \
+             redundant cannot be decided. Record with LOCKSCOPE_ALL_ACCESSES=1 in the \
+             environment."
+                .into(),
+        );
+    }
+    if d.lost > 0 {
+        notes.push(format!(
+            "{} events were lost while recording: a lost access can hide a dependence \
+             (a needed barrier may be shown redundant)",
+            d.lost
+        ));
+    }
+    BarriersReport {
+        schema: SCHEMA,
+        all_accesses: outside,
+        instances: total,
+        redundant: total_redundant,
+        barriers,
+        notes,
+    }
+}
+
+/// Recommendations for a report section: one line per barrier call that
+/// was redundant every time it ran ("elide"), and per barrier whose
+/// waiting is mostly one late thread ("balance").
+pub fn advice(r: &BarriersReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in &r.barriers {
+        if r.all_accesses {
+            for c in &b.contexts {
+                if c.instances > 0 && c.redundant == c.instances {
+                    out.push(format!(
+                        "elide the barrier call at {} ({} on {}): redundant in all {} instance(s), \
+                         {} of waiting",
+                        c.site,
+                        c.function,
+                        b.barrier,
+                        c.instances,
+                        ms(c.wait_ns)
+                    ));
+                }
+            }
+        }
+        if let Some(l) = b.last_arrivers.first() {
+            if b.wait_ns > 0 && l.wait_caused_ns * 2 > b.wait_ns {
+                out.push(format!(
+                    "balance the work before {}: thread {} arrived last {} time(s), \
+                     {} of the {} waited there",
+                    l.site,
+                    l.thread,
+                    l.instances,
+                    ms(l.wait_caused_ns),
+                    ms(b.wait_ns)
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// Text rendering.
+pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    if r.all_accesses {
+        writeln!(
+            out,
+            "Barriers: {} instance(s), {} redundant (no dependence through memory across them)",
+            r.instances, r.redundant
+        )?;
+    } else {
+        writeln!(
+            out,
+            "Barriers: {} instance(s) (redundancy undecided)",
+            r.instances
+        )?;
+    }
+    if r.barriers.is_empty() {
+        writeln!(out, "  (no pthread_barrier_wait in the trace)")?;
+    }
+    for b in &r.barriers {
+        writeln!(
+            out,
+            "\n{} ({}): {} instance(s), up to {} threads, {} waiting, {} redundant ({:.0}%)",
+            b.barrier,
+            b.address,
+            b.instances,
+            b.participants,
+            ms(b.wait_ns),
+            b.redundant,
+            b.redundant_fraction * 100.0
+        )?;
+        writeln!(out, "  by calling context of the barrier call:")?;
+        for c in &b.contexts {
+            let path = if c.path.len() > 1 {
+                format!(" [{}]", c.path.join(" <- "))
+            } else {
+                String::new()
+            };
+            writeln!(
+                out,
+                "    {:>5} instance(s), {:>5} redundant ({:>3.0}%), {} waiting  {}{}{}",
+                c.instances,
+                c.redundant,
+                c.redundant_fraction * 100.0,
+                ms(c.wait_ns),
+                c.site,
+                path,
+                if r.all_accesses && c.redundant == c.instances {
+                    "  <- always redundant here: elide this call"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        writeln!(out, "  imbalance, blamed on the last arriver:")?;
+        for l in &b.last_arrivers {
+            writeln!(
+                out,
+                "    thread {} ({}) arrived last {} time(s), others waited {}  at {}",
+                l.thread,
+                l.name,
+                l.instances,
+                ms(l.wait_caused_ns),
+                l.site
+            )?;
+        }
+    }
+    let adv = advice(r);
+    if !adv.is_empty() {
+        writeln!(out, "\nrecommendations")?;
+        for a in &adv {
+            writeln!(out, "  - {a}")?;
+        }
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detailed::testutil::*;
+    use lockscope_format::{phase, Event};
+
+    fn bar(time: u64, flags: u8, site: u64) -> Event {
+        Event {
+            time,
+            op: Op::BarrierWait as u8,
+            flags,
+            addr: 0xB0,
+            site,
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn needed_then_redundant() {
+        // Two threads; first barrier (site 0x10) orders t1's write of 0x100
+        // before t2's read: needed. Second (0x20): t1 writes 0x200 only
+        // before, t2 reads 0x300 only after, nobody touches the other's:
+        // redundant.
+        let t = trace(vec![
+            vec![
+                wr(1, 0x100),
+                bar(2, phase::BEGIN, 0x10),
+                bar(5, phase::DONE, 0x10),
+                wr(6, 0x200),
+                bar(7, phase::BEGIN, 0x20),
+                bar(10, phase::DONE, 0x20),
+                rd(11, 0x400),
+            ],
+            vec![
+                bar(4, phase::DONE, 0x10),
+                rd(5, 0x100),
+                wr(6, 0x300),
+                bar(9, phase::DONE, 0x20),
+                rd(11, 0x300),
+            ],
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!((r.instances, r.redundant), (2, 1), "{r:#?}");
+        let b = &r.barriers[0];
+        let red: Vec<Option<bool>> = b.instance_list.iter().map(|i| i.redundant).collect();
+        assert_eq!(red, vec![Some(false), Some(true)]);
+        assert!(b.instance_list[0]
+            .dependence
+            .as_deref()
+            .unwrap()
+            .contains("thread 1 wrote 0x100 before, thread 2 reads it after"));
+        // t2 arrived last both times (no BEGIN), from two call sites.
+        let last: Vec<(u32, u64)> = b
+            .last_arrivers
+            .iter()
+            .map(|l| (l.thread, l.instances))
+            .collect();
+        assert_eq!(last, vec![(2, 1), (2, 1)]);
+        let ctx: Vec<(String, u64, u64)> = b
+            .contexts
+            .iter()
+            .map(|c| (c.site.clone(), c.instances, c.redundant))
+            .collect();
+        assert_eq!(
+            ctx,
+            vec![("?+0x10".to_string(), 1, 0), ("?+0x20".to_string(), 1, 1)]
+        );
+        let adv = advice(&r);
+        assert!(
+            adv[0].starts_with("elide the barrier call at ?+0x20"),
+            "{adv:?}"
+        );
+    }
+
+    #[test]
+    fn read_then_overwrite_is_a_dependence() {
+        let t = trace(vec![
+            vec![
+                rd(1, 0x100),
+                bar(2, phase::BEGIN, 0x10),
+                bar(5, phase::DONE, 0x10),
+            ],
+            vec![bar(4, phase::DONE, 0x10), wr(6, 0x102)],
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!(r.redundant, 0);
+    }
+}

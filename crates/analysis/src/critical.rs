@@ -1,0 +1,257 @@
+//! The critical path of a replayed run: the chain of work that decided
+//! its wall time, through the happens-before edges the replay honours
+//! (lock release to the next acquisition, signal to wake, last barrier
+//! arrival to departures, thread end to join, creation to start, futex
+//! wake to wait return).
+//!
+//! Walked backwards from the thread that ends last: from its end, back to
+//! the last time it was woken; there the path jumps to the thread that
+//! woke it, at that moment, and so on back to a thread's start (and from a
+//! created thread to its creator). The time of each stretch goes to its
+//! thread, and, where the thread held locks meanwhile, to those locks and
+//! sites. A lock threads waited for that is never held on the path is
+//! *off the critical path*: making it faster changes waits, not the wall
+//! time.
+
+use std::collections::BTreeMap;
+
+use crate::input::Meta;
+use crate::replay::{effective_cpus, simulate_logged, Program, Scenario};
+use crate::symbols::Symbolizer;
+
+/// JSON schema name of [`CriticalPath`].
+pub const SCHEMA: &str = "lockscope.critical_path/1";
+
+/// A thread's share of the path.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThreadOnPath {
+    /// OS tid.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+    /// Time on the path, ns.
+    pub ns: u64,
+}
+
+/// A lock's share of the path.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LockOnPath {
+    /// Lock name.
+    pub lock: String,
+    /// Time on the path inside its critical sections, ns.
+    pub held_on_path_ns: u64,
+    /// Time threads waited for it in the replay, ns.
+    pub wait_ns: u64,
+    /// Threads waited for it but it is never held on the path.
+    pub off_path: bool,
+    /// Sites whose sections are on the path: (site, ns), most first.
+    pub sites: Vec<SiteOnPath>,
+}
+
+/// A call site's share of the path.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SiteOnPath {
+    /// Site (function and line, or address).
+    pub site: String,
+    /// Time on the path in sections entered there, ns.
+    pub ns: u64,
+}
+
+/// `lockscope critical-path` result (schema [`SCHEMA`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CriticalPath {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// CPUs of the replayed machine.
+    pub cpus: u32,
+    /// Length of the path (= replayed wall time), ns.
+    pub length_ns: u64,
+    /// Hops from one thread to another along the path.
+    pub hops: u64,
+    /// Threads on the path, most time first.
+    pub threads: Vec<ThreadOnPath>,
+    /// Locks held on the path or waited for, most time on the path first.
+    pub locks: Vec<LockOnPath>,
+}
+
+/// Computes the critical path of the replayed run (without the
+/// recorder's overhead) on `cpus` CPUs (0: the recording machine's).
+pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> CriticalPath {
+    let cpus = effective_cpus(p, cpus);
+    let (res, log) = simulate_logged(p, cpus, &Scenario::default(), true);
+    let log = log.expect("logged");
+    let n = p.threads.len();
+    let mut per_thread = vec![0u64; n];
+    let mut per_cs: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut hops = 0u64;
+    // Start at the thread that ends last.
+    let mut cur = (0..n).max_by_key(|&i| (res.ends[i], std::cmp::Reverse(i)));
+    let mut t = cur.map_or(0, |i| res.ends[i]);
+    let mut guard = 0usize;
+    let limit = log.wakes.iter().map(Vec::len).sum::<usize>() + 2 * n + 16;
+    while let Some(x) = cur {
+        guard += 1;
+        if guard > limit {
+            break;
+        }
+        let wakes = &log.wakes[x];
+        // The last wake of x at or before t (strictly before when we just
+        // arrived at t through a hop, to make progress).
+        let i = wakes.partition_point(|w| w.0 <= t);
+        let (from, next) = match i.checked_sub(1).map(|k| wakes[k]) {
+            Some((tw, waker)) if waker as usize != x => (tw, Some((waker as usize, tw))),
+            Some((tw, _)) => (tw, Some((x, tw.saturating_sub(1)))),
+            None => {
+                let start = log.starts[x].min(t);
+                let next = log.spawns[x].map(|(ts, parent)| (parent as usize, ts.min(start)));
+                (start, next)
+            }
+        };
+        let from = from.min(t);
+        attribute(&log.holds[x], from, t, &mut per_cs);
+        per_thread[x] += t - from;
+        match next {
+            Some((y, ty)) => {
+                if y != x {
+                    hops += 1;
+                }
+                cur = Some(y);
+                t = ty.min(from);
+            }
+            None => cur = None,
+        }
+    }
+    let mut sym = Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize);
+    let mut threads: Vec<ThreadOnPath> = (0..n)
+        .filter(|&i| per_thread[i] > 0)
+        .map(|i| ThreadOnPath {
+            tid: p.threads[i].tid,
+            name: p.threads[i].name.clone(),
+            ns: per_thread[i],
+        })
+        .collect();
+    threads.sort_by_key(|x| std::cmp::Reverse(x.ns));
+    let mut locks: Vec<LockOnPath> = Vec::new();
+    for (l, id) in p.locks.iter().enumerate() {
+        let mut sites: Vec<SiteOnPath> = per_cs
+            .iter()
+            .filter(|(&cs, _)| p.sections[cs as usize].lock == l as u32)
+            .map(|(&cs, &ns)| SiteOnPath {
+                site: sym.code(id.process, p.sections[cs as usize].site).short(),
+                ns,
+            })
+            .collect();
+        let held: u64 = sites.iter().map(|s| s.ns).sum();
+        let wait = res.lock_wait_by_lock[l];
+        if held == 0 && wait == 0 {
+            continue;
+        }
+        sites.sort_by_key(|s| std::cmp::Reverse(s.ns));
+        locks.push(LockOnPath {
+            lock: sym
+                .data(id.process, id.addr)
+                .unwrap_or_else(|| format!("{:#x}", id.addr)),
+            held_on_path_ns: held,
+            wait_ns: wait,
+            off_path: held == 0,
+            sites,
+        });
+    }
+    locks.sort_by_key(|l| {
+        (
+            std::cmp::Reverse(l.held_on_path_ns),
+            std::cmp::Reverse(l.wait_ns),
+        )
+    });
+    CriticalPath {
+        schema: SCHEMA,
+        cpus,
+        length_ns: per_thread.iter().sum(),
+        hops,
+        threads,
+        locks,
+    }
+}
+
+/// Adds the overlap of [a, b) with each section of `holds` to its key.
+fn attribute(holds: &[(u64, u64, u32)], a: u64, b: u64, per_cs: &mut BTreeMap<u32, u64>) {
+    if b <= a {
+        return;
+    }
+    // Holds are ordered by end: skip those that ended before a. Past b,
+    // only an enclosing (outer) section can still overlap; a run of
+    // sections that all start after b means there is none left.
+    let first = holds.partition_point(|h| h.1 <= a);
+    let mut after = 0;
+    for &(s, e, cs) in &holds[first..] {
+        if s >= b {
+            after += 1;
+            if after > 16 {
+                break;
+            }
+            continue;
+        }
+        after = 0;
+        let ov = e.min(b).saturating_sub(s.max(a));
+        if ov > 0 {
+            *per_cs.entry(cs).or_default() += ov;
+        }
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// Renders a critical path as text.
+pub fn render_text(r: &CriticalPath, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "critical path of the replayed run on {} CPU(s): {} ({} hops between threads)",
+        r.cpus,
+        ms(r.length_ns),
+        r.hops
+    )?;
+    writeln!(out, "\nthreads on the path")?;
+    for t in &r.threads {
+        writeln!(
+            out,
+            "  {:>8}  {:<16} {:>12}  {:5.1} %",
+            t.tid,
+            t.name,
+            ms(t.ns),
+            pct(t.ns, r.length_ns)
+        )?;
+    }
+    writeln!(out, "\nlocks (held on the path vs waited for)")?;
+    if r.locks.is_empty() {
+        writeln!(out, "  (none)")?;
+    }
+    for l in &r.locks {
+        writeln!(
+            out,
+            "  {:<24} on path {:>12} ({:4.1} %)  waited {:>12}{}",
+            l.lock,
+            ms(l.held_on_path_ns),
+            pct(l.held_on_path_ns, r.length_ns),
+            ms(l.wait_ns),
+            if l.off_path {
+                "  OFF the critical path: shortening it does not shorten the run"
+            } else {
+                ""
+            }
+        )?;
+        for s in l.sites.iter().take(5) {
+            writeln!(out, "      {:<40} {:>12}", s.site, ms(s.ns))?;
+        }
+    }
+    Ok(())
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 * 100.0 / b as f64
+    }
+}

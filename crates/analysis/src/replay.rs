@@ -1,0 +1,1410 @@
+//! Deterministic discrete-event replay of a recorded run (PerfPlay §5),
+//! and the what-if scenarios built on it.
+//!
+//! # Model
+//! The trace's synchronization steps ([`crate::sync`]) become, per
+//! thread, a program of actions:
+//! - compute segments take their recorded, overhead-corrected durations
+//!   and need a CPU; a machine of `cpus` CPUs runs at most that many at
+//!   once, the others queue first come, first served (ties: lower thread
+//!   id);
+//! - every lock is granted in the recorded order (ELSC, PerfPlay §5.2):
+//!   the k-th recorded acquisition of a lock waits until the k-1 before it
+//!   were granted and the lock is free (readers of a reader-writer lock
+//!   share it), whatever the replayed timing;
+//! - a condition wait that was signalled waits for the signal recorded
+//!   last before its return; a semaphore wait for the last post; a futex
+//!   wait for the last wake by another thread; a barrier departure for
+//!   the round's last arrival; a join for the joined thread's end; a
+//!   thread starts when its creator reaches `pthread_create` (at the
+//!   recorded offset into that call);
+//! - a wait with no recorded cause (a timed-out wait, a wake from outside
+//!   the trace) lasts as long as it was recorded.
+//!
+//! Everything is integer arithmetic on an event queue ordered by (time,
+//! sequence number): the same trace and options give the same result,
+//! run after run. A replay that would deadlock (a release lost by the
+//! recorder) grants the oldest blocked acquisition and counts it.
+//!
+//! # Limits
+//! The programs are held in memory (about 24 bytes per synchronization
+//! event); the replay is not streaming yet.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::path::Path;
+
+use crate::input::Meta;
+use crate::sync::{for_each_step, BlockedOn, ObjId, SegKind, Step, StepKind};
+use crate::AnalysisError;
+
+/// JSON schema name of [`ReplayReport`].
+pub const SCHEMA: &str = "lockscope.replay/1";
+
+/// One action of a thread's program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Run for `ns` on a CPU; `cs` is the innermost critical section
+    /// (index in [`Program::sections`]) the work is done in, `u32::MAX`
+    /// outside any.
+    Compute {
+        /// CPU work, ns (the recorded duration times the CPU share the
+        /// thread had while it ran, see [`build`]).
+        ns: u64,
+        /// Innermost enclosing section key, or `u32::MAX`.
+        cs: u32,
+        /// Recorder overhead removed from it, ns (added back when
+        /// replaying the run as recorded, [`Scenario::keep_overhead`]).
+        oh: u32,
+    },
+    /// Run for `ns` on a CPU inside an unlock that entered the kernel to
+    /// wake a waiter of `lock` (only when the replayed release did wake
+    /// somebody: gone when the lock is removed or nobody waits).
+    UnlockWork {
+        /// Lock index.
+        lock: u32,
+        /// CPU work, ns.
+        ns: u64,
+    },
+    /// Wait `ns` without a CPU (a wait with no recorded cause).
+    Sleep(u64),
+    /// Take a lock: the `seq`-th recorded acquisition of it.
+    Acquire {
+        /// Lock index.
+        lock: u32,
+        /// Position in the lock's recorded order.
+        seq: u64,
+        /// Shared (reader) mode.
+        shared: bool,
+        /// Section key ([`Program::sections`]).
+        cs: u32,
+        /// Recorded hand-off latency (release to acquisition), applied
+        /// when the replayed acquisition has to wait.
+        handoff: u64,
+    },
+    /// Release a lock.
+    Release {
+        /// Lock index.
+        lock: u32,
+    },
+    /// Something other threads may wait for happens now.
+    Signal(u32),
+    /// Wait until signal `id` has happened; `latency` (the recorded
+    /// wake-up time) is added when the wait blocks.
+    WaitFor {
+        /// Signal id.
+        id: u32,
+        /// Recorded wake-up latency, ns.
+        latency: u64,
+    },
+    /// Start thread `child` after `offset` ns.
+    Spawn {
+        /// Thread index.
+        child: u32,
+        /// Delay, ns.
+        offset: u64,
+    },
+}
+
+/// A section key: the lock and the call site that opened the section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SectionKey {
+    /// Lock index.
+    pub lock: u32,
+    /// Call site (pc).
+    pub site: u64,
+}
+
+/// One thread's program.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadProgram {
+    /// Trace thread id.
+    pub id: u32,
+    /// Process trace id.
+    pub process: u32,
+    /// OS tid.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+    /// Recorded start (raw ns since trace start).
+    pub start: u64,
+    /// Recorded end (raw ns).
+    pub end: u64,
+    /// Started by a `Spawn` of its creator (else at its recorded start).
+    pub spawned: bool,
+    /// The actions.
+    pub actions: Vec<Action>,
+}
+
+/// A whole replayable run.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    /// Threads, densely indexed.
+    pub threads: Vec<ThreadProgram>,
+    /// Locks by index.
+    pub locks: Vec<ObjId>,
+    /// Section keys by index.
+    pub sections: Vec<SectionKey>,
+    /// Number of signal ids (thread ends are `0..threads.len()`).
+    pub signals: u32,
+    /// Recording machine's CPUs (0 if unknown).
+    pub cpus: u32,
+    /// Recorder overhead removed from the compute segments, ns.
+    pub overhead_ns: u64,
+}
+
+impl Program {
+    /// Recorded wall time: first start to last end.
+    pub fn recorded_wall(&self) -> u64 {
+        let start = self.threads.iter().map(|t| t.start).min().unwrap_or(0);
+        let end = self.threads.iter().map(|t| t.end).max().unwrap_or(0);
+        end.saturating_sub(start)
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    p: Program,
+    thread_ix: HashMap<u32, u32>,
+    tid_ix: HashMap<(u32, u32), u32>,
+    lock_ix: HashMap<ObjId, u32>,
+    lock_seq: Vec<u64>,
+    section_ix: HashMap<SectionKey, u32>,
+    /// Per thread: stack of open sections (lock, section key).
+    open: Vec<Vec<(u32, u32)>>,
+    started: Vec<bool>,
+    /// Last signal per (class, object): (id, time, thread).
+    last_signal: HashMap<(u8, ObjId), (u32, u64, u32)>,
+    arrivals: HashMap<(ObjId, u64, u32), (u32, u64)>,
+    /// Last release per lock: (raw time, thread).
+    last_release: Vec<(u64, u32)>,
+    /// Recorded compute intervals: (start, end, thread, action index).
+    ivs: Vec<(u64, u64, u32, u32)>,
+}
+
+impl Builder {
+    fn new(meta: &Meta) -> Self {
+        let mut b = Builder::default();
+        let mut threads: Vec<_> = meta.threads.values().collect();
+        threads.sort_by_key(|t| t.id);
+        for t in threads {
+            let name = meta
+                .thread_names
+                .get(&t.id)
+                .cloned()
+                .unwrap_or_else(|| t.name.clone());
+            let i = b.thread(t.id, t.process, t.tid, name);
+            b.p.threads[i as usize].start = t.start_ns;
+        }
+        b.p.cpus = meta.header.cpus;
+        b
+    }
+
+    fn thread(&mut self, id: u32, process: u32, tid: u32, name: String) -> u32 {
+        if let Some(&i) = self.thread_ix.get(&id) {
+            return i;
+        }
+        let i = self.p.threads.len() as u32;
+        self.thread_ix.insert(id, i);
+        if tid != 0 {
+            self.tid_ix.insert((process, tid), i);
+        }
+        self.p.threads.push(ThreadProgram {
+            id,
+            process,
+            tid,
+            name,
+            ..ThreadProgram::default()
+        });
+        self.open.push(Vec::new());
+        self.started.push(false);
+        i
+    }
+
+    fn lock(&mut self, id: ObjId) -> u32 {
+        let n = self.p.locks.len() as u32;
+        *self.lock_ix.entry(id).or_insert_with(|| {
+            self.p.locks.push(id);
+            self.lock_seq.push(0);
+            self.last_release.push((0, u32::MAX));
+            n
+        })
+    }
+
+    fn section(&mut self, key: SectionKey) -> u32 {
+        let n = self.p.sections.len() as u32;
+        *self.section_ix.entry(key).or_insert_with(|| {
+            self.p.sections.push(key);
+            n
+        })
+    }
+
+    fn signal_id(&mut self) -> u32 {
+        // Ids 0..threads are the thread ends; they are assigned at the
+        // end (threads may still appear), so signals count from a base
+        // fixed there: keep a plain counter here and offset later.
+        let id = self.p.signals;
+        self.p.signals += 1;
+        id | SIGNAL_BIT
+    }
+
+    fn acquire(&mut self, ti: u32, s: &Step<'_>, lock: ObjId, site: u64, shared: bool) {
+        let l = self.lock(lock);
+        let seq = self.lock_seq[l as usize];
+        self.lock_seq[l as usize] += 1;
+        let cs = self.section(SectionKey { lock: l, site });
+        self.open[ti as usize].push((l, cs));
+        // A woken waiter takes a while to run: the time from the release
+        // that let it in to its acquisition, as recorded.
+        let (rel, by) = self.last_release[l as usize];
+        let handoff = if matches!(s.segment.kind, SegKind::Blocked(BlockedOn::Lock))
+            && by != ti
+            && by != u32::MAX
+            && rel >= s.time.saturating_sub(s.segment.raw_ns)
+        {
+            (s.time - rel.min(s.time)).min(s.segment.corrected_ns)
+        } else {
+            0
+        };
+        self.p.threads[ti as usize].actions.push(Action::Acquire {
+            lock: l,
+            seq,
+            shared,
+            cs,
+            handoff,
+        });
+    }
+
+    fn release(&mut self, ti: u32, lock: ObjId, t: u64) {
+        let l = self.lock(lock);
+        self.last_release[l as usize] = (t, ti);
+        let open = &mut self.open[ti as usize];
+        if let Some(i) = open.iter().rposition(|o| o.0 == l) {
+            open.remove(i);
+        }
+        self.p.threads[ti as usize]
+            .actions
+            .push(Action::Release { lock: l });
+    }
+
+    fn push(&mut self, ti: u32, a: Action) {
+        self.p.threads[ti as usize].actions.push(a);
+    }
+
+    /// A wait that ended at `s`: on `cause` (signal id, time, thread) if
+    /// it happened after the wait began, else as long as it was recorded.
+    fn wait(&mut self, ti: u32, s: &Step<'_>, cause: Option<(u32, u64, u32)>, me_ok: bool) {
+        let begin = s.time.saturating_sub(s.segment.raw_ns);
+        match cause {
+            Some((id, t, by)) if t >= begin && (me_ok || by != ti) => {
+                let latency = s.time.saturating_sub(t).min(s.segment.corrected_ns);
+                self.push(ti, Action::WaitFor { id, latency })
+            }
+            _ => {
+                if s.segment.corrected_ns > 0 {
+                    self.push(ti, Action::Sleep(s.segment.corrected_ns));
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, s: &Step<'_>) {
+        let ti = self.thread(s.thread, s.process, 0, format!("thread#{}", s.thread));
+        let seg = s.segment;
+        if !self.started[ti as usize] {
+            self.started[ti as usize] = true;
+            self.p.threads[ti as usize].start = s.time.saturating_sub(seg.raw_ns);
+        }
+        self.p.overhead_ns += seg.cost_ns;
+        let blocked = matches!(seg.kind, SegKind::Blocked(_));
+        // The work before this step.
+        if !blocked && seg.corrected_ns > 0 {
+            let cs = self.open[ti as usize].last().map_or(u32::MAX, |o| o.1);
+            if let Some((child, Some(offset))) = self.spawn_point(s) {
+                // The child started during this call, at the recorded
+                // offset into it.
+                self.push(ti, Action::Spawn { child, offset });
+            }
+            let at = self.p.threads[ti as usize].actions.len() as u32;
+            self.ivs
+                .push((s.time.saturating_sub(seg.raw_ns), s.time, ti, at));
+            if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) = (seg.kind, s.kind) {
+                let l = self.lock(lock);
+                self.push(
+                    ti,
+                    Action::UnlockWork {
+                        lock: l,
+                        ns: seg.corrected_ns,
+                    },
+                );
+            } else {
+                self.push(
+                    ti,
+                    Action::Compute {
+                        ns: seg.corrected_ns,
+                        cs,
+                        oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
+                    },
+                );
+            }
+        }
+        match s.kind {
+            StepKind::Acquired { section, .. } => {
+                self.acquire(ti, s, section.lock, section.site, section.shared())
+            }
+            StepKind::Released(section)
+            | StepKind::HeldAtExit(section)
+            | StepKind::HoldDropped(section) => self.release(ti, section.lock, s.time),
+            StepKind::CondWaitBegin {
+                released: Some(section),
+                ..
+            } => self.release(ti, section.lock, s.time),
+            StepKind::CondWaitEnd {
+                cond,
+                timed_out,
+                section,
+                ..
+            } => {
+                let cause = if timed_out {
+                    None
+                } else {
+                    self.last_signal.get(&(0, cond)).copied()
+                };
+                self.wait(ti, s, cause, false);
+                // The re-acquisition is in the mutex's recorded order; its
+                // wait is part of the condition wait's segment.
+                let l = self.lock(section.lock);
+                let seq = self.lock_seq[l as usize];
+                self.lock_seq[l as usize] += 1;
+                let cs = self.section(SectionKey {
+                    lock: l,
+                    site: section.site,
+                });
+                self.open[ti as usize].push((l, cs));
+                self.push(
+                    ti,
+                    Action::Acquire {
+                        lock: l,
+                        seq,
+                        shared: false,
+                        cs,
+                        handoff: 0,
+                    },
+                );
+            }
+            StepKind::CondSignal { cond, .. } => self.signal(ti, s, 0, cond),
+            StepKind::SemPost { sem } => self.signal(ti, s, 1, sem),
+            StepKind::FutexWake { futex, .. } => self.signal(ti, s, 2, futex),
+            StepKind::SemWaitEnd { sem, waited, .. } => {
+                let cause = if waited {
+                    self.last_signal.get(&(1, sem)).copied()
+                } else {
+                    None
+                };
+                self.wait(ti, s, cause, true);
+            }
+            StepKind::FutexWaitEnd { futex, failed, .. } => {
+                let cause = if failed.is_none() {
+                    self.last_signal.get(&(2, futex)).copied()
+                } else {
+                    None
+                };
+                self.wait(ti, s, cause, false);
+            }
+            StepKind::BarrierArrive { barrier, round } => {
+                let id = self.signal_id();
+                self.arrivals.insert((barrier, round, ti), (id, s.time));
+                self.push(ti, Action::Signal(id));
+            }
+            StepKind::BarrierDepart {
+                barrier,
+                round,
+                last_arriver,
+                arrived_now,
+                ..
+            } => {
+                if arrived_now {
+                    let id = self.signal_id();
+                    self.arrivals.insert((barrier, round, ti), (id, s.time));
+                    self.push(ti, Action::Signal(id));
+                }
+                let last = self.thread_ix.get(&last_arriver).copied();
+                let cause = last
+                    .filter(|&l| l != ti)
+                    .and_then(|l| self.arrivals.get(&(barrier, round, l)))
+                    .map(|&(id, t)| (id, t, u32::MAX));
+                if arrived_now && cause.is_none() {
+                    // It arrived last and left at once.
+                } else {
+                    self.wait(ti, s, cause, false);
+                }
+            }
+            StepKind::JoinEnd { tid } => {
+                let target = self.tid_ix.get(&(s.process, tid as u32)).copied();
+                match target {
+                    Some(t) if t != ti => {
+                        let end = self.p.threads[t as usize].end;
+                        let latency = if end > 0 {
+                            s.time.saturating_sub(end).min(seg.corrected_ns)
+                        } else {
+                            0
+                        };
+                        self.push(ti, Action::WaitFor { id: t, latency })
+                    }
+                    _ => self.wait(ti, s, None, false),
+                }
+            }
+            StepKind::ThreadExit => self.p.threads[ti as usize].end = s.time,
+            StepKind::ThreadCreate { .. } => {
+                if let Some((child, None)) = self.spawn_point(s) {
+                    // The child started after the call returned: as long
+                    // after as recorded (a busy machine can take a while
+                    // to run a new thread).
+                    let c = &mut self.p.threads[child as usize];
+                    c.spawned = true;
+                    let offset = c.start.saturating_sub(s.time);
+                    self.push(ti, Action::Spawn { child, offset });
+                }
+            }
+            StepKind::End => {
+                self.p.threads[ti as usize].end = s.time;
+                if blocked && seg.corrected_ns > 0 {
+                    self.push(ti, Action::Sleep(seg.corrected_ns));
+                }
+            }
+            _ => {
+                // A blocked segment ending here without a replayable cause
+                // (a timed lock that timed out, an abandoned wait).
+                if blocked
+                    && seg.corrected_ns > 0
+                    && !matches!(
+                        (seg.kind, s.kind),
+                        (SegKind::Blocked(BlockedOn::Lock), StepKind::Acquired { .. })
+                    )
+                {
+                    self.push(ti, Action::Sleep(seg.corrected_ns));
+                }
+            }
+        }
+    }
+
+    /// For a `ThreadCreate` step: the child and, if it started during the
+    /// call, its offset into the call (then marked spawned); `None` if it
+    /// started after the call returned.
+    fn spawn_point(&mut self, s: &Step<'_>) -> Option<(u32, Option<u64>)> {
+        let StepKind::ThreadCreate { tid } = s.kind else {
+            return None;
+        };
+        let child = *self.tid_ix.get(&(s.process, tid as u32))?;
+        let c = &mut self.p.threads[child as usize];
+        if c.spawned {
+            return None;
+        }
+        let begin = s.time.saturating_sub(s.segment.raw_ns);
+        if c.start >= s.time || s.segment.corrected_ns == 0 {
+            return Some((child, None));
+        }
+        c.spawned = true;
+        let offset = c.start.saturating_sub(begin).min(s.segment.corrected_ns);
+        Some((child, Some(offset)))
+    }
+
+    fn signal(&mut self, ti: u32, s: &Step<'_>, class: u8, obj: ObjId) {
+        let id = self.signal_id();
+        self.last_signal.insert((class, obj), (id, s.time, ti));
+        self.push(ti, Action::Signal(id));
+    }
+
+    fn finish(mut self) -> Program {
+        // Signal ids: thread ends first, then the others.
+        let base = self.p.threads.len() as u32;
+        for t in &mut self.p.threads {
+            for a in &mut t.actions {
+                match a {
+                    Action::Signal(id) | Action::WaitFor { id, .. } if *id & SIGNAL_BIT != 0 => {
+                        *id = (*id & !SIGNAL_BIT) + base;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.p.signals += base;
+        self.cpu_shares();
+        self.p
+    }
+
+    /// Recorded compute segments are wall time: while more threads were
+    /// runnable than the recording machine had CPUs, each ran only part of
+    /// the time. Converts each segment to the CPU work it did, assuming
+    /// the CPUs were shared evenly (processor sharing) among the threads
+    /// in a compute segment at each moment; the replay shares its CPUs the
+    /// same way, so an unchanged run replays as recorded.
+    fn cpu_shares(&mut self) {
+        let n = u64::from(self.p.cpus);
+        if n == 0 || self.ivs.is_empty() {
+            return;
+        }
+        let mut pts: Vec<(u64, i64)> = Vec::with_capacity(self.ivs.len() * 2);
+        for &(a, b, _, _) in &self.ivs {
+            if b > a {
+                pts.push((a, 1));
+                pts.push((b, -1));
+            }
+        }
+        // Ends before starts at the same instant.
+        pts.sort_unstable();
+        let mut curve: Vec<(u64, f64)> = Vec::new();
+        let (mut k, mut acc) = (0i64, 0f64);
+        let mut last = pts.first().map_or(0, |p| p.0);
+        for (t, d) in pts {
+            if t > last {
+                let share = if k as u64 <= n {
+                    1.0
+                } else {
+                    n as f64 / k as f64
+                };
+                acc += (t - last) as f64 * share;
+                last = t;
+            }
+            if curve.last().is_none_or(|c| c.0 != t) {
+                curve.push((t, acc));
+            }
+            k += d;
+        }
+        let at = |t: u64| -> f64 {
+            match curve.binary_search_by_key(&t, |c| c.0) {
+                Ok(i) => curve[i].1,
+                Err(_) => 0.0,
+            }
+        };
+        for &(a, b, ti, ai) in &self.ivs {
+            if b <= a {
+                continue;
+            }
+            let share = ((at(b) - at(a)) / (b - a) as f64).clamp(0.0, 1.0);
+            match self.p.threads[ti as usize].actions.get_mut(ai as usize) {
+                Some(Action::Compute { ns, oh, .. }) => {
+                    *ns = (*ns as f64 * share).round() as u64;
+                    *oh = (f64::from(*oh) * share).round() as u32;
+                }
+                Some(Action::UnlockWork { ns, .. }) => {
+                    *ns = (*ns as f64 * share).round() as u64;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+const SIGNAL_BIT: u32 = 1 << 31;
+
+/// Builds the replayable program of a trace file (streaming its steps).
+pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
+    let mut b = Builder::new(meta);
+    for_each_step(path, meta, true, |s, _| b.step(s))?;
+    Ok(b.finish())
+}
+
+/// A change to the recorded run.
+#[derive(Clone, Debug, Default)]
+pub struct Scenario {
+    /// Locks whose acquisitions and releases are removed.
+    pub remove_locks: Vec<u32>,
+    /// Section keys whose work is scaled: (section key, percent kept).
+    pub shrink: Vec<(u32, u32)>,
+    /// Section keys that only read: they take their lock shared (as if it
+    /// were a reader-writer lock and they its readers).
+    pub readers: Vec<u32>,
+    /// Add the recorder's overhead back to the work (replay the run as
+    /// it was recorded, to compare with the recorded wall time).
+    pub keep_overhead: bool,
+    /// PerfPlay's ULCP-free transformation (§4): the locks named here no
+    /// longer exclude; an acquisition waits only for the release of the
+    /// earlier acquisitions of the lock it truly conflicts with.
+    pub ulcp_free: Option<UlcpFree>,
+    /// Record when every acquisition was attempted and released
+    /// ([`SimResult::section_times`]).
+    pub record_sections: bool,
+}
+
+/// Per lock turned ULCP-free: per recorded acquisition (by its position
+/// in the lock's recorded order), the earlier acquisitions it must
+/// follow.
+#[derive(Clone, Debug, Default)]
+pub struct UlcpFree {
+    /// Lock index -> per turn, the earlier turns it truly conflicts with.
+    pub deps: HashMap<u32, Vec<Vec<u64>>>,
+}
+
+/// Result of one simulation.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SimResult {
+    /// Replayed wall time (first start to last end), ns.
+    pub wall_ns: u64,
+    /// Per thread (in [`Program::threads`] order): replayed end, ns since
+    /// the first start.
+    pub ends: Vec<u64>,
+    /// Per thread: time spent waiting for locks in the replay, ns.
+    pub lock_wait: Vec<u64>,
+    /// Per lock ([`Program::locks`]): time threads waited for it, ns.
+    pub lock_wait_by_lock: Vec<u64>,
+    /// Acquisitions granted out of order, or signals assumed, to break
+    /// a deadlock.
+    pub forced: u64,
+    /// Per lock, per recorded turn: (attempted, released), ns since the
+    /// first start (`u64::MAX` if it never happened); empty unless
+    /// [`Scenario::record_sections`].
+    #[serde(skip)]
+    pub section_times: Vec<Vec<(u64, u64)>>,
+}
+
+/// State of a lock under the ULCP-free transformation.
+struct FreeLock {
+    released: Vec<bool>,
+    /// Turn waited for -> threads waiting.
+    waiters: BTreeMap<u64, Vec<u32>>,
+}
+
+struct LockState {
+    /// Lowest turn not granted yet.
+    next: u64,
+    exclusive: bool,
+    readers: u32,
+    waiting: BTreeMap<u64, (u32, bool)>,
+    /// Turns above `next` already granted (readers that went ahead).
+    granted: std::collections::BTreeSet<u64>,
+    /// Per turn: the lowest exclusive turn at or after it (`u64::MAX`
+    /// if none).
+    next_writer: Vec<u64>,
+}
+
+impl LockState {
+    /// Readers need no order among themselves: a reader may go as soon
+    /// as every writer before it in the recorded order has; a writer
+    /// waits for its turn and an empty lock.
+    fn can_grant(&self, k: u64, shared: bool) -> bool {
+        if self.exclusive || k < self.next {
+            return false;
+        }
+        if shared {
+            let w = self
+                .next_writer
+                .get(self.next as usize)
+                .copied()
+                .unwrap_or(u64::MAX);
+            k < w || k == self.next
+        } else {
+            k == self.next && self.readers == 0
+        }
+    }
+}
+
+/// Runs the program on a machine of `cpus` CPUs under `sc`.
+///
+/// The CPUs are shared evenly among the threads that compute
+/// (processor sharing): with `k` of them on `cpus` CPUs each progresses
+/// at `min(1, cpus / k)`. A virtual work clock makes that cheap: a
+/// compute started when the clock read `v` with `w` ns of work ends when
+/// it reads `v + w`, whatever happens meanwhile.
+pub fn simulate(p: &Program, cpus: u32, sc: &Scenario) -> SimResult {
+    simulate_logged(p, cpus, sc, false).0
+}
+
+/// Who let whom run, for the critical path ([`simulate_logged`]).
+#[derive(Clone, Debug, Default)]
+pub struct PathLog {
+    /// Per thread: (time woken, waker thread), in time order. A thread is
+    /// woken when the lock it waits for is granted to it, or the signal
+    /// (condition, semaphore, futex, barrier arrival, thread end) it
+    /// waits for happens.
+    pub wakes: Vec<Vec<(u64, u32)>>,
+    /// Per thread: (start time, creator) if started by a creator.
+    pub spawns: Vec<Option<(u64, u32)>>,
+    /// Per thread: first time it ran.
+    pub starts: Vec<u64>,
+    /// Per thread: critical sections (start, end, section key), by end.
+    pub holds: Vec<Vec<(u64, u64, u32)>>,
+}
+
+/// [`simulate`], also logging the wake-ups and sections when `log`.
+pub fn simulate_logged(
+    p: &Program,
+    cpus: u32,
+    sc: &Scenario,
+    log: bool,
+) -> (SimResult, Option<PathLog>) {
+    let n = p.threads.len();
+    let mut sim = Sim {
+        cpus: f64::from(cpus.max(1)),
+        timed: BinaryHeap::new(),
+        running: BinaryHeap::new(),
+        vclock: 0.0,
+        vlast: 0,
+        seq: 0,
+        now: 0,
+        cur: 0,
+        log: log.then(|| PathLog {
+            wakes: vec![Vec::new(); n],
+            spawns: vec![None; n],
+            starts: vec![u64::MAX; n],
+            holds: vec![Vec::new(); n],
+        }),
+    };
+    let mut open: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); if log { n } else { 0 }];
+    let mut pc = vec![0usize; n];
+    let mut done: Vec<Option<u64>> = vec![None; p.signals as usize];
+    let mut sig_waiters: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+    let mut lock_blocked: Vec<Option<u64>> = vec![None; n];
+    let mut unlock_woke = vec![false; n];
+    let mut res = SimResult {
+        ends: vec![0; n],
+        lock_wait: vec![0; n],
+        lock_wait_by_lock: vec![0; p.locks.len()],
+        ..SimResult::default()
+    };
+    let mut finished = vec![false; n];
+    let removed: Vec<bool> = (0..p.locks.len())
+        .map(|l| sc.remove_locks.contains(&(l as u32)))
+        .collect();
+    let mut scale: Vec<u32> = vec![100; p.sections.len()];
+    for &(cs, pct) in &sc.shrink {
+        if let Some(s) = scale.get_mut(cs as usize) {
+            *s = pct;
+        }
+    }
+    let mut reader = vec![false; p.sections.len()];
+    for &cs in &sc.readers {
+        if let Some(r) = reader.get_mut(cs as usize) {
+            *r = true;
+        }
+    }
+    let mut modes: Vec<Vec<bool>> = vec![Vec::new(); p.locks.len()];
+    for t in &p.threads {
+        for a in &t.actions {
+            if let Action::Acquire {
+                lock,
+                seq,
+                shared,
+                cs,
+                ..
+            } = *a
+            {
+                let m = &mut modes[lock as usize];
+                if m.len() <= seq as usize {
+                    m.resize(seq as usize + 1, false);
+                }
+                m[seq as usize] = shared || reader.get(cs as usize).copied().unwrap_or(false);
+            }
+        }
+    }
+    let mut rw_changed = vec![false; p.locks.len()];
+    for &cs in &sc.readers {
+        if let Some(k) = p.sections.get(cs as usize) {
+            rw_changed[k.lock as usize] = true;
+        }
+    }
+    let mut free: Vec<Option<FreeLock>> = (0..p.locks.len()).map(|_| None).collect();
+    if let Some(u) = &sc.ulcp_free {
+        for (&l, deps) in &u.deps {
+            if let Some(f) = free.get_mut(l as usize) {
+                *f = Some(FreeLock {
+                    released: vec![false; deps.len().max(modes[l as usize].len())],
+                    waiters: BTreeMap::new(),
+                });
+                rw_changed[l as usize] = true;
+            }
+        }
+    }
+    if sc.record_sections {
+        res.section_times = modes
+            .iter()
+            .map(|m| vec![(u64::MAX, u64::MAX); m.len()])
+            .collect();
+    }
+    // Per thread: turns held, innermost last (lock, turn).
+    let mut held: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut locks: Vec<LockState> = modes
+        .iter()
+        .map(|m| {
+            let mut next_writer = vec![u64::MAX; m.len() + 1];
+            for i in (0..m.len()).rev() {
+                next_writer[i] = if m[i] { next_writer[i + 1] } else { i as u64 };
+            }
+            LockState {
+                next: 0,
+                exclusive: false,
+                readers: 0,
+                waiting: BTreeMap::new(),
+                granted: Default::default(),
+                next_writer,
+            }
+        })
+        .collect();
+    let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
+    for (i, t) in p.threads.iter().enumerate() {
+        if !t.spawned {
+            sim.at(t.start - t0, i as u32);
+        }
+    }
+    let mut left = n;
+    loop {
+        let Some((ti, computed)) = sim.next() else {
+            if left == 0 {
+                break;
+            }
+            // Deadlock: grant the lock whose waited-for turn is closest,
+            // or else assume the lowest signal waited for.
+            if !force_free(&mut free, &mut sim, &mut res)
+                && !force_progress(&mut locks, &mut sim, &mut res)
+            {
+                let Some(&id) = sig_waiters.keys().min() else {
+                    break;
+                };
+                res.forced += 1;
+                signal(id, &mut done, &mut sig_waiters, &mut sim);
+            }
+            continue;
+        };
+        let now = sim.now;
+        let ti_us = ti as usize;
+        sim.cur = ti;
+        if let Some(lg) = &mut sim.log {
+            lg.starts[ti_us] = lg.starts[ti_us].min(now);
+        }
+        if computed {
+            pc[ti_us] += 1;
+        }
+        // Run the thread until it has to wait.
+        let th = &p.threads[ti_us];
+        loop {
+            let Some(&a) = th.actions.get(pc[ti_us]) else {
+                if !finished[ti_us] {
+                    finished[ti_us] = true;
+                    left -= 1;
+                    res.ends[ti_us] = now;
+                    signal(ti, &mut done, &mut sig_waiters, &mut sim);
+                }
+                break;
+            };
+            match a {
+                Action::Compute { .. } | Action::UnlockWork { .. } => {
+                    let ns = match a {
+                        // Kept as recorded unless the scenario changes the
+                        // lock: removed, or made a reader-writer lock (then
+                        // only when the replayed release woke somebody).
+                        Action::UnlockWork { lock, ns }
+                            if !removed[lock as usize]
+                                && (!rw_changed[lock as usize] || unlock_woke[ti_us]) =>
+                        {
+                            ns
+                        }
+                        Action::UnlockWork { .. } => 0,
+                        _ => compute_ns(&a, &scale, sc.keep_overhead),
+                    };
+                    if ns == 0 {
+                        pc[ti_us] += 1;
+                        continue;
+                    }
+                    sim.compute(ti, ns);
+                    break;
+                }
+                Action::Sleep(ns) => {
+                    pc[ti_us] += 1;
+                    sim.at(now + ns, ti);
+                    break;
+                }
+                Action::Acquire {
+                    lock,
+                    seq: k,
+                    shared,
+                    handoff,
+                    cs,
+                } => {
+                    let shared = shared || reader.get(cs as usize).copied().unwrap_or(false);
+                    if removed[lock as usize] {
+                        pc[ti_us] += 1;
+                        continue;
+                    }
+                    if let Some(t) = res
+                        .section_times
+                        .get_mut(lock as usize)
+                        .and_then(|v| v.get_mut(k as usize))
+                    {
+                        t.0 = t.0.min(now);
+                    }
+                    if let Some(fl) = free[lock as usize].as_mut() {
+                        let deps = sc
+                            .ulcp_free
+                            .as_ref()
+                            .and_then(|u| u.deps.get(&lock))
+                            .and_then(|d| d.get(k as usize));
+                        let pending = deps.and_then(|d| {
+                            d.iter()
+                                .copied()
+                                .find(|&j| !fl.released.get(j as usize).copied().unwrap_or(true))
+                        });
+                        if let Some(j) = pending {
+                            fl.waiters.entry(j).or_default().push(ti);
+                            if lock_blocked[ti_us].is_none() {
+                                lock_blocked[ti_us] = Some(now);
+                            }
+                            break;
+                        }
+                        pc[ti_us] += 1;
+                        held[ti_us].push((lock, k));
+                        if log {
+                            open[ti_us].push((lock, cs, now));
+                        }
+                        if let Some(since) = lock_blocked[ti_us].take() {
+                            res.lock_wait[ti_us] += now - since + handoff;
+                            res.lock_wait_by_lock[lock as usize] += now - since + handoff;
+                            if handoff > 0 {
+                                sim.at(now + handoff, ti);
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    let l = &mut locks[lock as usize];
+                    if l.can_grant(k, shared) {
+                        grant(l, k, shared);
+                        pc[ti_us] += 1;
+                        held[ti_us].push((lock, k));
+                        if log {
+                            if let Action::Acquire { cs, .. } = a {
+                                open[ti_us].push((lock, cs, now));
+                            }
+                        }
+                        // The next in order may be a reader that can share.
+                        let _ = wake_next(l, &mut sim);
+                        if let Some(since) = lock_blocked[ti_us].take() {
+                            res.lock_wait[ti_us] += now - since + handoff;
+                            res.lock_wait_by_lock[lock as usize] += now - since + handoff;
+                            if handoff > 0 {
+                                sim.at(now + handoff, ti);
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    l.waiting.insert(k, (ti, shared));
+                    if lock_blocked[ti_us].is_none() {
+                        lock_blocked[ti_us] = Some(now);
+                    }
+                    break;
+                }
+                Action::Release { lock } => {
+                    pc[ti_us] += 1;
+                    if removed[lock as usize] {
+                        continue;
+                    }
+                    if log {
+                        if let Some(i) = open[ti_us].iter().rposition(|o| o.0 == lock) {
+                            let (_, cs, start) = open[ti_us].remove(i);
+                            if let Some(lg) = &mut sim.log {
+                                lg.holds[ti_us].push((start, now, cs));
+                            }
+                        }
+                    }
+                    let turn = held[ti_us]
+                        .iter()
+                        .rposition(|h| h.0 == lock)
+                        .map(|i| held[ti_us].remove(i).1);
+                    if let (Some(k), Some(v)) = (turn, res.section_times.get_mut(lock as usize)) {
+                        if let Some(t) = v.get_mut(k as usize) {
+                            t.1 = now;
+                        }
+                    }
+                    if let Some(fl) = free[lock as usize].as_mut() {
+                        let mut woke = false;
+                        if let Some(k) = turn {
+                            if let Some(r) = fl.released.get_mut(k as usize) {
+                                *r = true;
+                            }
+                            for t in fl.waiters.remove(&k).unwrap_or_default() {
+                                sim.at(now, t);
+                                sim.woke(t);
+                                woke = true;
+                            }
+                        }
+                        unlock_woke[ti_us] = woke;
+                        continue;
+                    }
+                    let l = &mut locks[lock as usize];
+                    if l.exclusive {
+                        l.exclusive = false;
+                    } else {
+                        l.readers = l.readers.saturating_sub(1);
+                    }
+                    // An unlock enters the kernel only to wake a waiter.
+                    unlock_woke[ti_us] = wake_next(l, &mut sim);
+                }
+                Action::Signal(id) => {
+                    pc[ti_us] += 1;
+                    signal(id, &mut done, &mut sig_waiters, &mut sim);
+                }
+                Action::WaitFor { id, latency } => {
+                    pc[ti_us] += 1;
+                    if done.get(id as usize).copied().flatten().is_some() {
+                        continue;
+                    }
+                    sig_waiters.entry(id).or_default().push((ti, latency));
+                    break;
+                }
+                Action::Spawn { child, offset } => {
+                    pc[ti_us] += 1;
+                    sim.at(now + offset, child);
+                    if let Some(lg) = &mut sim.log {
+                        lg.spawns[child as usize] = Some((now + offset, ti));
+                    }
+                }
+            }
+        }
+    }
+    res.wall_ns = res.ends.iter().copied().max().unwrap_or(0);
+    (res, sim.log)
+}
+
+/// The event queue and the shared CPUs.
+struct Sim {
+    cpus: f64,
+    /// Threads to resume at a time: (time, seq, thread).
+    timed: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Threads computing: (virtual end as f64 bits, seq, thread).
+    running: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Work done by each computing thread so far (virtual clock), ns.
+    vclock: f64,
+    /// Time the virtual clock was last advanced to.
+    vlast: u64,
+    seq: u64,
+    now: u64,
+    /// The thread running now (the waker of whoever it wakes).
+    cur: u32,
+    log: Option<PathLog>,
+}
+
+impl Sim {
+    fn woke(&mut self, t: u32) {
+        let (now, cur) = (self.now, self.cur);
+        if let Some(lg) = &mut self.log {
+            lg.wakes[t as usize].push((now, cur));
+        }
+    }
+    fn rate(&self) -> f64 {
+        let k = self.running.len() as f64;
+        if k <= self.cpus {
+            1.0
+        } else {
+            self.cpus / k
+        }
+    }
+    fn advance(&mut self, t: u64) {
+        if t > self.vlast {
+            self.vclock += (t - self.vlast) as f64 * self.rate();
+            self.vlast = t;
+        }
+    }
+    fn at(&mut self, t: u64, th: u32) {
+        self.timed.push(Reverse((t, self.seq, th)));
+        self.seq += 1;
+    }
+    fn compute(&mut self, th: u32, ns: u64) {
+        self.advance(self.now);
+        let end = self.vclock + ns as f64;
+        self.running.push(Reverse((end.to_bits(), self.seq, th)));
+        self.seq += 1;
+    }
+    /// The next thread to run and whether it finished a compute.
+    fn next(&mut self) -> Option<(u32, bool)> {
+        let ps = self.running.peek().map(|r| {
+            let v = f64::from_bits(r.0 .0);
+            let dt = ((v - self.vclock).max(0.0) / self.rate()).ceil() as u64;
+            self.vlast.max(self.now) + dt
+        });
+        let tt = self.timed.peek().map(|r| r.0 .0);
+        match (ps, tt) {
+            (None, None) => None,
+            (Some(p), t) if t.is_none_or(|t| p <= t) => {
+                self.advance(p);
+                self.now = p.max(self.now);
+                let Reverse((_, _, th)) = self.running.pop().expect("peeked");
+                Some((th, true))
+            }
+            _ => {
+                let Reverse((t, _, th)) = self.timed.pop().expect("peeked");
+                self.advance(t);
+                self.now = t.max(self.now);
+                Some((th, false))
+            }
+        }
+    }
+}
+
+fn compute_ns(a: &Action, scale: &[u32], keep_overhead: bool) -> u64 {
+    match *a {
+        Action::Compute { ns, cs, oh } => {
+            let ns = if keep_overhead {
+                ns + u64::from(oh)
+            } else {
+                ns
+            };
+            match scale.get(cs as usize) {
+                Some(&pct) if pct != 100 => ns * u64::from(pct) / 100,
+                _ => ns,
+            }
+        }
+        _ => 0,
+    }
+}
+
+fn grant(l: &mut LockState, k: u64, shared: bool) {
+    if k == l.next {
+        l.next += 1;
+        while l.granted.remove(&l.next) {
+            l.next += 1;
+        }
+    } else {
+        l.granted.insert(k);
+    }
+    if shared {
+        l.readers += 1;
+    } else {
+        l.exclusive = true;
+    }
+}
+
+/// If the acquisition whose turn it is waits and can be granted, wake
+/// its thread (which re-executes its Acquire and gets the lock; nobody
+/// else can take that turn meanwhile).
+/// Returns whether it woke anybody.
+fn wake_next(l: &mut LockState, sim: &mut Sim) -> bool {
+    let mut wake = Vec::new();
+    for (&k, &(t, shared)) in l.waiting.range(l.next..) {
+        if !l.can_grant(k, shared) {
+            break;
+        }
+        wake.push((k, t));
+        if !shared {
+            break;
+        }
+    }
+    let woke = !wake.is_empty();
+    for (k, t) in wake {
+        l.waiting.remove(&k);
+        sim.at(sim.now, t);
+        sim.woke(t);
+    }
+    woke
+}
+
+fn signal(
+    id: u32,
+    done: &mut [Option<u64>],
+    waiters: &mut HashMap<u32, Vec<(u32, u64)>>,
+    sim: &mut Sim,
+) {
+    if let Some(d) = done.get_mut(id as usize) {
+        if d.is_none() {
+            *d = Some(sim.now);
+        }
+    }
+    if let Some(ws) = waiters.remove(&id) {
+        for (w, latency) in ws {
+            sim.at(sim.now + latency, w);
+            sim.woke(w);
+        }
+    }
+}
+
+/// Breaks a deadlock among ULCP-free locks: the lowest turn waited for
+/// counts as released (its release was lost by the recorder).
+fn force_free(free: &mut [Option<FreeLock>], sim: &mut Sim, res: &mut SimResult) -> bool {
+    for fl in free.iter_mut().flatten() {
+        if let Some((k, ts)) = fl.waiters.pop_first() {
+            if let Some(r) = fl.released.get_mut(k as usize) {
+                *r = true;
+            }
+            res.forced += 1;
+            for t in ts {
+                sim.at(sim.now, t);
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// Breaks a deadlock: the lock with the lowest waited-for turn skips
+/// ahead to it (the acquisitions before it never come: their thread is
+/// blocked elsewhere, typically behind a release the recorder lost).
+fn force_progress(locks: &mut [LockState], sim: &mut Sim, res: &mut SimResult) -> bool {
+    let mut best: Option<(u64, usize)> = None;
+    for (i, l) in locks.iter().enumerate() {
+        if let Some((&k, _)) = l.waiting.iter().next() {
+            let lag = k - l.next.min(k);
+            if best.is_none_or(|b| lag < b.0) {
+                best = Some((lag, i));
+            }
+        }
+    }
+    let Some((_, i)) = best else {
+        return false;
+    };
+    let l = &mut locks[i];
+    let (&k, &(t, _)) = l.waiting.iter().next().expect("non-empty");
+    l.waiting.remove(&k);
+    l.next = k;
+    l.granted.retain(|&g| g > k);
+    l.exclusive = false;
+    l.readers = 0;
+    res.forced += 1;
+    sim.at(sim.now, t);
+    true
+}
+
+/// Per-thread line of a replay report.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThreadLine {
+    /// Trace thread id.
+    pub id: u32,
+    /// OS tid.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+    /// Recorded end, ns since the first start.
+    pub recorded_end_ns: u64,
+    /// Replayed end, ns since the first start.
+    pub replayed_end_ns: u64,
+}
+
+/// `lockscope replay` result (schema [`SCHEMA`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReplayReport {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// CPUs of the replayed machine.
+    pub cpus: u32,
+    /// Recorded wall time, ns.
+    pub recorded_wall_ns: u64,
+    /// Replayed wall time of the run as recorded (recorder overhead
+    /// included), ns.
+    pub replayed_wall_ns: u64,
+    /// `replayed_wall / recorded_wall - 1`: the replay's fidelity.
+    pub error: f64,
+    /// Replayed wall time without the recorder's overhead: the prediction
+    /// for the program running unrecorded, ns.
+    pub unrecorded_wall_ns: u64,
+    /// Recorder overhead in the recorded work, ns.
+    pub overhead_ns: u64,
+    /// Acquisitions granted out of the recorded order to break a deadlock.
+    pub forced_grants: u64,
+    /// Actions replayed.
+    pub actions: u64,
+    /// Per thread.
+    pub threads: Vec<ThreadLine>,
+}
+
+/// Replays a program on `cpus` CPUs (0: the recording machine's) as
+/// recorded.
+pub fn report(p: &Program, cpus: u32) -> ReplayReport {
+    let cpus = effective_cpus(p, cpus);
+    let r = simulate(
+        p,
+        cpus,
+        &Scenario {
+            keep_overhead: true,
+            ..Scenario::default()
+        },
+    );
+    let unrecorded = simulate(p, cpus, &Scenario::default());
+    let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
+    let recorded = p.recorded_wall();
+    ReplayReport {
+        schema: SCHEMA,
+        cpus,
+        recorded_wall_ns: recorded,
+        replayed_wall_ns: r.wall_ns,
+        error: if recorded == 0 {
+            0.0
+        } else {
+            r.wall_ns as f64 / recorded as f64 - 1.0
+        },
+        unrecorded_wall_ns: unrecorded.wall_ns,
+        overhead_ns: p.overhead_ns,
+        forced_grants: r.forced,
+        actions: p.threads.iter().map(|t| t.actions.len() as u64).sum(),
+        threads: p
+            .threads
+            .iter()
+            .zip(&r.ends)
+            .map(|(t, &e)| ThreadLine {
+                id: t.id,
+                tid: t.tid,
+                name: t.name.clone(),
+                recorded_end_ns: t.end.saturating_sub(t0),
+                replayed_end_ns: e,
+            })
+            .collect(),
+    }
+}
+
+/// `cpus`, or the recording machine's when 0 (or, unknown, the number of
+/// threads: nobody queues).
+pub fn effective_cpus(p: &Program, cpus: u32) -> u32 {
+    if cpus > 0 {
+        cpus
+    } else if p.cpus > 0 {
+        p.cpus
+    } else {
+        p.threads.len().max(1) as u32
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// Renders a replay report as text.
+pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "replay on {} CPU(s), locks granted in recorded order",
+        r.cpus
+    )?;
+    writeln!(out, "  recorded wall  {}", ms(r.recorded_wall_ns))?;
+    writeln!(
+        out,
+        "  replayed wall  {}  ({:+.1} %)",
+        ms(r.replayed_wall_ns),
+        r.error * 100.0
+    )?;
+    writeln!(
+        out,
+        "  without the recorder's overhead ({}): {}",
+        ms(r.overhead_ns),
+        ms(r.unrecorded_wall_ns)
+    )?;
+    if r.forced_grants > 0 {
+        writeln!(
+            out,
+            "  {} acquisition(s) granted out of order (releases lost by the recorder)",
+            r.forced_grants
+        )?;
+    }
+    writeln!(
+        out,
+        "\n  {:>8}  {:<16} {:>14} {:>14}",
+        "tid", "thread", "recorded end", "replayed end"
+    )?;
+    for t in &r.threads {
+        writeln!(
+            out,
+            "  {:>8}  {:<16} {:>14} {:>14}",
+            t.tid,
+            t.name,
+            ms(t.recorded_end_ns),
+            ms(t.replayed_end_ns)
+        )?;
+    }
+    Ok(())
+}

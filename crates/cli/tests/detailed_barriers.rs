@@ -1,0 +1,74 @@
+//! `lockscope barriers` on a phase program whose second barrier is
+//! redundant by construction and whose first is not (issue 13).
+
+mod detailed_support;
+
+use detailed_support::*;
+
+#[test]
+fn issue13_barriers_redundant_by_context_and_last_arriver() {
+    for c in compilers() {
+        let dir = Scratch::new("barriers");
+        let bin = dir.path("barrier_phases");
+        build_instrumented(c, &fixture("barrier_phases.c"), &bin);
+        let trace = dir.path("all.lstrace");
+        record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let j = analysis_json("barriers", &trace);
+        let l = c.label;
+        assert_eq!(j["schema"], "lockscope.barriers/1");
+        assert_eq!(
+            (j["instances"].as_u64(), j["redundant"].as_u64()),
+            (Some(8), Some(4)),
+            "{l}: {j:#}"
+        );
+        let bs = j["barriers"].as_array().unwrap();
+        assert_eq!(bs.len(), 1, "{l}: {j:#}");
+        let b = &bs[0];
+        assert_eq!(b["barrier"], "bar");
+        assert_eq!(b["participants"], 3);
+        let mut ctx: Vec<(String, u64, u64)> = b["contexts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["function"].as_str().unwrap().to_string(),
+                    c["instances"].as_u64().unwrap(),
+                    c["redundant"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        ctx.sort();
+        assert_eq!(
+            ctx,
+            vec![
+                ("sync_inputs".to_string(), 4, 0),
+                ("sync_outputs".to_string(), 4, 4)
+            ],
+            "{l}: {j:#}"
+        );
+        // Every needed instance names the dependence through `in`.
+        for i in b["instance_list"].as_array().unwrap() {
+            if i["redundant"] == false {
+                let dep = i["dependence"].as_str().unwrap();
+                assert!(dep.contains(" wrote in"), "{l}: {dep}");
+                assert!(dep.ends_with(" reads it after"), "{l}: {dep}");
+            }
+        }
+        // Worker 2 arrives last at every sync_inputs.
+        let at_inputs: Vec<&serde_json::Value> = b["last_arrivers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["site"].as_str().unwrap().starts_with("sync_inputs "))
+            .collect();
+        assert_eq!(at_inputs.len(), 1, "{l}: {j:#}");
+        assert_eq!(at_inputs[0]["instances"], 4, "{l}: {j:#}");
+        assert!(at_inputs[0]["wait_caused_ns"].as_u64().unwrap() > 0);
+        let text = analysis_text("barriers", &trace);
+        assert!(
+            text.contains("always redundant here: elide this call"),
+            "{l}: {text}"
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! `lockscope export --format folded|pprof` (issue 11): the exported
+//! totals equal the report's, and `go tool pprof` reads the profile.
+
+#[path = "export_util/mod.rs"]
+mod export_util;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use export_util::{lockscope, record_fixture, report_json, report_totals, require_tool};
+
+fn folded(trace: &Path, blame: bool) -> String {
+    let mut args: Vec<&OsStr> = vec![
+        "export".as_ref(),
+        "--format".as_ref(),
+        "folded".as_ref(),
+        trace.as_os_str(),
+    ];
+    if blame {
+        args.push("--blame".as_ref());
+    }
+    String::from_utf8(lockscope(&args)).unwrap()
+}
+
+/// Sum of the weights; every line is `frame;...;lock NAME weight`.
+fn folded_total(text: &str) -> u64 {
+    text.lines()
+        .map(|l| {
+            let (stack, w) = l.rsplit_once(' ').expect("a weight ends each line");
+            let frames: Vec<&str> = stack.split(';').collect();
+            assert!(frames.len() >= 2, "waiter or holder frame and lock: {l}");
+            assert!(frames.last().unwrap().starts_with("lock "), "{l}");
+            assert!(frames.iter().all(|f| !f.is_empty()), "{l}");
+            w.parse::<u64>().expect("integer weight")
+        })
+        .sum()
+}
+
+#[test]
+fn issue11_folded_totals_equal_the_report() {
+    for (name, rel) in [
+        ("i11-folded-sleep", "report/sleep_hold"),
+        ("i11-folded-hot", "report/hot_short"),
+    ] {
+        let (_dir, trace) = record_fixture(name, rel, &[]);
+        let r = report_json(&trace);
+        let (wait, contended) = report_totals(&r);
+        assert!(wait > 0 && contended > 0, "{rel} must contend");
+        let w = folded(&trace, false);
+        assert_eq!(folded_total(&w), wait, "waiter stacks of {rel}:\n{w}");
+        let b = folded(&trace, true);
+        assert_eq!(folded_total(&b), wait, "holder stacks of {rel}:\n{b}");
+        if rel == "report/sleep_hold" {
+            // The one contended wait, on its path, with the lock on top;
+            // the holder that slept is blamed.
+            assert!(
+                w.lines()
+                    .any(|l| l.starts_with("wait_for_it (sleep_hold.c:")
+                        && l.contains(";lock held_lock ")),
+                "{w}"
+            );
+            assert!(
+                b.lines()
+                    .any(|l| l.starts_with("hold_and_sleep (sleep_hold.c:")),
+                "{b}"
+            );
+        }
+    }
+}
+
+fn pprof(go: &Path, args: &[&str], profile: &Path) -> String {
+    let out = Command::new(go)
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(profile)
+        .env("HOME", profile.parent().unwrap())
+        .env("PPROF_TMPDIR", profile.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Sums of the three values of the samples in `pprof -raw`.
+fn raw_sums(raw: &str) -> [u64; 3] {
+    let mut sums = [0u64; 3];
+    let mut in_samples = false;
+    for l in raw.lines() {
+        if l.starts_with("Samples:") {
+            in_samples = true;
+            continue;
+        }
+        if l.starts_with("Locations") {
+            break;
+        }
+        let Some((vals, _locs)) = l.split_once(':') else {
+            continue;
+        };
+        if !in_samples {
+            continue;
+        }
+        let v: Vec<u64> = vals
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if v.len() == 3 {
+            for i in 0..3 {
+                sums[i] += v[i];
+            }
+        }
+    }
+    sums
+}
+
+#[test]
+fn issue11_pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
+    let go = require_tool("go", "golang-go");
+    let (dir, trace) = record_fixture("i11-pprof", "report/sleep_hold", &[]);
+    let r = report_json(&trace);
+    let (wait, contended) = report_totals(&r);
+    let prof = dir.join("contention.pb.gz");
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "pprof".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        prof.as_os_str(),
+    ]);
+    let bytes = std::fs::read(&prof).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzipped");
+
+    let raw = pprof(&go, &["-raw"], &prof);
+    assert!(
+        raw.contains("contentions/count delay/nanoseconds[dflt] blame/nanoseconds"),
+        "{raw}"
+    );
+    assert_eq!(raw_sums(&raw), [contended, wait, wait], "{raw}");
+
+    let top = pprof(&go, &["-top"], &prof);
+    assert!(top.contains("Type: delay"), "{top}");
+    assert!(top.contains("lock held_lock"), "{top}");
+    assert!(top.contains("wait_for_it"), "{top}");
+    let traces = pprof(&go, &["-traces", "-lines"], &prof);
+    assert!(traces.contains("wait_for_it sleep_hold.c:"), "{traces}");
+    assert!(traces.contains("role:  waiter"), "{traces}");
+    let blame = pprof(&go, &["-top", "-sample_index=blame"], &prof);
+    assert!(blame.contains("Type: blame"), "{blame}");
+    assert!(blame.contains("hold_and_sleep"), "{blame}");
+}

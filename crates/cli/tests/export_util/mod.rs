@@ -1,0 +1,92 @@
+//! Helpers of the `export_*` tests (issue 11): record a fixture, read the
+//! report's JSON, run `lockscope export` and the viewers' own tools.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+#[path = "../record_util/mod.rs"]
+pub mod record_util;
+
+pub use record_util::{record, temp, workspace, TempDir};
+
+/// Compiles `tests/programs/<rel>.c` (e.g. `report/sleep_hold`) into `dir`.
+pub fn build_c(rel: &str, dir: &Path) -> PathBuf {
+    let src = workspace().join("tests/programs").join(format!("{rel}.c"));
+    let name = Path::new(rel).file_name().unwrap();
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc must be installed to build the fixtures");
+    assert!(st.success(), "gcc failed on {}", src.display());
+    out
+}
+
+/// Records fixture `rel` (with `opts`) in a fresh directory named `test`.
+pub fn record_fixture(test: &str, rel: &str, opts: &[&str]) -> (TempDir, PathBuf) {
+    let dir = temp(test);
+    let bin = build_c(rel, &dir);
+    let run = record(&dir, opts, &bin, &[], b"");
+    assert!(
+        run.trace_path.exists(),
+        "no trace written; stderr:\n{}",
+        run.stderr
+    );
+    let p = run.trace_path.clone();
+    (dir, p)
+}
+
+/// Runs `lockscope ARGS...`; returns stdout (bytes); fails the test on a
+/// non-zero exit.
+pub fn lockscope(args: &[&std::ffi::OsStr]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lockscope {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `lockscope report TRACE --json`.
+pub fn report_json(trace: &Path) -> Value {
+    let out = lockscope(&["report".as_ref(), trace.as_os_str(), "--json".as_ref()]);
+    serde_json::from_slice(&out).expect("report --json prints JSON")
+}
+
+/// Sum over the report's locks of wait_ns.total, and of contended.
+pub fn report_totals(r: &Value) -> (u64, u64) {
+    let locks = r["locks"].as_array().unwrap();
+    (
+        locks
+            .iter()
+            .map(|l| l["wait_ns"]["total"].as_u64().unwrap())
+            .sum(),
+        locks.iter().map(|l| l["contended"].as_u64().unwrap()).sum(),
+    )
+}
+
+/// The path of a tool the test needs, or a failure that names the Debian
+/// package to install (CI installs it from scripts/test-packages.txt).
+pub fn require_tool(tool: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for d in std::env::split_paths(&path) {
+        let p = d.join(tool);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "`{tool}` is not installed: this test needs the Debian package `{package}` \
+         (listed in scripts/test-packages.txt; `scripts/test.sh` installs it as root)"
+    );
+}

@@ -1,0 +1,118 @@
+//! Issue 8: a session left behind by a recorder killed with SIGKILL is
+//! removed by the next recorder that starts in the same place.
+
+mod record_util;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use record_util::*;
+
+#[test]
+fn issue8_session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
+    let dir = temp("stale-session");
+    let parent = dir.join("shm");
+    std::fs::create_dir_all(&parent).unwrap();
+    let bin = build_c("sigint_count", &dir);
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "--session-dir"])
+        .arg(&parent)
+        .arg("-o")
+        .arg(dir.join("a.lstrace"))
+        .arg("--")
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for its session to hold the program's files.
+    let t0 = Instant::now();
+    let session = loop {
+        let s = std::fs::read_dir(&parent)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                std::fs::read_dir(p)
+                    .map(|d| {
+                        d.flatten()
+                            .any(|f| f.file_name().to_string_lossy().ends_with(".proc"))
+                    })
+                    .unwrap_or(false)
+            });
+        if let Some(s) = s {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no session appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    rec.kill().unwrap(); // SIGKILL: no clean-up of its own
+    rec.wait().unwrap();
+    assert!(session.exists(), "the killed recorder left its session");
+    // The next recording in the same place removes it, and its own.
+    let run = record(
+        &dir,
+        &["--session-dir", parent.to_str().unwrap()],
+        std::path::Path::new("/bin/true"),
+        &[],
+        b"",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
+    assert!(left.is_empty(), "sessions left: {left:?}");
+}
+
+#[test]
+fn issue8_the_session_of_a_live_recorder_is_not_swept() {
+    let dir = temp("live-session");
+    let parent = dir.join("shm");
+    std::fs::create_dir_all(&parent).unwrap();
+    let bin = build_c("sigint_count", &dir);
+    let rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "--session-dir"])
+        .arg(&parent)
+        .arg("-o")
+        .arg(dir.join("a.lstrace"))
+        .arg("--")
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_dir(&parent).unwrap().count() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no session appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let run = record(
+        &dir,
+        &["--session-dir", parent.to_str().unwrap()],
+        std::path::Path::new("/bin/true"),
+        &[],
+        b"",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_dir(&parent).unwrap().count(),
+        1,
+        "the live recorder's session is still there"
+    );
+    // SAFETY: SIGINT to our own child; the program ends gracefully.
+    unsafe { libc_kill(rec.id() as i32, 2) };
+    let out = rec.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -1,0 +1,79 @@
+//! `lockscope whatif --ulcp-free` (issue 9, PerfPlay §4) on a fixture
+//! whose every critical section is unnecessary: lookups of a read-only
+//! table and per-thread counters under one global mutex.
+
+mod detailed_support;
+
+use std::process::Command;
+
+use detailed_support::*;
+
+#[test]
+fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
+    for c in compilers() {
+        let dir = Scratch::new("whatif_ulcp");
+        let bin = dir.path("ulcp_table");
+        build_instrumented(c, &fixture("ulcp_table.c"), &bin);
+        let trace = dir.path("t.lstrace");
+        let args = ["2", "3000", "locked"].map(std::path::Path::new);
+        record(&bin, &args, &trace, &[]);
+        let o = Command::new(lockscope())
+            .args(["whatif", "--ulcp-free", "--json"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["schema"], "lockscope.whatif/1");
+        let u = &j["ulcp_free"];
+        // Nothing done under the lock conflicts: every pair is a ULCP.
+        assert_eq!(u["conflicts"], 0, "{}: {u:#}", c.label);
+        assert!(u["ulcps"].as_u64().unwrap() > 0, "{}: {u:#}", c.label);
+        assert!(
+            u["speedup"].as_f64().unwrap() > 1.0,
+            "{}: no gain predicted: {u:#}",
+            c.label
+        );
+        let regions = u["regions"].as_array().unwrap();
+        let names: Vec<String> = regions
+            .iter()
+            .map(|r| format!("{} <-> {}", r["first"], r["second"]))
+            .collect();
+        assert!(
+            names.iter().any(|n| n.matches("lookup").count() == 2),
+            "{}: no lookup/lookup region: {names:?}",
+            c.label
+        );
+        assert!(
+            regions.iter().all(|r| r["lock"] == "table_lock"),
+            "{}: {names:?}",
+            c.label
+        );
+        let p: f64 = regions.iter().map(|r| r["p"].as_f64().unwrap()).sum();
+        assert!((p - 1.0).abs() < 1e-6, "{}: P sums to {p}", c.label);
+        let text = analysis_text("whatif", &trace);
+        assert!(!text.contains("ULCP-free"), "only on request: {text}");
+    }
+}
+
+#[test]
+fn issue9_ulcp_free_refuses_a_timing_mode_trace() {
+    let c = compilers()[0];
+    let dir = Scratch::new("whatif_ulcp_timing");
+    let bin = dir.path("ulcp_table_plain");
+    build_plain(c, &fixture("ulcp_table.c"), &bin);
+    let trace = dir.path("t.lstrace");
+    let args = ["2", "200", "locked"].map(std::path::Path::new);
+    record(&bin, &args, &trace, &[]);
+    let o = Command::new(lockscope())
+        .args(["whatif", "--ulcp-free"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("detailed-mode trace") && err.contains("lockscope cc"),
+        "{err}"
+    );
+}

@@ -1,0 +1,363 @@
+//! Chrome trace-event JSON (the JSON object form), which Perfetto's UI
+//! and `chrome://tracing` open: one process per traced process, one
+//! track per thread with complete (`X`) slices for waits, holds,
+//! unlocking and blocking, flow events (`s` -> `f`) for each hand-off from
+//! a release to the acquisition it let in, and a counter track
+//! (`waiters LOCK`) per lock with the number of queued threads.
+//!
+//! Slices on one track must nest; a thread that releases its locks out of
+//! order (hand-over-hand locking) would overlap two holds, so such a
+//! slice goes to an extra track of the same thread (`NAME [2]`), chosen
+//! when the slice ends. Written while the trace streams by: memory is one
+//! entry per lock and a short stack per track, not per event.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use lockscope_analysis::input::Meta;
+use lockscope_analysis::sync::ObjId;
+use serde_json::json;
+
+use crate::names::Names;
+use crate::timeline::{self, Item, SpanKind};
+use crate::ExportError;
+
+/// Pseudo thread ids of extra tracks: above any Linux tid (at most 2^22).
+const EXTRA_TID_BASE: u64 = 1 << 30;
+/// Pseudo thread ids of GPU stream tracks (above the extra tracks).
+const GPU_TID_BASE: u64 = 1 << 40;
+/// How many finished slices a track keeps to test nesting against (a
+/// new slice may only enclose or follow them).
+const NEST_DEPTH: usize = 256;
+
+/// Counts of what was written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Complete slices.
+    pub slices: u64,
+    /// Hand-off flows.
+    pub flows: u64,
+    /// Counter samples.
+    pub counters: u64,
+    /// Extra tracks opened for out-of-order releases.
+    pub extra_tracks: u64,
+    /// GPU work slices (kernels, copies, memsets).
+    pub gpu_slices: u64,
+}
+
+/// One track's finished slices that a later one could still overlap:
+/// (start, end), sorted, each enclosing or following the ones below it.
+#[derive(Default)]
+struct Lane {
+    open: Vec<(u64, u64)>,
+}
+
+impl Lane {
+    /// Places `[s, e]` (ends arrive in order) if it nests; false if it
+    /// would partly overlap a slice already there.
+    fn place(&mut self, s: u64, e: u64) -> bool {
+        let mut k = self.open.len();
+        while k > 0 && self.open[k - 1].0 >= s {
+            k -= 1;
+        }
+        if k > 0 && self.open[k - 1].1 > s {
+            return false;
+        }
+        self.open.truncate(k);
+        self.open.push((s, e));
+        if self.open.len() > NEST_DEPTH {
+            self.open.remove(0);
+        }
+        true
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+struct Writer<'a> {
+    out: &'a mut dyn Write,
+    first: bool,
+}
+
+impl Writer<'_> {
+    /// The separator before an event.
+    fn sep(&mut self) -> std::io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        Ok(())
+    }
+    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
+        self.sep()?;
+        serde_json::to_writer(&mut *self.out, v)?;
+        Ok(())
+    }
+}
+
+/// Nanoseconds written as microseconds with three exact decimals.
+struct Us(u64);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+/// Writes the trace at `path` as trace-event JSON.
+pub fn write(
+    path: &Path,
+    meta: &Meta,
+    symbolize: bool,
+    out: &mut dyn Write,
+) -> Result<Summary, ExportError> {
+    let mut names = Names::new(meta, symbolize);
+    let threads = timeline::threads(meta);
+    let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    let mut w = Writer { out, first: true };
+    w.out
+        .write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+    let mut procs: Vec<(u32, u32)> = meta.processes.values().map(|p| (p.id, p.pid)).collect();
+    procs.sort_unstable();
+    for &(id, pid) in &procs {
+        let p = &meta.processes[&id];
+        let name = p.argv.first().cloned().unwrap_or_else(|| p.exe.clone());
+        w.event(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,
+            "args":{"name": format!("{name} (pid {pid})")}}))?;
+    }
+    for (i, t) in threads.iter().enumerate() {
+        w.event(
+            &json!({"ph":"M","name":"thread_name","pid":t.pid,"tid":t.tid,
+            "args":{"name": t.name}}),
+        )?;
+        w.event(
+            &json!({"ph":"M","name":"thread_sort_index","pid":t.pid,"tid":t.tid,
+            "args":{"sort_index": i}}),
+        )?;
+    }
+    let mut sum = Summary::default();
+    // Per thread: its lanes (0 is the thread's own track).
+    let mut lanes: Vec<Vec<Lane>> = threads.iter().map(|_| vec![Lane::default()]).collect();
+    // Last hold per lock (pid, track tid, start, end) and last wait per
+    // thread (track tid, start, end): the ends of a hand-off's arrow.
+    let mut last_hold: HashMap<ObjId, (u32, u64, u64, u64)> = HashMap::new();
+    let mut last_wait: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    let mut pid_of_process: HashMap<u32, u32> = HashMap::new();
+    for &(id, pid) in &procs {
+        pid_of_process.insert(id, pid);
+    }
+    let mut err: Option<std::io::Error> = None;
+    let mut flow_id = 0u64;
+    type FragKey = (SpanKind, Option<ObjId>, u32, u64, u32);
+    let mut fragments: HashMap<FragKey, String> = HashMap::new();
+    // GPU stream tracks named so far: (pid, device, stream).
+    let mut gpu_tracks: std::collections::HashSet<(u32, u32, u32)> = Default::default();
+    timeline::scan(path, meta, |item| {
+        if err.is_some() {
+            return;
+        }
+        let r = (|| -> std::io::Result<()> {
+            match item {
+                Item::Span {
+                    thread,
+                    kind,
+                    obj,
+                    start_ns,
+                    end_ns,
+                    site,
+                    stack,
+                } => {
+                    let Some(&ti) = by_id.get(&thread) else {
+                        return Ok(());
+                    };
+                    let t = &threads[ti];
+                    let tl = &mut lanes[ti];
+                    let lane = match (0..tl.len()).find(|&k| tl[k].place(start_ns, end_ns)) {
+                        Some(k) => k,
+                        None => {
+                            let mut l = Lane::default();
+                            l.place(start_ns, end_ns);
+                            tl.push(l);
+                            let k = tl.len() - 1;
+                            sum.extra_tracks += 1;
+                            w.event(&json!({"ph":"M","name":"thread_name","pid":t.pid,
+                                "tid": EXTRA_TID_BASE + u64::from(t.tid) * 64 + k as u64,
+                                "args":{"name": format!("{} [{}]", t.name, k + 1)}}))?;
+                            k
+                        }
+                    };
+                    let tid = if lane == 0 {
+                        u64::from(t.tid)
+                    } else {
+                        EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64
+                    };
+                    // The category, name and args of a slice depend on
+                    // its kind, object, site and path only: serialized
+                    // once per combination (a trace has few).
+                    let key = (kind, obj, t.process, site, stack);
+                    if let std::collections::hash_map::Entry::Vacant(slot) = fragments.entry(key) {
+                        let obj_name = obj.map(|o| names.object(o));
+                        let name = match &obj_name {
+                            Some(n) => format!("{} {n}", kind.name()),
+                            None => kind.name().to_string(),
+                        };
+                        let mut args = serde_json::Map::new();
+                        if let Some(n) = &obj_name {
+                            args.insert("object".into(), json!(n));
+                        }
+                        args.insert("site".into(), json!(names.site(t.process, site, stack)));
+                        let path = names.path(t.process, stack);
+                        if !path.is_empty() {
+                            args.insert("path".into(), json!(path));
+                        }
+                        let frag = format!(
+                            "\"cat\":{},\"name\":{},\"args\":{}",
+                            json!(kind.name()),
+                            json!(name),
+                            serde_json::Value::Object(args)
+                        );
+                        slot.insert(frag);
+                    }
+                    let frag = &fragments[&key];
+                    w.sep()?;
+                    write!(
+                        w.out,
+                        "{{\"ph\":\"X\",\"pid\":{},\"tid\":{tid},\"ts\":{},\"dur\":{},{frag}}}",
+                        t.pid,
+                        Us(start_ns),
+                        Us(end_ns - start_ns)
+                    )?;
+                    sum.slices += 1;
+                    match kind {
+                        SpanKind::Hold => {
+                            if let Some(o) = obj {
+                                last_hold.insert(o, (t.pid, tid, start_ns, end_ns));
+                            }
+                        }
+                        SpanKind::Wait => {
+                            last_wait.insert(thread, (tid, start_ns, end_ns));
+                        }
+                        _ => {}
+                    }
+                }
+                Item::HandOff {
+                    lock,
+                    from: _,
+                    from_ns,
+                    to,
+                    to_ns,
+                } => {
+                    let (Some(&(hpid, htid, hs, he)), Some(&(wtid, ws, we)), Some(&ti)) =
+                        (last_hold.get(&lock), last_wait.get(&to), by_id.get(&to))
+                    else {
+                        return Ok(());
+                    };
+                    if he != from_ns || we != to_ns {
+                        return Ok(());
+                    }
+                    // Inside the slices they bind to: the releasing hold's
+                    // last nanosecond, the unblocked wait's last one.
+                    let s_ts = he.saturating_sub(1).max(hs);
+                    let f_ts = we.saturating_sub(1).max(ws);
+                    flow_id += 1;
+                    let name = format!("hand-off {}", names.object(lock));
+                    w.event(&json!({"ph":"s","cat":"handoff","name":name,"id":flow_id,
+                        "pid":hpid,"tid":htid,"ts":us(s_ts)}))?;
+                    w.event(
+                        &json!({"ph":"f","bp":"e","cat":"handoff","name":name,"id":flow_id,
+                        "pid":threads[ti].pid,"tid":wtid,"ts":us(f_ts)}),
+                    )?;
+                    sum.flows += 1;
+                }
+                Item::GpuWork {
+                    process,
+                    device,
+                    stream,
+                    kind,
+                    start_ns,
+                    end_ns,
+                    correlation,
+                    launched_by,
+                    func,
+                    site,
+                } => {
+                    // One track per GPU stream, in the process that
+                    // launched the work (streams of one device side by
+                    // side; CUDA's own timeline shows them so).
+                    let pid = pid_of_process.get(&process).copied().unwrap_or(0);
+                    let tid = GPU_TID_BASE + (u64::from(device) << 20) + u64::from(stream);
+                    if gpu_tracks.insert((pid, device, stream)) {
+                        w.event(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,
+                            "args":{"name": format!("GPU {device} stream {stream}")}}))?;
+                        w.event(&json!({"ph":"M","name":"thread_sort_index","pid":pid,
+                            "tid":tid,"args":{"sort_index": 1_000_000 + gpu_tracks.len()}}))?;
+                    }
+                    let name = if func != 0 {
+                        // A function's entry, named like a return address.
+                        names.site(process, func + 1, 0)
+                    } else {
+                        kind.name().to_string()
+                    };
+                    let mut args = serde_json::Map::new();
+                    args.insert("correlation".into(), json!(correlation));
+                    if launched_by != 0 {
+                        args.insert("launched_by_thread".into(), json!(launched_by));
+                        args.insert("launch_site".into(), json!(names.site(process, site, 0)));
+                    }
+                    w.sep()?;
+                    write!(
+                        w.out,
+                        "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"cat\":\"gpu\",\"name\":{},\"args\":{}}}",
+                        Us(start_ns),
+                        Us(end_ns - start_ns),
+                        json!(name),
+                        serde_json::Value::Object(args)
+                    )?;
+                    sum.slices += 1;
+                    sum.gpu_slices += 1;
+                }
+                Item::Begin { .. } | Item::Dropped { .. } => {}
+                Item::Waiters {
+                    lock,
+                    time_ns,
+                    count,
+                } => {
+                    let pid = pid_of_process.get(&lock.process).copied().unwrap_or(0);
+                    let name = format!("waiters {}", names.object(lock));
+                    w.event(
+                        &json!({"ph":"C","name":name,"pid":pid,"tid":0,"ts":us(time_ns),
+                        "args":{"waiters":count}}),
+                    )?;
+                    sum.counters += 1;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            err = Some(e);
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    w.out.write_all(b"\n]}\n")?;
+    Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_accept_nested_and_sequential_slices_only() {
+        let mut l = Lane::default();
+        assert!(l.place(5, 8)); // inner, ends first
+        assert!(l.place(1, 10)); // encloses it
+        assert!(l.place(12, 15)); // follows
+        assert!(!l.place(14, 20)); // starts inside [12,15], ends after
+        assert!(l.place(11, 21)); // encloses [12,15]
+    }
+}
