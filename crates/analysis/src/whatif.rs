@@ -176,10 +176,20 @@ pub struct UlcpFreeOut {
     pub regions: Vec<UlcpRegion>,
 }
 
-/// How far back (in a lock's recorded order) a section is checked for a
-/// true conflict; the one just beyond is always followed, so that the
-/// check stays linear in the number of sections.
-const CONFLICT_WINDOW: usize = 64;
+/// Who accessed an 8-byte word last, for [`ulcp_free`].
+#[derive(Default)]
+struct Word {
+    writer: Option<usize>,
+    readers: Vec<(u32, usize)>,
+}
+
+/// The 8-byte words an access set covers.
+fn word_span(set: &BTreeMap<u64, u64>) -> impl Iterator<Item = u64> + '_ {
+    set.iter().flat_map(|(&a, &s)| {
+        let last = a.saturating_add(s.max(1) - 1) >> 3;
+        (a >> 3)..=last
+    })
+}
 
 /// The ULCP-free transformation of PerfPlay §4 on the replay: per lock,
 /// the detailed view's sections (in recorded order) give each
@@ -227,30 +237,61 @@ pub fn ulcp_free(
             continue;
         }
         let mut deps = Vec::with_capacity(secs.len());
+        // Per 8-byte word: the last section that wrote it and, per
+        // thread, the last that read it since. They are the only earlier
+        // sections a new one can truly conflict with first-hand (older
+        // ones are ordered before them, by conflict or program order).
+        let mut words: HashMap<u64, Word> = HashMap::new();
         for k in 0..secs.len() {
             let b = &d.sections[secs[k]];
-            let mut dk = Vec::new();
-            let lo = k.saturating_sub(CONFLICT_WINDOW);
-            if lo > 0 {
-                dk.push((lo - 1) as u64);
+            let mut cand: Vec<usize> = Vec::new();
+            for w in word_span(&b.reads) {
+                if let Some(e) = words.get(&w) {
+                    cand.extend(e.writer);
+                }
             }
-            for (j, &sj) in secs.iter().enumerate().take(k).skip(lo) {
-                let a = &d.sections[sj];
-                // Program order already keeps a thread's own sections.
+            for w in word_span(&b.writes) {
+                if let Some(e) = words.get(&w) {
+                    cand.extend(e.writer);
+                    cand.extend(e.readers.iter().map(|r| r.1));
+                }
+            }
+            cand.sort_unstable();
+            cand.dedup();
+            let mut dk = Vec::new();
+            for j in cand {
+                let a = &d.sections[secs[j]];
+                // Program order already keeps a thread's own sections;
+                // readers of a reader-writer lock share it.
                 if a.thread == b.thread || (a.shared && b.shared) {
                     continue;
                 }
-                let kind = classify(a, b);
-                if kind == Kind::Conflict {
+                // The word map over-approximates (a word, not bytes);
+                // the ULCP test decides.
+                if classify(a, b) == Kind::Conflict {
                     dk.push(j as u64);
                 }
-                if j + 1 == k {
-                    if kind == Kind::Conflict {
-                        conflicts += 1;
-                    } else {
-                        pairs.push((l, j, k, kind));
+            }
+            if k > 0 {
+                let a = &d.sections[secs[k - 1]];
+                if a.thread != b.thread && !(a.shared && b.shared) {
+                    match classify(a, b) {
+                        Kind::Conflict => conflicts += 1,
+                        kind => pairs.push((l, k - 1, k, kind)),
                     }
                 }
+            }
+            for w in word_span(&b.reads) {
+                let e = words.entry(w).or_default();
+                match e.readers.iter_mut().find(|r| r.0 == b.thread) {
+                    Some(r) => r.1 = k,
+                    None => e.readers.push((b.thread, k)),
+                }
+            }
+            for w in word_span(&b.writes) {
+                let e = words.entry(w).or_default();
+                e.writer = Some(k);
+                e.readers.clear();
             }
             deps.push(dk);
         }

@@ -51,6 +51,24 @@ fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
         );
         let p: f64 = regions.iter().map(|r| r["p"].as_f64().unwrap()).sum();
         assert!((p - 1.0).abs() < 1e-6, "{}: P sums to {p}", c.label);
+        // Nothing conflicts, so the safe transformation frees the lock
+        // as much as removing it does.
+        let o = Command::new(lockscope())
+            .args(["whatif", "--json", "--remove-lock", "table_lock"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rm: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let (a, b) = (
+            u["speedup"].as_f64().unwrap(),
+            rm["scenarios"][0]["speedup"].as_f64().unwrap(),
+        );
+        assert!(
+            (a / b - 1.0).abs() < 0.02,
+            "{}: ulcp-free {a} vs remove-lock {b}",
+            c.label
+        );
         let text = analysis_text("whatif", &trace);
         assert!(!text.contains("ULCP-free"), "only on request: {text}");
     }

@@ -38,7 +38,7 @@ __attribute__((noinline)) static unsigned lookup(unsigned key)
     unsigned s = 0;
     if (!fixed)
         pthread_mutex_lock(&table_lock);
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < 128; i++)
         s += table[(key + (unsigned)i * 7u) % TABLE];
     if (!fixed)
         pthread_mutex_unlock(&table_lock);
@@ -60,7 +60,7 @@ static void *worker(void *arg)
     unsigned x = (unsigned)id * 2654435761u, acc = 0;
     pthread_barrier_wait(&start);
     for (long r = 0; r < rounds; r++) {
-        x = work(x, 200);
+        x = work(x, 40);
         acc += lookup(x);
         if (r % 4 == 0)
             bump(id, acc);
