@@ -1012,21 +1012,16 @@ impl CsvTable {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// One table as CSV (RFC 4180), header row first, raw ns values.
 pub fn csv(r: &Report, table: CsvTable) -> String {
-    let mut out = String::new();
+    // The csv crate quotes what RFC 4180 requires (a comma, a quote, CR or
+    // LF in a field; the hand-written quoting this replaces missed CR).
+    // Writing into memory cannot fail.
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
     let mut row = |cells: Vec<String>| {
-        let v: Vec<String> = cells.iter().map(|c| csv_field(c)).collect();
-        out.push_str(&v.join(","));
-        out.push('\n');
+        let _ = w.write_record(&cells);
     };
     let s = |v: &dyn ToString| v.to_string();
     match table {
@@ -1123,5 +1118,6 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
             }
         }
     }
-    out
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
