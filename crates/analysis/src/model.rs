@@ -23,9 +23,6 @@
 //! holder (split evenly among shared holders). Time a waiter waits while
 //! nobody holds the lock is charged to "no holder" (hand-off latency).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use std::path::Path;
 
 use lockscope_format::{Op, Overhead};
@@ -36,36 +33,10 @@ pub use crate::sync::{Anomalies, Kind};
 use crate::sync::{BlockedOn, Section, SegKind, Step, StepKind, ETIMEDOUT};
 use crate::AnalysisError;
 
-/// A small multiplicative hasher: keys here are integers, and SipHash
-/// costs more than the rest of the per-event work.
-#[derive(Default, Clone, Copy)]
-pub struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
-
-/// HashMap with [`FastHasher`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// HashMap with rustc's Fx hasher: keys here are integers, and SipHash
+/// costs more than the rest of the per-event work (a maintained crate
+/// replaces the hand-written multiplicative hasher this used to be).
+pub type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// Time categories of the per-thread breakdown (HaLock Fig. 7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
