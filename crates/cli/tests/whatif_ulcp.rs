@@ -69,6 +69,24 @@ fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
             "{}: ulcp-free {a} vs remove-lock {b}",
             c.label
         );
+        // Issue 9 item 5: the report's gain line for the lock, with the
+        // command that reproduces it.
+        let report = analysis_text("report", &trace);
+        let line = report
+            .lines()
+            .find(|l| l.trim_start().starts_with("table_lock: without it"))
+            .unwrap_or_else(|| panic!("{}: no gain line: {report}", c.label));
+        assert!(
+            line.contains("(lockscope whatif t.lstrace --remove-lock table_lock)"),
+            "{line}"
+        );
+        let x: f64 = line
+            .split("without it ")
+            .nth(1)
+            .and_then(|r| r.split('x').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!((x / b - 1.0).abs() < 0.02, "{}: {line} vs {b}", c.label);
         let text = analysis_text("whatif", &trace);
         assert!(!text.contains("ULCP-free"), "only on request: {text}");
     }
