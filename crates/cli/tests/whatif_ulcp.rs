@@ -113,3 +113,40 @@ fn issue9_ulcp_free_refuses_a_timing_mode_trace() {
         "{err}"
     );
 }
+
+/// On a fixture with every kind of pair, `--ulcp-free` counts exactly the
+/// conflicting consecutive pairs `lockscope ulcp` reports (they keep
+/// their order) and the unnecessary ones as ULCPs.
+#[test]
+fn issue9_ulcp_free_keeps_the_conflicts_ulcp_reports() {
+    let c = compilers()[0];
+    let dir = Scratch::new("whatif_ulcp_kinds");
+    let bin = dir.path("ulcp_kinds");
+    build_instrumented(c, &fixture("ulcp_kinds.c"), &bin);
+    let (trace, tf) = (dir.path("t.lstrace"), dir.path("truth.txt"));
+    record(&bin, &[&tf], &trace, &[]);
+    let u = analysis_json("ulcp", &trace);
+    let (mut conflict, mut unnecessary) = (0, 0);
+    for l in u["locks"].as_array().unwrap() {
+        for (k, v) in l["pairs"].as_object().unwrap() {
+            let n = v.as_u64().unwrap_or(0);
+            if k == "conflict" {
+                conflict += n;
+            } else {
+                unnecessary += n;
+            }
+        }
+    }
+    assert!(conflict > 0, "the fixture must conflict: {u:#}");
+    let o = Command::new(lockscope())
+        .args(["whatif", "--ulcp-free", "--json", "--top", "0"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &j["ulcp_free"];
+    assert_eq!(w["locks_kept"], 0, "{w:#}");
+    assert_eq!(w["conflicts"].as_u64().unwrap(), conflict, "{w:#}");
+    assert_eq!(w["ulcps"].as_u64().unwrap(), unnecessary, "{w:#}");
+}
