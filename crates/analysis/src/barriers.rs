@@ -509,6 +509,44 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
     }
 }
 
+/// Recommendations for a report section: one line per barrier call that
+/// was redundant every time it ran ("elide"), and per barrier whose
+/// waiting is mostly one late thread ("balance").
+pub fn advice(r: &BarriersReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in &r.barriers {
+        if r.all_accesses {
+            for c in &b.contexts {
+                if c.instances > 0 && c.redundant == c.instances {
+                    out.push(format!(
+                        "elide the barrier call at {} ({} on {}): redundant in all {} instance(s), \
+                         {} of waiting",
+                        c.site,
+                        c.function,
+                        b.barrier,
+                        c.instances,
+                        ms(c.wait_ns)
+                    ));
+                }
+            }
+        }
+        if let Some(l) = b.last_arrivers.first() {
+            if b.wait_ns > 0 && l.wait_caused_ns * 2 > b.wait_ns {
+                out.push(format!(
+                    "balance the work before {}: thread {} arrived last {} time(s), \
+                     {} of the {} waited there",
+                    l.site,
+                    l.thread,
+                    l.instances,
+                    ms(l.wait_caused_ns),
+                    ms(b.wait_ns)
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
@@ -577,6 +615,13 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
                 ms(l.wait_caused_ns),
                 l.site
             )?;
+        }
+    }
+    let adv = advice(r);
+    if !adv.is_empty() {
+        writeln!(out, "\nrecommendations")?;
+        for a in &adv {
+            writeln!(out, "  - {a}")?;
         }
     }
     for n in &r.notes {
@@ -652,6 +697,11 @@ mod tests {
         assert_eq!(
             ctx,
             vec![("?+0x10".to_string(), 1, 0), ("?+0x20".to_string(), 1, 1)]
+        );
+        let adv = advice(&r);
+        assert!(
+            adv[0].starts_with("elide the barrier call at ?+0x20"),
+            "{adv:?}"
         );
     }
 

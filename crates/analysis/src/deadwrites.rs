@@ -20,6 +20,13 @@
 //! different threads. The headline is DeadSpy's: dead bytes over all
 //! bytes written.
 //!
+//! A coalesced run (`LOCKSCOPE_COALESCE=1`: [`Op::AccessRepeat`] after
+//! the access it repeats) counts as that many more accesses: repeated
+//! reads change nothing; N repeated writes of the same bytes by the same
+//! context are N dead writes killed by that context (the repeats are
+//! folded only when the thread recorded nothing else in between; a read
+//! by another thread inside the run's time window is not seen).
+//!
 //! Accesses are read from the sync layer's steps ([`crate::sync`]). A
 //! trace recorded without `LOCKSCOPE_ALL_ACCESSES=1` holds only accesses
 //! inside critical sections: a read outside one is missing and makes the
@@ -209,8 +216,44 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
     let (mut writes, mut bytes_written, mut dead_bytes, mut cross) = (0u64, 0u64, 0u64, 0u64);
     let mut outside = false;
     let mut killed_by_this: Vec<u32> = Vec::new();
+    // Per thread, the context of its last write (for repeats).
+    let mut last_write: HashMap<u32, (u32, u64, u32)> = HashMap::new();
+    let mut extra_dead = 0u64;
+    let mut extra_ctx: HashMap<u32, u64> = HashMap::new();
     for_each_trace_step(t, false, |st, interp| {
         let e = st.event;
+        if st.kind == StepKind::Memory(Op::AccessRepeat) {
+            // Reads (1) and atomic loads (3) repeat a read: no change.
+            if e.arg2 == 2 {
+                let size = access_size(e.flags, 0).max(1);
+                if let Some(&(ci, lo, w)) = last_write.get(&st.thread) {
+                    // The first repeat kills the recorded write; each
+                    // further one kills the repeat before it (same bytes,
+                    // same context, same thread). The last one is live.
+                    let n = e.arg;
+                    writes += n;
+                    bytes_written += n * size;
+                    dead_bytes += n * size;
+                    let p = pairs.entry((ci, ci)).or_default();
+                    p.bytes += n * size;
+                    p.count += n;
+                    if let Some(d) = inst_dead.get_mut(w as usize) {
+                        *d = true;
+                    }
+                    extra_dead += n.saturating_sub(1);
+                    *extra_ctx.entry(ci).or_default() += n.saturating_sub(1);
+                    killing.entry(ci).or_default().count += n;
+                    let me = inst.len() as u32;
+                    inst.push((ci, st.thread));
+                    inst_dead.push(false);
+                    for a in lo..lo.saturating_add(size) {
+                        *shadow.get_mut(a) = me.saturating_add(FIRST_WRITE);
+                    }
+                    last_write.insert(st.thread, (ci, lo, me));
+                }
+            }
+            return;
+        }
         let (reads, writes_now, size) = match st.kind {
             StepKind::Memory(Op::Read) => (true, false, access_size(e.flags, e.arg2)),
             StepKind::Memory(Op::Write) => (false, true, access_size(e.flags, e.arg2)),
@@ -257,6 +300,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
             next
         });
         let me = inst.len() as u32;
+        last_write.insert(st.thread, (ci, lo, me));
         inst.push((ci, st.thread));
         inst_dead.push(false);
         killed_by_this.clear();
@@ -286,12 +330,15 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
         }
     });
 
-    let dead_writes = inst_dead.iter().filter(|&&x| x).count() as u64;
+    let dead_writes = inst_dead.iter().filter(|&&x| x).count() as u64 + extra_dead;
     let mut dead_site: HashMap<u32, SiteStat> = HashMap::new();
     for (w, &dead) in inst_dead.iter().enumerate() {
         if dead {
             dead_site.entry(inst[w].0).or_default().count += 1;
         }
+    }
+    for (&ci, &n) in &extra_ctx {
+        dead_site.entry(ci).or_default().count += n;
     }
     for (&(dc, kc), p) in &pairs {
         dead_site.entry(dc).or_default().bytes += p.bytes;
@@ -400,6 +447,36 @@ fn context(d: &mut Detailed, c: Ctx) -> Context {
     }
 }
 
+/// Recommendations for a report section: the dead-write contexts that
+/// hold at least 1% of the bytes written ("remove the store at ...").
+pub fn advice(r: &DeadWritesReport) -> Vec<String> {
+    // One line per site: the same store reached through several call
+    // paths is one thing to change.
+    let mut by_site: Vec<(String, u64, u64)> = Vec::new();
+    for d in &r.dead_sites {
+        match by_site.iter_mut().find(|x| x.0 == d.context.site) {
+            Some(x) => {
+                x.1 += d.bytes;
+                x.2 += d.count;
+            }
+            None => by_site.push((d.context.site.clone(), d.bytes, d.count)),
+        }
+    }
+    by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_site
+        .into_iter()
+        .filter(|s| r.bytes_written > 0 && s.1 * 100 >= r.bytes_written)
+        .take(5)
+        .map(|(site, bytes, count)| {
+            format!(
+                "remove or delay the store at {site}: {bytes} B in {count} write(s) overwritten \
+                 before any read ({:.1}% of the bytes written)",
+                bytes as f64 * 100.0 / r.bytes_written as f64
+            )
+        })
+        .collect()
+}
+
 fn ctx_text(c: &Context) -> String {
     if c.path.len() > 1 {
         format!("{} [{}]", c.site, c.path.join(" <- "))
@@ -453,6 +530,13 @@ pub fn render_text(r: &DeadWritesReport, out: &mut dyn std::io::Write) -> std::i
             s.count,
             ctx_text(&s.context)
         )?;
+    }
+    let adv = advice(r);
+    if !adv.is_empty() {
+        writeln!(out, "\nrecommendations")?;
+        for a in &adv {
+            writeln!(out, "  - {a}")?;
+        }
     }
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
@@ -533,6 +617,11 @@ mod tests {
             ]
         );
         assert!(rep.all_accesses);
+        let adv = advice(&rep);
+        assert!(
+            adv[0].starts_with("remove or delay the store at ?+0xa: 8 B"),
+            "{adv:?}"
+        );
     }
 
     #[test]
@@ -572,5 +661,34 @@ mod tests {
         assert_eq!(rep.dead_bytes, 8, "{rep:#?}");
         assert_eq!(rep.pairs.len(), 1);
         assert_eq!(rep.pairs[0].killing.site, "?+0xd");
+    }
+
+    #[test]
+    fn coalesced_repeats_count_as_accesses() {
+        let rep = |time: u64, a: u64, n: u64, kind: u64| Event {
+            time,
+            op: Op::AccessRepeat as u8,
+            flags: 8,
+            addr: a,
+            arg: n,
+            arg2: kind,
+            ..Event::default()
+        };
+        let t = trace(vec![vec![
+            w(1, 0x100, 8, 0xA),
+            rep(2, 0x100, 3, 2), // 3 more stores: 3 dead (the first and 2 repeats)
+            r(3, 0x100, 8),
+            r(4, 0x100, 8),
+            rep(5, 0x100, 10, 1), // repeated reads: nothing
+            w(6, 0x100, 8, 0xB),
+            w(7, 0x100, 8, 0xC), // kills B
+        ]]);
+        let mut d = Detailed::from_trace(&t, false);
+        let rep = analyze(&t, &mut d);
+        assert_eq!(rep.writes, 6);
+        assert_eq!(rep.dead_bytes, 3 * 8 + 8);
+        assert_eq!(rep.dead_writes, 4);
+        assert_eq!(rep.pairs[0].count, 3);
+        assert_eq!(rep.dead_sites[0].count, 3, "{rep:#?}");
     }
 }

@@ -94,6 +94,11 @@ impl HbClocks {
         for v in h.by_tid.values_mut() {
             v.sort_unstable();
         }
+        // The first pass is only needed for barrier rounds.
+        let barrier = lockscope_format::Op::BarrierWait as u8;
+        if !t.events.values().any(|v| v.iter().any(|e| e.op == barrier)) {
+            return h;
+        }
         for_each_trace_step(t, false, |st, _| {
             if let StepKind::BarrierDepart { barrier, round, .. } = st.kind {
                 let key = (barrier.process, barrier.addr, round);

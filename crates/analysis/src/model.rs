@@ -319,8 +319,9 @@ pub struct ThreadModel {
     pub end: u64,
     /// Breakdown by [`Cat`], corrected ns.
     pub cats: [u64; 5],
-    /// Blocked in cond / barrier / sem / join waits (part of Free or Hold).
-    pub blocked: [u64; 4],
+    /// Blocked in cond / barrier / sem / join / GPU waits (part of Free or
+    /// Hold).
+    pub blocked: [u64; 5],
     /// Recorder overhead subtracted from this thread, ns.
     pub overhead_ns: u64,
     /// Events of this thread.
@@ -664,6 +665,7 @@ impl Model {
                 SegKind::Blocked(BlockedOn::Barrier) => Some(1),
                 SegKind::Blocked(BlockedOn::Sem) => Some(2),
                 SegKind::Blocked(BlockedOn::Join) => Some(3),
+                SegKind::Blocked(BlockedOn::Gpu) => Some(4),
                 _ => None,
             };
             if let Some(b) = blocked {

@@ -669,7 +669,11 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             cell(th.unlock_ns),
             cell(th.hold_ns),
             cell(th.unknown_ns),
-            ns(th.cond_wait_ns + th.barrier_wait_ns + th.sem_wait_ns + th.join_wait_ns),
+            ns(th.cond_wait_ns
+                + th.barrier_wait_ns
+                + th.sem_wait_ns
+                + th.join_wait_ns
+                + th.gpu_wait_ns),
         ]);
     }
     t.render(&mut out, "  ", o.width);
@@ -1008,21 +1012,16 @@ impl CsvTable {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// One table as CSV (RFC 4180), header row first, raw ns values.
 pub fn csv(r: &Report, table: CsvTable) -> String {
-    let mut out = String::new();
+    // The csv crate quotes what RFC 4180 requires (a comma, a quote, CR or
+    // LF in a field; the hand-written quoting this replaces missed CR).
+    // Writing into memory cannot fail.
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
     let mut row = |cells: Vec<String>| {
-        let v: Vec<String> = cells.iter().map(|c| csv_field(c)).collect();
-        out.push_str(&v.join(","));
-        out.push('\n');
+        let _ = w.write_record(&cells);
     };
     let s = |v: &dyn ToString| v.to_string();
     match table {
@@ -1119,5 +1118,6 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
             }
         }
     }
-    out
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }

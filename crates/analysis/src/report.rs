@@ -330,6 +330,8 @@ pub struct Verdict {
     pub sem_wait_ns: u64,
     /// Blocked in pthread_join, ns.
     pub join_wait_ns: u64,
+    /// Blocked waiting for the GPU (CUDA synchronizing calls), ns.
+    pub gpu_wait_ns: u64,
     /// The lock with the largest total wait, if any thread waited.
     pub top_lock: Option<VerdictLock>,
     /// The sentence printed at the top of the text report.
@@ -613,6 +615,9 @@ pub struct ThreadOut {
     pub sem_wait_ns: u64,
     /// Of free/hold: waiting in pthread_join.
     pub join_wait_ns: u64,
+    /// Of free/hold: waiting for the GPU (CUDA synchronizing calls;
+    /// details: `lockscope gpu`).
+    pub gpu_wait_ns: u64,
     /// Recorder overhead subtracted from this thread, ns.
     pub overhead_ns: u64,
     /// Events recorded.
@@ -1287,6 +1292,7 @@ fn verdict(r: &Report) -> Verdict {
         barrier_wait_ns: sum(|t| t.barrier_wait_ns),
         sem_wait_ns: sum(|t| t.sem_wait_ns),
         join_wait_ns: sum(|t| t.join_wait_ns),
+        gpu_wait_ns: sum(|t| t.gpu_wait_ns),
         top_lock: None,
         text: String::new(),
     };
@@ -1348,6 +1354,7 @@ fn verdict(r: &Report) -> Verdict {
         ("barriers", v.barrier_wait_ns),
         ("semaphores", v.sem_wait_ns),
         ("join", v.join_wait_ns),
+        ("the GPU", v.gpu_wait_ns),
     ]
     .iter()
     .filter(|(_, ns)| *ns > 0 && ratio(*ns, t) >= 0.001)
@@ -1793,6 +1800,7 @@ fn thread_rows(meta: &Meta, model: &Model) -> Vec<ThreadOut> {
             barrier_wait_ns: t.blocked[1],
             sem_wait_ns: t.blocked[2],
             join_wait_ns: t.blocked[3],
+            gpu_wait_ns: t.blocked[4],
             overhead_ns: t.overhead_ns,
             events: t.events,
             lost_events: t.lost,

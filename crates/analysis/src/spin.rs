@@ -585,8 +585,38 @@ fn detect(ops: &[MemOp]) -> Verdict {
     Verdict::Lock { holds, abandoned }
 }
 
+/// A lock whose busy value is its owner's id: every thread writes one
+/// value of its own (different threads different ones) and the first
+/// value back. Many-valued, so not a two-valued spinlock, but a lock.
+fn owner_id_lock(ops: &[MemOp]) -> Option<String> {
+    let free = ops.first()?.before?;
+    let mut own: BTreeMap<u32, u64> = BTreeMap::new();
+    for o in ops {
+        let Some(a) = o.after else { continue };
+        // A failed compare-exchange leaves the holder's value: not its own.
+        if a == free || o.before == Some(a) {
+            continue;
+        }
+        if *own.entry(o.thread).or_insert(a) != a {
+            return None;
+        }
+    }
+    let ids: BTreeSet<u64> = own.values().copied().collect();
+    let frees = ops.iter().filter(|o| o.after == Some(free)).count();
+    (own.len() >= 2 && ids.len() == own.len() && frees > 0).then(|| {
+        format!(
+            "owner-id lock (free = {free}, each of {} threads writes its own value): a lock, \
+             but not a two-valued spinlock",
+            own.len()
+        )
+    })
+}
+
 /// Names what a rejected many-valued word is, when it can tell.
 fn recognise(addr: u64, ops: &[MemOp], all: &BTreeMap<u64, Vec<MemOp>>) -> Option<String> {
+    if let Some(why) = owner_id_lock(ops) {
+        return Some(why);
+    }
     if !counts_up(ops) {
         return None;
     }
@@ -1575,6 +1605,27 @@ mod tests {
         assert!(reason(flag).contains("never reset"), "{r:#?}");
         assert!(reason(next).starts_with("ticket lock"), "{r:#?}");
         assert_eq!(r.rejected.len(), 3);
+    }
+
+    #[test]
+    fn owner_id_lock_is_named_but_not_reported_as_a_spinlock() {
+        let cas = |t, old, new| at(t, Op::AtomicCas, 2, L, old, new);
+        let r = run(vec![
+            vec![
+                cas(1, 0, 101),
+                store(5, L, 101, 0),
+                cas(20, 0, 101),
+                store(22, L, 101, 0),
+            ],
+            vec![cas(3, 101, 101), cas(6, 0, 102), store(9, L, 102, 0)],
+        ]);
+        assert!(r.spinlocks.is_empty());
+        assert!(
+            r.rejected[0]
+                .reason
+                .starts_with("owner-id lock (free = 0, each of 2 threads"),
+            "{r:#?}"
+        );
     }
 
     #[test]

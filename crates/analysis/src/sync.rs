@@ -195,6 +195,9 @@ pub enum BlockedOn {
     Sem,
     /// A join.
     Join,
+    /// A CPU call that waits for the GPU (`GpuSync`: device, stream or
+    /// event synchronize, a blocking copy, `cudaFree`).
+    Gpu,
 }
 
 /// Class of a segment.
@@ -398,6 +401,17 @@ pub enum StepKind {
     JoinEnd {
         /// Joined OS tid.
         tid: u64,
+    },
+    /// A CPU call began waiting for the GPU (`GpuSync` BEGIN).
+    GpuWaitBegin {
+        /// What it waits for (the analysis' `gpu::sync_kind`).
+        what: u64,
+    },
+    /// A CPU wait for the GPU returned (`GpuSync` END); its segment is
+    /// `Blocked(Gpu)`.
+    GpuWaitEnd {
+        /// What it waited for (the analysis' `gpu::sync_kind`).
+        what: u64,
     },
     /// `fork` returned in the parent.
     Fork {
@@ -851,6 +865,7 @@ impl SyncInterp {
                     BlockedOn::Barrier => op == Op::BarrierWait,
                     BlockedOn::Sem => matches!(op, Op::SemWait | Op::SemTimedwait),
                     BlockedOn::Join => op == Op::ThreadJoin,
+                    BlockedOn::Gpu => op == Op::GpuSync,
                     BlockedOn::Lock => false,
                 }
             }
@@ -962,6 +977,28 @@ impl SyncInterp {
                             th.pending = Pending::None;
                         }
                         StepKind::JoinEnd { tid: e.arg }
+                    }
+                }
+                Op::GpuSync => {
+                    let th = &mut self.threads[ti];
+                    if ph == phase::BEGIN {
+                        th.pending = Pending::Wait {
+                            what: BlockedOn::Gpu,
+                            obj: u32::MAX,
+                            mutex: u32::MAX,
+                            site: e.site,
+                            at: th.now(),
+                        };
+                        StepKind::GpuWaitBegin { what: e.arg }
+                    } else {
+                        if let Pending::Wait {
+                            what: BlockedOn::Gpu,
+                            ..
+                        } = th.pending
+                        {
+                            th.pending = Pending::None;
+                        }
+                        StepKind::GpuWaitEnd { what: e.arg }
                     }
                 }
                 Op::ThreadExit => {

@@ -53,6 +53,7 @@ enum Command {
     Whatif(cmd::whatif::Args),
     CriticalPath(cmd::critical_path::Args),
     Html(cmd::html::Args),
+    Diff(cmd::diff::Args),
     Deadwrites(cmd::deadwrites::Args),
     Barriers(cmd::barriers::Args),
 }
@@ -78,6 +79,7 @@ fn main() {
         Command::Whatif(a) => cmd::whatif::run(a),
         Command::CriticalPath(a) => cmd::critical_path::run(a),
         Command::Html(a) => cmd::html::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
         Command::Deadwrites(a) => cmd::deadwrites::run(a),
         Command::Barriers(a) => cmd::barriers::run(a),
     };

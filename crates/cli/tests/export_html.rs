@@ -126,6 +126,8 @@ fn issue11_html_loads_draws_and_hovers_in_chromium() {
     assert!(hover.starts_with("wait held_lock"), "{hover}");
     assert!(hover.contains("at wait_for_it (sleep_hold.c:"), "{hover}");
     assert!(hover.contains("call path:"), "{hover}");
+    // The per-lock flame graph of the only contended lock can be chosen.
+    assert_eq!(r["flame_lock"], "lock held_lock", "{r}");
     // The report's verdict and tables are on the page.
     assert!(dom.contains("threads waited for locks"), "verdict missing");
     assert!(dom.contains("<table id=\"locks\">"), "lock table missing");

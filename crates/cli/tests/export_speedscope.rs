@@ -137,7 +137,8 @@ fn issue11_speedscope_sleep_hold_follows_the_format_with_the_known_states() {
 fn issue11_speedscope_hot_lock_one_hold_frame_per_section() {
     let (_dir, trace) = record_fixture("i11-speedscope-hot", "report/hot_short", &[]);
     let r = report_json(&trace);
-    let opens = check(&export(&trace));
+    let doc = export(&trace);
+    let opens = check(&doc);
     let holds: u64 = opens
         .iter()
         .filter(|(k, _)| k.starts_with("hold "))
@@ -152,4 +153,23 @@ fn issue11_speedscope_hot_lock_one_hold_frame_per_section() {
     // Every acquisition opens one hold frame (a lost release still closes
     // it, when another thread's section proves it).
     assert_eq!(holds, acquisitions, "{opens:?}");
+    // Bounded memory: with buffers of 1000 events spilled to temporary
+    // files, the file is the same.
+    assert!(spilled(&trace) == doc, "spilled output differs");
+}
+
+/// Same output when the buffered events go through temporary files.
+fn spilled(trace: &std::path::Path) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["export", "--format", "speedscope"])
+        .arg(trace)
+        .env("LOCKSCOPE_SPEEDSCOPE_SPILL_EVENTS", "1000")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

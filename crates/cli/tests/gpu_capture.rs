@@ -214,6 +214,40 @@ fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
         r["gpu_idle_ns"].as_u64().unwrap(),
         "GPU idleness charged exactly once"
     );
+    // The timing report counts the same waits as time blocked on the GPU
+    // (the sync layer's Blocked(Gpu) segments), less the recorder's
+    // per-event cost it subtracts.
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpu_wait: u64 = rep["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["gpu_wait_ns"].as_u64().unwrap())
+        .sum();
+    let cpu_wait = r["cpu_wait_ns"].as_u64().unwrap();
+    assert!(
+        gpu_wait <= cpu_wait && cpu_wait - gpu_wait < MS,
+        "report {gpu_wait} ns blocked on the GPU, gpu {cpu_wait} ns"
+    );
+    // The text report ends with the GPU section.
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["report", "--wide"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("GPU (CPU-GPU blame shifting"), "{text}");
+    assert!(text.contains("WHO MAKES THE GPU WAIT"), "{text}");
     assert!(
         r["verdict"].as_str().unwrap().contains("launch_two"),
         "{}",
@@ -244,4 +278,83 @@ fn gpu_capture_is_off_without_cupti_and_with_no_gpu() {
     // --no-gpu: the driver is never told to load us.
     let (stdout, _, _) = record_with(&dir, missing.as_path(), &["--no-gpu"], &app, &[]);
     assert!(stdout.contains("no-injection"), "{stdout}");
+}
+
+/// The GPU work and the CPU's GPU waits are on the Perfetto timeline: one
+/// track per GPU stream with the kernels (named by their host function)
+/// and copies, and "GPU wait" slices on the waiting CPU thread.
+#[test]
+fn gpu_work_and_waits_appear_in_the_perfetto_export() {
+    let dir = temp("gpu_perfetto");
+    let (lib, app) = build(&dir);
+    let (stdout, stderr, trace) = record_with(&dir, &lib, &[], &app, &[]);
+    assert!(stdout.contains("attached 1"), "{stdout}\n{stderr}");
+    let out_file = dir.join("t.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(&out_file)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    let ev = j["traceEvents"].as_array().unwrap();
+    let gpu: Vec<&serde_json::Value> = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "gpu")
+        .collect();
+    assert_eq!(gpu.len(), 3, "{gpu:#?}");
+    let names: Vec<&str> = gpu.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("kernel_one")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("kernel_two")),
+        "{names:?}"
+    );
+    assert!(names.contains(&"copy device-to-host"), "{names:?}");
+    // kernel_one ran 20 ms (within the clock conversion's error).
+    let k1 = gpu
+        .iter()
+        .find(|e| e["name"].as_str().unwrap().starts_with("kernel_one"))
+        .unwrap();
+    let dur_us = k1["dur"].as_f64().unwrap();
+    assert!((dur_us - 20_000.0).abs() < 200.0, "{k1}");
+    // Their track is named after the stream.
+    let tid = &k1["tid"];
+    assert!(
+        ev.iter().any(|e| e["ph"] == "M"
+            && e["name"] == "thread_name"
+            && &e["tid"] == tid
+            && e["args"]["name"] == "GPU 0 stream 7"),
+        "no name for the GPU track"
+    );
+    let waits = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "GPU wait")
+        .count();
+    assert_eq!(waits, 2, "one slice per synchronize");
+
+    // The HTML timeline has a row per GPU stream with the GPU work.
+    let page = dir.join("t.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["html", "-o"])
+        .arg(&page)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("GPU 0 stream 7"), "no GPU row in the page");
+    assert_eq!(html.matches("\"GPU work\"").count(), 3, "three GPU spans");
+    assert_eq!(html.matches("\"GPU wait\"").count(), 2, "two GPU waits");
 }

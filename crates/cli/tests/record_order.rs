@@ -49,6 +49,7 @@ fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
         .expect("gcc must be installed to build the fixtures");
     assert!(st.success());
     let mut checked = 0usize;
+    let mut worst = (0u64, String::new());
     for (threads, ops) in [
         ("2", "100000"),
         ("4", "50000"),
@@ -67,22 +68,37 @@ fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
         for (addr, mut cs) in sections(&t) {
             cs.sort_unstable();
             // Sorted by acquisition: a section inside another one starts
-            // after it and ends before the furthest end seen so far.
-            let mut max_end: Option<(u64, u32)> = None;
+            // after it and ends before the furthest end seen so far. Its
+            // depth is the shift that would put it outside.
+            let mut cover: Option<(u64, u64, u32)> = None;
             for &(a, r, th) in &cs {
-                if let Some((end, other)) = max_end {
-                    assert!(
-                        !(r < end && other != th),
-                        "{threads} threads: section [{a}, {r}] of thread {th} lies inside one of \
-                         thread {other} ending at {end} on mutex {addr:#x}"
-                    );
+                if let Some((a0, r0, th0)) = cover {
+                    if r < r0 && th != th0 {
+                        let depth = (a - a0).min(r0 - r);
+                        if depth > worst.0 {
+                            worst = (
+                                depth,
+                                format!(
+                                    "{threads} threads: section [{a}, {r}] of thread {th} lies \
+                                     inside [{a0}, {r0}] of thread {th0} on mutex {addr:#x}"
+                                ),
+                            );
+                        }
+                    }
                 }
-                if !matches!(max_end, Some((e, _)) if r <= e) {
-                    max_end = Some((r, th));
+                if !matches!(cover, Some((_, r0, _)) if r <= r0) {
+                    cover = Some((a, r, th));
                 }
                 checked += 1;
             }
         }
     }
+    // The hardware bound: TSCs of two CPUs agree within ~100 ticks
+    // (capture-facts.md; ~40 ns here) and `rdtsc` is not ordered with the
+    // locked instruction next to it (a few ns). Anything deeper is the
+    // recorder's error: before issue 8 it reached 351 ns (conversion
+    // segments chosen by copy time instead of by tick).
+    eprintln!("deepest nesting: {} ns {}", worst.0, worst.1);
+    assert!(worst.0 <= 100, "nested by {} ns: {}", worst.0, worst.1);
     assert!(checked > 300_000, "{checked} sections checked");
 }

@@ -104,7 +104,8 @@ struct RawSpan {
 fn cat(k: SpanKind) -> usize {
     match k {
         SpanKind::Wait => 0,
-        SpanKind::Hold => 1,
+        // A busy GPU stream is drawn like a held lock (busy, blue).
+        SpanKind::Hold | SpanKind::GpuWork => 1,
         SpanKind::Unlocking => 3,
         _ => 2,
     }
@@ -149,6 +150,30 @@ fn flame(v: &[WeightedStack]) -> Value {
         json!({"n": name, "v": n.v, "c": c.iter().map(|(m, k)| out(m, k)).collect::<Vec<_>>()})
     }
     out("all", &root)
+}
+
+/// Flame graphs per lock: `[[lock, waiters tree, holders tree], ...]`, by
+/// wait, descending (at most 50 locks).
+fn per_lock(waiters: &[WeightedStack], holders: &[WeightedStack]) -> Value {
+    let mut locks: Vec<(String, u64)> = Vec::new();
+    for s in waiters {
+        match locks.iter_mut().find(|(l, _)| *l == s.lock) {
+            Some(e) => e.1 += s.wait_ns,
+            None => locks.push((s.lock.clone(), s.wait_ns)),
+        }
+    }
+    locks.sort_by_key(|x| std::cmp::Reverse(x.1));
+    locks.truncate(50);
+    let of = |v: &[WeightedStack], lock: &str| -> Vec<WeightedStack> {
+        v.iter().filter(|s| s.lock == lock).cloned().collect()
+    };
+    Value::Array(
+        locks
+            .iter()
+            .filter(|(_, w)| *w > 0)
+            .map(|(l, _)| json!([l, flame(&of(waiters, l)), flame(&of(holders, l))]))
+            .collect(),
+    )
 }
 
 /// The report part of the page: verdict, tables, recommendations.
@@ -230,8 +255,10 @@ pub fn write(
     opts: &HtmlOptions,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
-    let threads = timeline::threads(meta);
+    let mut threads = timeline::threads(meta);
     let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    // GPU streams get rows of their own after the threads, as they appear.
+    let mut gpu_rows: HashMap<(u32, u32, u32), usize> = HashMap::new();
     let end = threads
         .iter()
         .map(|t| t.end_ns)
@@ -281,6 +308,57 @@ pub fn write(
                 end: end_ns,
                 site,
                 stack,
+                handoff: None,
+            });
+            if kept.len() >= 2 * max {
+                trim(&mut kept);
+            }
+        }
+        Item::GpuWork {
+            process,
+            device,
+            stream,
+            start_ns,
+            end_ns,
+            func,
+            site,
+            ..
+        } => {
+            let ti = *gpu_rows
+                .entry((process, device, stream))
+                .or_insert_with(|| {
+                    threads.push(timeline::ThreadInfo {
+                        id: u32::MAX,
+                        process,
+                        pid: meta.processes.get(&process).map_or(0, |p| p.pid),
+                        tid: 0,
+                        name: format!("GPU {device} stream {stream}"),
+                        start_ns: 0,
+                        end_ns: end,
+                    });
+                    heat.push(Default::default());
+                    threads.len() - 1
+                });
+            sum.spans += 1;
+            let h = &mut heat[ti][cat(SpanKind::GpuWork)];
+            let mut t = start_ns;
+            while t < end_ns {
+                let b = (t / bin_ns).min(nb as u64 - 1);
+                let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
+                *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
+                t = bend;
+            }
+            kept.push(RawSpan {
+                thread: ti as u32,
+                kind: SpanKind::GpuWork,
+                obj: None,
+                start: start_ns,
+                end: end_ns,
+                // The kernel's host function names it (a function's
+                // entry is named like a return address: + 1); a copy
+                // is named by its launch site.
+                site: if func != 0 { func + 1 } else { site },
+                stack: 0,
                 handoff: None,
             });
             if kept.len() >= 2 * max {
@@ -373,7 +451,8 @@ pub fn write(
         "handoffs": handoffs,
         "strings": strings,
         "report": report_data(report),
-        "flame": {"waiters": flame(&st.waiters), "holders": flame(&st.holders)},
+        "flame": {"waiters": flame(&st.waiters), "holders": flame(&st.holders),
+            "per_lock": per_lock(&st.waiters, &st.holders)},
     });
     let title = format!("lockscope: {}", report.command.join(" "));
     let page = format!(

@@ -16,10 +16,12 @@
 //!   synchronization layer, and [`names`] for their locks and sites;
 //! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing);
 //! - [`speedscope`]: speedscope's evented profiles, one per thread;
-//! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables).
+//! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables);
+//! - [`diff`]: two reports compared (`lockscope diff`).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod diff;
 pub mod folded;
 pub mod html;
 pub mod names;

@@ -25,6 +25,8 @@ use crate::ExportError;
 
 /// Pseudo thread ids of extra tracks: above any Linux tid (at most 2^22).
 const EXTRA_TID_BASE: u64 = 1 << 30;
+/// Pseudo thread ids of GPU stream tracks (above the extra tracks).
+const GPU_TID_BASE: u64 = 1 << 40;
 /// How many finished slices a track keeps to test nesting against (a
 /// new slice may only enclose or follow them).
 const NEST_DEPTH: usize = 256;
@@ -40,6 +42,8 @@ pub struct Summary {
     pub counters: u64,
     /// Extra tracks opened for out-of-order releases.
     pub extra_tracks: u64,
+    /// GPU work slices (kernels, copies, memsets).
+    pub gpu_slices: u64,
 }
 
 /// One track's finished slices that a later one could still overlap:
@@ -79,13 +83,27 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
+    /// The separator before an event.
+    fn sep(&mut self) -> std::io::Result<()> {
         if !self.first {
             self.out.write_all(b",\n")?;
         }
         self.first = false;
+        Ok(())
+    }
+    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
+        self.sep()?;
         serde_json::to_writer(&mut *self.out, v)?;
         Ok(())
+    }
+}
+
+/// Nanoseconds written as microseconds with three exact decimals.
+struct Us(u64);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
     }
 }
 
@@ -133,6 +151,10 @@ pub fn write(
     }
     let mut err: Option<std::io::Error> = None;
     let mut flow_id = 0u64;
+    type FragKey = (SpanKind, Option<ObjId>, u32, u64, u32);
+    let mut fragments: HashMap<FragKey, String> = HashMap::new();
+    // GPU stream tracks named so far: (pid, device, stream).
+    let mut gpu_tracks: std::collections::HashSet<(u32, u32, u32)> = Default::default();
     timeline::scan(path, meta, |item| {
         if err.is_some() {
             return;
@@ -172,22 +194,42 @@ pub fn write(
                     } else {
                         EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64
                     };
-                    let obj_name = obj.map(|o| names.object(o));
-                    let name = match &obj_name {
-                        Some(n) => format!("{} {n}", kind.name()),
-                        None => kind.name().to_string(),
-                    };
-                    let mut args = serde_json::Map::new();
-                    if let Some(n) = &obj_name {
-                        args.insert("object".into(), json!(n));
+                    // The category, name and args of a slice depend on
+                    // its kind, object, site and path only: serialized
+                    // once per combination (a trace has few).
+                    let key = (kind, obj, t.process, site, stack);
+                    if let std::collections::hash_map::Entry::Vacant(slot) = fragments.entry(key) {
+                        let obj_name = obj.map(|o| names.object(o));
+                        let name = match &obj_name {
+                            Some(n) => format!("{} {n}", kind.name()),
+                            None => kind.name().to_string(),
+                        };
+                        let mut args = serde_json::Map::new();
+                        if let Some(n) = &obj_name {
+                            args.insert("object".into(), json!(n));
+                        }
+                        args.insert("site".into(), json!(names.site(t.process, site, stack)));
+                        let path = names.path(t.process, stack);
+                        if !path.is_empty() {
+                            args.insert("path".into(), json!(path));
+                        }
+                        let frag = format!(
+                            "\"cat\":{},\"name\":{},\"args\":{}",
+                            json!(kind.name()),
+                            json!(name),
+                            serde_json::Value::Object(args)
+                        );
+                        slot.insert(frag);
                     }
-                    args.insert("site".into(), json!(names.site(t.process, site, stack)));
-                    let path = names.path(t.process, stack);
-                    if !path.is_empty() {
-                        args.insert("path".into(), json!(path));
-                    }
-                    w.event(&json!({"ph":"X","cat":kind.name(),"name":name,"pid":t.pid,
-                        "tid":tid,"ts":us(start_ns),"dur":us(end_ns - start_ns),"args":args}))?;
+                    let frag = &fragments[&key];
+                    w.sep()?;
+                    write!(
+                        w.out,
+                        "{{\"ph\":\"X\",\"pid\":{},\"tid\":{tid},\"ts\":{},\"dur\":{},{frag}}}",
+                        t.pid,
+                        Us(start_ns),
+                        Us(end_ns - start_ns)
+                    )?;
                     sum.slices += 1;
                     match kind {
                         SpanKind::Hold => {
@@ -229,6 +271,53 @@ pub fn write(
                         "pid":threads[ti].pid,"tid":wtid,"ts":us(f_ts)}),
                     )?;
                     sum.flows += 1;
+                }
+                Item::GpuWork {
+                    process,
+                    device,
+                    stream,
+                    kind,
+                    start_ns,
+                    end_ns,
+                    correlation,
+                    launched_by,
+                    func,
+                    site,
+                } => {
+                    // One track per GPU stream, in the process that
+                    // launched the work (streams of one device side by
+                    // side; CUDA's own timeline shows them so).
+                    let pid = pid_of_process.get(&process).copied().unwrap_or(0);
+                    let tid = GPU_TID_BASE + (u64::from(device) << 20) + u64::from(stream);
+                    if gpu_tracks.insert((pid, device, stream)) {
+                        w.event(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,
+                            "args":{"name": format!("GPU {device} stream {stream}")}}))?;
+                        w.event(&json!({"ph":"M","name":"thread_sort_index","pid":pid,
+                            "tid":tid,"args":{"sort_index": 1_000_000 + gpu_tracks.len()}}))?;
+                    }
+                    let name = if func != 0 {
+                        // A function's entry, named like a return address.
+                        names.site(process, func + 1, 0)
+                    } else {
+                        kind.name().to_string()
+                    };
+                    let mut args = serde_json::Map::new();
+                    args.insert("correlation".into(), json!(correlation));
+                    if launched_by != 0 {
+                        args.insert("launched_by_thread".into(), json!(launched_by));
+                        args.insert("launch_site".into(), json!(names.site(process, site, 0)));
+                    }
+                    w.sep()?;
+                    write!(
+                        w.out,
+                        "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"cat\":\"gpu\",\"name\":{},\"args\":{}}}",
+                        Us(start_ns),
+                        Us(end_ns - start_ns),
+                        json!(name),
+                        serde_json::Value::Object(args)
+                    )?;
+                    sum.slices += 1;
+                    sum.gpu_slices += 1;
                 }
                 Item::Begin { .. } | Item::Dropped { .. } => {}
                 Item::Waiters {

@@ -10,9 +10,11 @@
 //! else, so a blocking frame still open when the thread begins something
 //! (its call never completed: events were lost) is closed then.
 //!
-//! Memory: the frames (one per state, object and site) and each thread's
-//! events until the end (16 bytes per open or close), since the format
-//! puts each thread's events together.
+//! Memory is bounded: the format puts each thread's events together, so
+//! they are buffered (16 bytes per open or close), and when the buffers
+//! pass [`SPILL_EVENTS`] they are appended to one temporary file per
+//! thread (removed at the end), read back in order when the thread's
+//! profile is written.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -30,6 +32,67 @@ use crate::ExportError;
 /// The schema URL the file names.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
+/// Buffered events (all threads) above which they go to temporary files
+/// (64 MB of buffers).
+pub const SPILL_EVENTS: usize = 4 << 20;
+
+/// The temporary directory of spilled events, removed when dropped.
+struct Spill {
+    dir: std::path::PathBuf,
+    used: bool,
+}
+
+impl Spill {
+    fn new() -> Spill {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Spill {
+            dir: std::env::temp_dir().join(format!(
+                "lockscope-speedscope-{}-{nanos}",
+                std::process::id()
+            )),
+            used: false,
+        }
+    }
+    fn file(&self, thread: usize) -> std::path::PathBuf {
+        self.dir.join(format!("t{thread}"))
+    }
+    /// Appends every thread's buffered events to its file.
+    fn spill(&mut self, st: &mut [ThreadState]) -> std::io::Result<()> {
+        if !self.used {
+            std::fs::create_dir_all(&self.dir)?;
+            self.used = true;
+        }
+        for (i, s) in st.iter_mut().enumerate() {
+            if s.events.is_empty() {
+                continue;
+            }
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.file(i))?;
+            let mut w = std::io::BufWriter::new(f);
+            for &(open, frame, at) in &s.events {
+                w.write_all(&(frame | (u32::from(open) << 31)).to_le_bytes())?;
+                w.write_all(&at.to_le_bytes())?;
+            }
+            w.flush()?;
+            s.spilled += s.events.len() as u64;
+            s.events = Vec::new();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        if self.used {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// One open frame of a thread.
 #[derive(Clone, Copy)]
 struct Open {
@@ -44,12 +107,17 @@ struct ThreadState {
     /// (open?, frame, at).
     events: Vec<(bool, u32, u64)>,
     last: u64,
+    /// Time of its first event.
+    first: Option<u64>,
+    /// Events already in its temporary file.
+    spilled: u64,
 }
 
 impl ThreadState {
     fn push(&mut self, open: bool, frame: u32, at: u64) {
         let at = at.max(self.last);
         self.last = at;
+        self.first.get_or_insert(at);
         self.events.push((open, frame, at));
     }
     /// Closes the open frame at `k`: the ones above it close first and
@@ -99,79 +167,108 @@ pub fn write(
     symbolize: bool,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
+    write_with(path, meta, symbolize, SPILL_EVENTS, out)
+}
+
+/// [`write()`] with the number of buffered events above which they go to
+/// temporary files (tests use a small one).
+pub fn write_with(
+    path: &Path,
+    meta: &Meta,
+    symbolize: bool,
+    spill_events: usize,
+    out: &mut dyn Write,
+) -> Result<Summary, ExportError> {
     let mut names = Names::new(meta, symbolize);
     let threads = timeline::threads(meta);
     let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
     let mut st: Vec<ThreadState> = threads.iter().map(|_| ThreadState::default()).collect();
     let mut frame_ids: HashMap<(String, String), u32> = HashMap::new();
     let mut frames: Vec<serde_json::Value> = Vec::new();
-    timeline::scan(path, meta, |item| match item {
-        Item::Begin {
-            thread,
-            kind,
-            obj,
-            time_ns,
-            site,
-            stack,
-        } => {
-            let Some(&ti) = by_id.get(&thread) else {
-                return;
-            };
-            let process = threads[ti].process;
-            let s = &mut st[ti];
-            while let Some(k) = s.stack.iter().rposition(|o| blocking(o.kind)) {
-                s.close_at(k, time_ns);
-            }
-            let site = names.site(process, site, stack);
-            let name = match obj {
-                Some(o) => format!("{} {}", kind.name(), names.object(o)),
-                None => kind.name().to_string(),
-            };
-            let line = parse_frame(&site).into_iter().next();
-            let full = match &line {
-                Some(l) if site != "?" => format!("{name} at {}", l.function),
-                _ => name,
-            };
-            let id = *frame_ids.entry((full.clone(), site)).or_insert_with(|| {
-                let mut f = json!({ "name": full });
-                if let Some(l) = &line {
-                    if let Some(file) = &l.file {
-                        f["file"] = json!(file);
-                        f["line"] = json!(l.line);
-                    }
+    let mut spill = Spill::new();
+    let mut spill_err: Option<std::io::Error> = None;
+    let mut items = 0u64;
+    timeline::scan(path, meta, |item| {
+        items += 1;
+        if items.is_multiple_of(1024) && spill_err.is_none() {
+            let buffered: usize = st.iter().map(|s| s.events.len()).sum();
+            if buffered > spill_events {
+                if let Err(e) = spill.spill(&mut st) {
+                    spill_err = Some(e);
                 }
-                frames.push(f);
-                frames.len() as u32 - 1
-            });
-            s.push(true, id, time_ns);
-            s.stack.push(Open {
-                frame: id,
+            }
+        }
+        match item {
+            Item::Begin {
+                thread,
                 kind,
                 obj,
-            });
-        }
-        Item::Span {
-            thread,
-            kind,
-            obj,
-            end_ns,
-            ..
-        } => {
-            if let Some(&ti) = by_id.get(&thread) {
-                st[ti].close(kind, obj, end_ns);
+                time_ns,
+                site,
+                stack,
+            } => {
+                let Some(&ti) = by_id.get(&thread) else {
+                    return;
+                };
+                let process = threads[ti].process;
+                let s = &mut st[ti];
+                while let Some(k) = s.stack.iter().rposition(|o| blocking(o.kind)) {
+                    s.close_at(k, time_ns);
+                }
+                let site = names.site(process, site, stack);
+                let name = match obj {
+                    Some(o) => format!("{} {}", kind.name(), names.object(o)),
+                    None => kind.name().to_string(),
+                };
+                let line = parse_frame(&site).into_iter().next();
+                let full = match &line {
+                    Some(l) if site != "?" => format!("{name} at {}", l.function),
+                    _ => name,
+                };
+                let id = *frame_ids.entry((full.clone(), site)).or_insert_with(|| {
+                    let mut f = json!({ "name": full });
+                    if let Some(l) = &line {
+                        if let Some(file) = &l.file {
+                            f["file"] = json!(file);
+                            f["line"] = json!(l.line);
+                        }
+                    }
+                    frames.push(f);
+                    frames.len() as u32 - 1
+                });
+                s.push(true, id, time_ns);
+                s.stack.push(Open {
+                    frame: id,
+                    kind,
+                    obj,
+                });
             }
-        }
-        Item::Dropped {
-            thread,
-            obj,
-            time_ns,
-        } => {
-            if let Some(&ti) = by_id.get(&thread) {
-                st[ti].close(SpanKind::Hold, Some(obj), time_ns);
+            Item::Span {
+                thread,
+                kind,
+                obj,
+                end_ns,
+                ..
+            } => {
+                if let Some(&ti) = by_id.get(&thread) {
+                    st[ti].close(kind, obj, end_ns);
+                }
             }
+            Item::Dropped {
+                thread,
+                obj,
+                time_ns,
+            } => {
+                if let Some(&ti) = by_id.get(&thread) {
+                    st[ti].close(SpanKind::Hold, Some(obj), time_ns);
+                }
+            }
+            _ => {}
         }
-        _ => {}
     })?;
+    if let Some(e) = spill_err {
+        return Err(e.into());
+    }
     let mut sum = Summary {
         frames: frames.len() as u64,
         ..Summary::default()
@@ -204,13 +301,35 @@ pub fn write(
             out,
             "{{\"type\":\"evented\",\"name\":{},\"unit\":\"nanoseconds\",\"startValue\":{},\"endValue\":{},\"events\":[",
             json!(format!("{} (tid {})", t.name, t.tid)),
-            t.start_ns.min(s.events.first().map_or(u64::MAX, |e| e.2)),
+            t.start_ns.min(s.first.unwrap_or(u64::MAX)),
             end
         )?;
-        for (k, &(open, frame, at)) in s.events.iter().enumerate() {
+        let mut k = 0u64;
+        if s.spilled > 0 {
+            let mut r = std::io::BufReader::new(std::fs::File::open(spill.file(i))?);
+            let mut rec = [0u8; 12];
+            for _ in 0..s.spilled {
+                std::io::Read::read_exact(&mut r, &mut rec)?;
+                let v = u32::from_le_bytes(rec[..4].try_into().expect("4 bytes"));
+                let at = u64::from_le_bytes(rec[4..].try_into().expect("8 bytes"));
+                if k > 0 {
+                    out.write_all(b",")?;
+                }
+                k += 1;
+                write!(
+                    out,
+                    "{{\"type\":\"{}\",\"frame\":{},\"at\":{at}}}",
+                    if v >> 31 == 1 { 'O' } else { 'C' },
+                    v & 0x7fff_ffff
+                )?;
+            }
+            let _ = std::fs::remove_file(spill.file(i));
+        }
+        for &(open, frame, at) in s.events.iter() {
             if k > 0 {
                 out.write_all(b",")?;
             }
+            k += 1;
             write!(
                 out,
                 "{{\"type\":\"{}\",\"frame\":{frame},\"at\":{at}}}",
@@ -218,7 +337,7 @@ pub fn write(
             )?;
         }
         out.write_all(b"]}")?;
-        sum.events += s.events.len() as u64;
+        sum.events += k;
         sum.profiles += 1;
         // Free it as soon as it is written.
         *s = ThreadState::default();

@@ -37,6 +37,11 @@ pub enum SpanKind {
     Sem,
     /// Blocked in pthread_join.
     Join,
+    /// Blocked in a CUDA call that waits for the GPU.
+    Gpu,
+    /// A GPU stream running a kernel, copy or memset (rows of GPU
+    /// streams in the HTML timeline; never a CPU thread's span).
+    GpuWork,
 }
 
 impl SpanKind {
@@ -50,6 +55,8 @@ impl SpanKind {
             SpanKind::Barrier => "barrier",
             SpanKind::Sem => "sem wait",
             SpanKind::Join => "join",
+            SpanKind::Gpu => "GPU wait",
+            SpanKind::GpuWork => "GPU work",
         }
     }
 }
@@ -166,6 +173,30 @@ pub enum Item {
         /// When it was noticed, ns.
         time_ns: u64,
     },
+    /// Work that ran on a GPU (a kernel, copy or memset, from CUPTI's
+    /// activity records), with what launched it when that was recorded.
+    GpuWork {
+        /// Trace process id.
+        process: u32,
+        /// Device.
+        device: u32,
+        /// CUDA stream id.
+        stream: u32,
+        /// Kernel, copy or memset.
+        kind: lockscope_analysis::gpu::ActivityKind,
+        /// Start on the GPU, ns.
+        start_ns: u64,
+        /// End, ns.
+        end_ns: u64,
+        /// CUPTI correlation id.
+        correlation: u32,
+        /// Trace thread that launched it (0: launch not recorded).
+        launched_by: u32,
+        /// The kernel's host function (0: unknown or not a kernel).
+        func: u64,
+        /// Launch call site (0: unknown).
+        site: u64,
+    },
     /// From `time_ns` on, `count` threads wait for `lock`.
     Waiters {
         /// The lock.
@@ -184,6 +215,9 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
     let mut waiters: HashMap<ObjId, u32> = HashMap::new();
     let mut last_release: HashMap<ObjId, (u32, u64)> = HashMap::new();
     let mut pending_futex: HashMap<u32, ObjId> = HashMap::new();
+    // GPU launches by (process, correlation id): who launched the work
+    // reported later (the launch comes first in time).
+    let mut launches: HashMap<(u32, u32), (u32, u64, u64)> = HashMap::new();
     let mut queue = |lock: ObjId, time_ns: u64, delta: i32, f: &mut dyn FnMut(Item)| {
         let n = waiters.entry(lock).or_default();
         let new = (*n as i64 + i64::from(delta)).max(0) as u32;
@@ -332,12 +366,44 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
             StepKind::JoinEnd { .. } if step.segment.kind == SegKind::Blocked(BlockedOn::Join) => {
                 f(span(SpanKind::Join, None, seg_start, step.event.site, 0));
             }
+            StepKind::GpuWaitEnd { .. }
+                if step.segment.kind == SegKind::Blocked(BlockedOn::Gpu) =>
+            {
+                f(span(SpanKind::Gpu, None, seg_start, step.event.site, 0));
+            }
             StepKind::HoldDropped(s) => f(Item::Dropped {
                 thread: step.thread,
                 obj: s.lock,
                 time_ns: t,
             }),
-            _ => {}
+            _ => {
+                let e = step.event;
+                if e.op == lockscope_format::Op::GpuLaunch as u8 {
+                    launches.entry((step.process, e.arg as u32)).or_insert((
+                        step.thread,
+                        e.arg2,
+                        e.site,
+                    ));
+                } else if e.op == lockscope_format::Op::GpuActivity as u8 && e.arg >= e.addr {
+                    let corr = e.arg2 as u32;
+                    let (launched_by, func, site) = launches
+                        .get(&(step.process, corr))
+                        .copied()
+                        .unwrap_or((0, 0, 0));
+                    f(Item::GpuWork {
+                        process: step.process,
+                        device: (e.site >> 32) as u32,
+                        stream: e.site as u32,
+                        kind: lockscope_analysis::gpu::ActivityKind::from_flags(e.flags),
+                        start_ns: e.addr,
+                        end_ns: e.arg,
+                        correlation: corr,
+                        launched_by,
+                        func,
+                        site,
+                    });
+                }
+            }
         }
         // Openings, after what the step closed (a condition wait closes
         // the hold of its mutex, then opens the wait).
@@ -361,6 +427,7 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
             }
             StepKind::SemWaitBegin { sem } => Some((SpanKind::Sem, Some(sem), e_site, e_stack)),
             StepKind::JoinBegin { .. } => Some((SpanKind::Join, None, e_site, e_stack)),
+            StepKind::GpuWaitBegin { .. } => Some((SpanKind::Gpu, None, e_site, e_stack)),
             _ => None,
         };
         if let Some((kind, obj, site, stack)) = begin {

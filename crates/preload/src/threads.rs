@@ -1,7 +1,7 @@
 //! Thread lifecycle hooks: create (with a start trampoline that emits
 //! ThreadStart/ThreadExit in the new thread), exit, join, and names.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void, pthread_attr_t, pthread_t};
 use lockscope_capture::raw::{Head, OP_THREAD_NAME};
@@ -60,6 +60,84 @@ fn tid_offset() -> Option<usize> {
     (off != u32::MAX).then(|| off as usize - 1)
 }
 
+/// Slots of the pthread_t -> kernel tid table (power of two).
+const TID_SLOTS: usize = 4096;
+/// Probes before the table counts as full for a key.
+const TID_PROBES: usize = 32;
+/// Keys (`pthread_t` values, 0 = free) and the kernel tid of the thread
+/// that last started under each. Filled by every thread at its start, read
+/// by joins. Why a table: the kernel clears the tid in glibc's descriptor
+/// when the thread exits (CLONE_CHILD_CLEARTID, which is how join waits),
+/// so a join of a thread that has already exited read 0 from the
+/// descriptor (issue 13 found every join after the first recorded as tid
+/// 0). Lock-free and allocation-free: open addressing, entries are only
+/// ever added or overwritten (a reused `pthread_t` maps to its newest
+/// thread).
+static TID_KEYS: [AtomicUsize; TID_SLOTS] = [const { AtomicUsize::new(0) }; TID_SLOTS];
+static TID_VALS: [AtomicU32; TID_SLOTS] = [const { AtomicU32::new(0) }; TID_SLOTS];
+
+fn tid_slot(key: usize, k: usize) -> usize {
+    // Fibonacci hashing of the descriptor address (its low bits are
+    // alignment).
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(20)
+        .wrapping_add(k))
+        & (TID_SLOTS - 1)
+}
+
+/// Remembers that the thread `t` has kernel tid `tid` (called by the
+/// thread itself at its start). A full table keeps nothing: joins then
+/// read the descriptor as before.
+fn remember_tid(t: pthread_t, tid: u32) {
+    let key = t as usize;
+    if key == 0 {
+        return;
+    }
+    for k in 0..TID_PROBES {
+        let i = tid_slot(key, k);
+        let cur = TID_KEYS[i].load(Ordering::Acquire);
+        let mine = cur == key
+            || (cur == 0
+                && TID_KEYS[i]
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .map_or_else(|now| now == key, |_| true));
+        if mine {
+            TID_VALS[i].store(tid, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The tid `remember_tid` stored for `t`, if any.
+fn remembered_tid(t: pthread_t) -> Option<u32> {
+    let key = t as usize;
+    for k in 0..TID_PROBES {
+        let i = tid_slot(key, k);
+        match TID_KEYS[i].load(Ordering::Acquire) {
+            0 => return None,
+            cur if cur == key => return Some(TID_VALS[i].load(Ordering::Acquire)),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Kernel tid of the thread `t` before joining it: glibc's descriptor
+/// holds it while the thread runs (CLONE_PARENT_SETTID); once it has
+/// exited the descriptor says 0 and the tid the thread remembered at its
+/// start is used. The descriptor comes first: a `pthread_t` reused by a
+/// thread that has not run its start yet still has the previous thread's
+/// entry in the table.
+unsafe fn join_tid(t: pthread_t) -> u32 {
+    // SAFETY: the caller passes a joinable thread's handle, whose
+    // descriptor stays mapped until the join returns.
+    let live = unsafe { tid_of(t) };
+    if live != 0 {
+        return live;
+    }
+    remembered_tid(t).unwrap_or(0)
+}
+
 /// Kernel tid of a thread that is known to be alive (not yet joined):
 /// glibc's descriptor holds it from the moment clone returns
 /// (CLONE_PARENT_SETTID).
@@ -85,6 +163,7 @@ unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
     unsafe {
         let s = core::ptr::read(p as *const Start);
         libc::free(p);
+        remember_tid(libc::pthread_self(), libc::gettid() as u32);
         thread::thread_started(s.parent_tid);
         if let Some(mut g) = thread::recorder() {
             let t = tsc::now();
@@ -216,7 +295,7 @@ unsafe extern "C-unwind" fn join_impl(
             None => return real_join(t, r),
             Some(mut g) => {
                 // Read before the join: afterwards the descriptor is freed.
-                tid = tid_of(t);
+                tid = join_tid(t);
                 let t0 = tsc::now();
                 guarded(|| {
                     emit(

@@ -139,8 +139,49 @@ pub(crate) struct WriterResult {
     pub top_locks: Vec<LockSummary>,
 }
 
+/// Every conversion segment the writer has seen, in tick order: ticks are
+/// converted by the segment their own value falls in, not by the one
+/// current when they were copied.
+///
+/// Why: the drain refines the tick rate every 50 ms and stamps each copy
+/// with the segment current at the copy. Two threads' events stamped
+/// before a refinement but copied on either side of it were converted
+/// with two slightly different rates, which moved them by up to
+/// (drain latency x rate change): hundreds of ns on a loaded machine, and
+/// a 20 ns critical section came out inside another thread's on the same
+/// mutex (`issue8_no_critical_section_inside_another_on_the_same_mutex`,
+/// release build). Picking the segment by tick makes the conversion one
+/// monotone function for all threads. Every segment that covers an event
+/// is known before that event is converted: an event stamped after a
+/// refinement was copied after it, so its batch carries that segment.
+#[derive(Default)]
+struct ClockSegs {
+    v: Vec<ClockConv>,
+}
+
+impl ClockSegs {
+    fn learn(&mut self, c: ClockConv) {
+        if !matches!(self.v.last(), Some(l) if c.tsc0 <= l.tsc0) {
+            self.v.push(c);
+        }
+    }
+
+    #[inline]
+    fn ns(&self, t: u64) -> u64 {
+        // Most events fall in the newest segment: walk from the end.
+        for s in self.v.iter().rev() {
+            if t >= s.tsc0 {
+                return s.ns(t);
+            }
+        }
+        self.v.first().map_or(0, |s| s.ns(t))
+    }
+}
+
 struct Converter<W: Write> {
     tw: TraceWriter<W>,
+    /// Conversion segments by tick.
+    segs: ClockSegs,
     procs: FastMap<u32, ProcConv>,
     threads: FastMap<u32, ThreadConv>,
     next_stack: u32,
@@ -172,6 +213,7 @@ pub(crate) fn writer_loop<W: Write>(
 ) -> Result<WriterResult, FormatError> {
     let mut c = Converter {
         tw: TraceWriter::new(w, &header)?,
+        segs: ClockSegs::default(),
         procs: FastMap::default(),
         threads: FastMap::default(),
         next_stack: 1,
@@ -343,6 +385,8 @@ impl<W: Write> Converter<W> {
         lost: u64,
         clock: ClockConv,
     ) -> Result<(), FormatError> {
+        self.segs.learn(clock);
+        let segs = &self.segs;
         let Some(t) = self.threads.get_mut(&thread) else {
             return Ok(()); // cannot happen: Thread records come first
         };
@@ -374,7 +418,7 @@ impl<W: Write> Converter<W> {
                 (u64::from(h.aux), 0, i + 1)
             };
             i += k;
-            let mut ns = clock.ns(h.tsc);
+            let mut ns = segs.ns(h.tsc);
             // Per-thread times never go backwards, whatever the clock
             // estimate did between two batches.
             if ns < t.last_ns {
@@ -551,6 +595,7 @@ impl<W: Write> Converter<W> {
         lost: u64,
         clock: ClockConv,
     ) -> Result<(), FormatError> {
+        self.segs.learn(clock);
         self.flush_thread(thread)?;
         let Some(t) = self.threads.remove(&thread) else {
             return Ok(());
@@ -577,7 +622,7 @@ impl<W: Write> Converter<W> {
             reason: LossReason::CorruptBuffer,
         })?;
         let end_ns = if end_tsc != 0 {
-            clock.ns(end_tsc).max(t.last_ns)
+            self.segs.ns(end_tsc).max(t.last_ns)
         } else {
             t.last_ns
         };

@@ -109,7 +109,7 @@ const BATCH_MIN_ROOM: usize = 4096;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ClockConv {
     /// Start of the current segment, in ticks...
-    tsc0: u64,
+    pub(crate) tsc0: u64,
     /// ...and in ns since the start of the trace.
     ns0: u64,
     mult: u64,

@@ -10,6 +10,8 @@
 //! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access);
 //! - `unrecorded`: the `lockscope cc` build run outside `lockscope record`;
 //! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
+//! - `coalesced`: lockset mode with `LOCKSCOPE_COALESCE=1` (runs of
+//!   identical accesses recorded once with a count);
 //!
 //! The fixtures run with `FIXTURE_SCALE` (default 20) times their test
 //! workload (those that read it). `SLOWDOWN_FIXTURES=a.c,b.c` picks
@@ -170,9 +172,12 @@ fn main() {
                 .arg(&tsan)
                 .output()
                 .is_ok_and(|o| o.status.success());
-            let mut losses = [(0u64, 0f64); 2];
+            let mut losses = [(0u64, 0f64); 3];
             let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
+                if slot == Some(2) {
+                    c.env("LOCKSCOPE_COALESCE", "1");
+                }
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
                 if all {
@@ -189,13 +194,14 @@ fn main() {
                 c.env("FIXTURE_SCALE", &scale);
                 c
             };
-            let mut cols = [const { Vec::new() }; 6];
+            let mut cols = [const { Vec::new() }; 7];
             for _ in 0..runs {
                 cols[0].push(time(run(&plain)));
                 cols[1].push(rec(&plain, false, None));
                 cols[2].push(rec(&instr, false, Some(0)));
                 cols[3].push(rec(&instr, true, Some(1)));
                 cols[4].push(time(run(&instr)));
+                cols[6].push(rec(&instr, true, Some(2)));
                 if have_tsan {
                     let mut c = run(&tsan);
                     // The fixtures have deliberate races: do not fail on them.
@@ -222,8 +228,18 @@ fn main() {
                 m[2] / m[0]
             );
             println!(
-                "{:<20} {:<6} lost: detailed {} ({:.1} MB), lockset {} ({:.1} MB)",
-                "", "", losses[0].0, losses[0].1, losses[1].0, losses[1].1
+                "{:<20} {:<6} lost: detailed {} ({:.1} MB), lockset {} ({:.1} MB), \
+                 coalesced lockset {} ({:.1} MB) {:.1}ms = {:.2}x timing",
+                "",
+                "",
+                losses[0].0,
+                losses[0].1,
+                losses[1].0,
+                losses[1].1,
+                losses[2].0,
+                losses[2].1,
+                m[6],
+                m[6] / m[1]
             );
         }
     }

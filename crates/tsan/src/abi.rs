@@ -125,6 +125,24 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
         if addr >= t.stack_lo.get() && addr < t.stack_hi.get() {
             return;
         }
+        if config::coalesce() {
+            let (kind, value) = if write {
+                (record::RUN_WRITE, 0)
+            } else {
+                (record::RUN_READ, read_value(addr, size))
+            };
+            // Only accesses of a fixed width coalesce (their value is known
+            // for reads); ranges and 16-byte accesses are always recorded.
+            if size <= 8
+                && fold_ok(size)
+                && record::fold(t, addr, size | kind << 32, value, pc, held)
+            {
+                return;
+            }
+            if !(size <= 8 && fold_ok(size)) {
+                record::flush_run_in(t);
+            }
+        }
         if write && held > 0 {
             // SAFETY: this thread's own log; no other reference is live.
             unsafe { (*t.wlog.get()).insert(addr, size.min(u64::from(u32::MAX)) as u32) };
@@ -156,6 +174,28 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
         backend::emit(head, args, &fr[..n]);
         t.guard.set(false);
     })
+}
+
+#[inline(always)]
+fn fold_ok(size: u64) -> bool {
+    matches!(size, 1 | 2 | 4 | 8)
+}
+
+/// The value at `addr` (1, 2, 4 or 8 bytes), read just before the
+/// program reads it (so the location is mapped and readable).
+#[inline(always)]
+fn read_value(addr: u64, size: u64) -> u64 {
+    // SAFETY: the program is about to read these bytes (the callback comes
+    // right before its load); unaligned volatile reads of at most 8 bytes.
+    unsafe {
+        let p = addr as *const u8;
+        match size {
+            1 => u64::from(p.read_volatile()),
+            2 => u64::from((p as *const u16).read_unaligned()),
+            4 => u64::from((p as *const u32).read_unaligned()),
+            _ => (p as *const u64).read_unaligned(),
+        }
+    }
 }
 
 /// Reads this thread's stack bounds (once per thread, on its first

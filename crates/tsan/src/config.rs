@@ -8,6 +8,10 @@
 //!   access outside critical sections (with `LOCKSCOPE_ALL_ACCESSES=1`;
 //!   default 0 = pc only, which halves the volume; `lockscope deadwrites`
 //!   and `barriers` name call paths with it).
+//! - `LOCKSCOPE_COALESCE=1`: record a run of identical accesses (same
+//!   address, size, kind, site, locks held and, for reads, value, with
+//!   nothing else recorded in between) once, plus one `AccessRepeat` event
+//!   with the count (see docs/detailed.md).
 //! - `LOCKSCOPE_EVENT_FRAMES=N`: call-path depth of atomics and heap
 //!   allocations (default 32, at most 64).
 //!
@@ -24,6 +28,7 @@ static ALL: AtomicBool = AtomicBool::new(false);
 static ACCESS_FRAMES: AtomicUsize = AtomicUsize::new(16);
 static EVENT_FRAMES: AtomicUsize = AtomicUsize::new(32);
 static OUTSIDE_FRAMES: AtomicUsize = AtomicUsize::new(0);
+static COALESCE: AtomicBool = AtomicBool::new(false);
 
 /// Environment variable: record every access, not only those inside
 /// critical sections.
@@ -57,6 +62,9 @@ pub fn init() {
     if let Some(n) = env(c"LOCKSCOPE_ACCESS_FRAMES").and_then(number) {
         ACCESS_FRAMES.store(n.min(MAX_FRAMES), Ordering::Relaxed);
     }
+    if let Some(v) = env(c"LOCKSCOPE_COALESCE") {
+        COALESCE.store(!v.is_empty() && v != b"0", Ordering::Relaxed);
+    }
     if let Some(n) = env(c"LOCKSCOPE_OUTSIDE_FRAMES").and_then(number) {
         OUTSIDE_FRAMES.store(n.min(MAX_FRAMES), Ordering::Relaxed);
     }
@@ -75,6 +83,12 @@ pub fn all_accesses() -> bool {
 #[inline]
 pub fn access_frames() -> usize {
     ACCESS_FRAMES.load(Ordering::Relaxed)
+}
+
+/// Coalesce runs of identical accesses.
+#[inline]
+pub fn coalesce() -> bool {
+    COALESCE.load(Ordering::Relaxed)
 }
 
 /// Call-path depth for accesses outside critical sections.

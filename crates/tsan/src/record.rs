@@ -79,6 +79,77 @@ fn emit_with_path(t: &tls::Tls, head: Head, args: Option<(u64, u64)>, limit: usi
     t.guard.set(false);
 }
 
+/// Kind code of a plain read in [`tls::Run::key`].
+pub const RUN_READ: u64 = 1;
+/// Kind code of a plain write.
+pub const RUN_WRITE: u64 = 2;
+/// Kind code of an atomic load (its order in bits 4..8).
+pub const RUN_ATOMIC_LOAD: u64 = 3;
+
+/// Tries to fold an access into the thread's current run: true if it is
+/// identical to the last one recorded (and counted as a repeat), false if
+/// it must be recorded (the run is then flushed and this access starts
+/// the next one). Only with `LOCKSCOPE_COALESCE=1`.
+#[inline]
+pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32) -> bool {
+    let mut r = t.run.get();
+    // The pc is not part of the identity: an unrolled loop makes the same
+    // access from several pcs. The repeats are attributed to the first.
+    if r.addr == addr && r.key == key && r.value == value && r.held == held {
+        r.count += 1;
+        r.last = lockscope_capture::tsc::now();
+        t.run.set(r);
+        return true;
+    }
+    flush_run_in(t);
+    t.run.set(tls::Run {
+        addr,
+        key,
+        value,
+        site,
+        held,
+        count: 0,
+        last: 0,
+    });
+    false
+}
+
+/// Emits the pending repeats of the thread's run, if any, as one
+/// [`Op::AccessRepeat`] stamped with the last repeat's time, and ends the
+/// run. Called before anything else the thread records: the runtime's own
+/// events, and the synchronization calls wrapped in [`crate::wrap`], so
+/// that the repeats stay before them in the thread's stream.
+pub fn flush_run_in(t: &tls::Tls) {
+    let r = t.run.get();
+    if r.addr == 0 {
+        return;
+    }
+    t.run.set(tls::Run::default());
+    if r.count == 0 || t.guard.get() {
+        return;
+    }
+    let size = r.key & 0xffff_ffff;
+    let head = Head {
+        tsc: r.last,
+        addr: r.addr,
+        site: r.site,
+        op: Op::AccessRepeat as u8,
+        flags: if size <= 255 { size as u8 } else { 0 },
+        ..Head::default()
+    };
+    t.guard.set(true);
+    backend::emit(head, Some((r.count, r.key >> 32 & 0xf)), &[]);
+    t.guard.set(false);
+}
+
+/// [`flush_run_in`] for the calling thread (no-op unless coalescing).
+#[inline]
+pub fn flush_run() {
+    if config::coalesce() && mode() != MODE_OFF {
+        tls::with(flush_run_in);
+    }
+}
+
 /// Records one atomic operation (see [`crate::atomic`] for the flags).
 #[allow(clippy::too_many_arguments)]
 #[inline]
@@ -116,6 +187,16 @@ fn atomic_event_slow(
         }
         // gcc may or HLE hints into the order (bits 16+); C11 orders are 0..=5.
         let order = (order & 0xffff).clamp(0, 5) as u8;
+        if config::coalesce() {
+            if op == Op::AtomicLoad {
+                let key = (1u64 << log2_width) | (RUN_ATOMIC_LOAD | u64::from(order) << 4) << 32;
+                if fold(t, addr, key, old, pc, backend::held()) {
+                    return;
+                }
+            } else {
+                flush_run_in(t);
+            }
+        }
         let head = Head {
             tsc: lockscope_capture::tsc::now(),
             addr,
@@ -136,6 +217,9 @@ pub fn alloc_event(addr: u64, size: u64, pc: u64) {
     tls::with(|t| {
         if t.guard.get() {
             return;
+        }
+        if config::coalesce() {
+            flush_run_in(t);
         }
         let head = Head {
             tsc: lockscope_capture::tsc::now(),
@@ -158,6 +242,9 @@ pub fn free_event(addr: u64, usable: u64, pc: u64) {
     tls::with(|t| {
         if t.guard.get() {
             return;
+        }
+        if config::coalesce() {
+            flush_run_in(t);
         }
         // SAFETY: this thread's own log.
         unsafe { (*t.wlog.get()).forget_range(addr, addr.saturating_add(usable)) };
@@ -215,6 +302,9 @@ pub fn release_values(remaining: u32) {
         return;
     }
     tls::with(|t| {
+        if config::coalesce() {
+            flush_run_in(t);
+        }
         // SAFETY: this thread's own log; `emit` never touches it.
         let log = unsafe { &mut *t.wlog.get() };
         if !t.guard.get() {

@@ -39,6 +39,30 @@ pub struct Tls {
     pub stack_hi: Cell<u64>,
     /// Locations written in the current (outermost) critical section.
     pub wlog: UnsafeCell<WriteLog>,
+    /// The last access recorded and its pending repeats
+    /// (`LOCKSCOPE_COALESCE=1`).
+    pub run: Cell<Run>,
+}
+
+/// The last recorded access of a thread and how often it has been
+/// repeated since without being recorded (see [`crate::record::flush_run`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Address; 0 = no run (the next access starts one).
+    pub addr: u64,
+    /// Size | kind << 32 (1 read, 2 write, 3 atomic load | order << 4).
+    pub key: u64,
+    /// Value read (reads and atomic loads; 0 for writes).
+    pub value: u64,
+    /// pc of the recorded access (not compared: the repeats of an
+    /// unrolled loop come from several pcs).
+    pub site: u64,
+    /// Locks held.
+    pub held: u32,
+    /// Repeats not yet recorded.
+    pub count: u64,
+    /// tsc of the last repeat.
+    pub last: u64,
 }
 
 impl Tls {
@@ -51,6 +75,15 @@ impl Tls {
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
             wlog: UnsafeCell::new(WriteLog::new()),
+            run: Cell::new(Run {
+                addr: 0,
+                key: 0,
+                value: 0,
+                site: 0,
+                held: 0,
+                count: 0,
+                last: 0,
+            }),
         }
     }
 }

@@ -36,3 +36,72 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let r = barriers::analyze(&t, &mut d);
     util::print_result(&r, args.json, barriers::render_text)
 }
+
+/// Largest trace `lockscope report` analyses for these sections (they
+/// hold the whole trace in memory).
+const REPORT_MAX_BYTES: u64 = 256 << 20;
+
+/// The barrier and dead-write sections `lockscope report` prints after
+/// the pthread locks, for a detailed trace: empty for a timing trace, a
+/// trace too large to load, or one with neither barriers nor dead writes.
+/// Dead writes need every access (`LOCKSCOPE_ALL_ACCESSES=1`): without
+/// them the section is left out rather than shown with false positives.
+pub fn report_section(trace: &std::path::Path, symbolize: bool) -> String {
+    use lockscope_analysis::deadwrites;
+    use std::fmt::Write;
+    let small = std::fs::metadata(trace).is_ok_and(|m| m.len() <= REPORT_MAX_BYTES);
+    let Some(t) = small
+        .then(|| lockscope_format::Trace::open(trace).ok())
+        .flatten()
+    else {
+        return String::new();
+    };
+    if !util::is_detailed(&t) {
+        return String::new();
+    }
+    let mut d = Detailed::from_trace(&t, symbolize);
+    let mut s = String::new();
+    let b = barriers::analyze(&t, &mut d);
+    if b.instances > 0 {
+        let _ = writeln!(
+            s,
+            "\nBarriers: {} instance(s){} (details: lockscope barriers {})",
+            b.instances,
+            if b.all_accesses {
+                format!(", {} redundant", b.redundant)
+            } else {
+                String::new()
+            },
+            trace.display()
+        );
+        for x in &b.barriers {
+            let _ = writeln!(
+                s,
+                "  {:<24} {:>6} instance(s) {:>10.3} ms waiting {:>6} redundant",
+                x.barrier,
+                x.instances,
+                x.wait_ns as f64 / 1e6,
+                x.redundant
+            );
+        }
+        for a in barriers::advice(&b) {
+            let _ = writeln!(s, "  - {a}");
+        }
+    }
+    let w = deadwrites::analyze(&t, &mut d);
+    if w.all_accesses && w.dead_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "\nDead writes: {} of {} bytes written ({:.1}%) overwritten before any read \
+             (details: lockscope deadwrites {})",
+            w.dead_bytes,
+            w.bytes_written,
+            w.dead_fraction * 100.0,
+            trace.display()
+        );
+        for a in deadwrites::advice(&w) {
+            let _ = writeln!(s, "  - {a}");
+        }
+    }
+    s
+}

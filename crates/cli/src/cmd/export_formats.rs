@@ -63,7 +63,13 @@ pub fn perfetto(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
 /// `--format speedscope`.
 pub fn speedscope(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let m = meta(trace)?;
-    speedscope::write(trace, &m, true, out)
+    // The buffer size before spilling to temporary files; the tests set a
+    // small one to cover the spill (undocumented on purpose).
+    let spill = std::env::var("LOCKSCOPE_SPEEDSCOPE_SPILL_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(speedscope::SPILL_EVENTS);
+    speedscope::write_with(trace, &m, true, spill, out)
         .with_context(|| format!("cannot export {}", trace.display()))?;
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod barriers;
 pub mod cc;
 pub mod critical_path;
 pub mod deadwrites;
+pub mod diff;
 pub mod dump;
 pub mod export;
 pub mod export_formats;

@@ -237,10 +237,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     // Hand-written spinlocks beside the pthread locks (text only; issue 12).
     let out = if text {
-        let spin = super::spin::report_section(&trace, !a.no_symbols);
+        let extra = super::spin::report_section(&trace, !a.no_symbols)
+            // Barriers and dead writes of a detailed trace (issue 13).
+            + &super::barriers::report_section(&trace, !a.no_symbols)
+            // Who made the GPU wait, and what the CPU waited for (issue 15).
+            + &super::gpu::report_section(&trace, &report, !a.no_symbols);
         match width {
-            Some(w) => out + &render::fit_lines(&spin, w),
-            None => out + &spin,
+            Some(w) => out + &render::fit_lines(&extra, w),
+            None => out + &extra,
         }
     } else {
         out

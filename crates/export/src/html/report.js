@@ -59,7 +59,7 @@
   // Spans per thread, sorted by start (the data is).
   var spansOf = D.threads.map(function () { return []; });
   D.spans.forEach(function (s) { spansOf[s[0]].push(s); });
-  function kindCat(k) { return k === 'wait' ? 'wait' : k === 'hold' ? 'hold' : k === 'unlock' ? 'unlock' : 'blocked'; }
+  function kindCat(k) { return k === 'wait' ? 'wait' : (k === 'hold' || k === 'GPU work') ? 'hold' : k === 'unlock' ? 'unlock' : 'blocked'; }
 
   function size() {
     cv.width = Math.max(600, (app.clientWidth || 1000) - 4);
@@ -196,15 +196,20 @@
     ' spans shown individually; the rest as per-pixel shares of ' + ms(D.bin_ns) + ' bins'));
 
   // ---- flame graphs ----
-  function flameGraph(title, root, id) {
+  function flameGraph(title, whole, pick, id) {
     app.appendChild(el('h2', null, title));
-    if (!root.v) { app.appendChild(el('p', { 'class': 'muted' }, 'no lock wait')); return; }
+    if (!whole.v) { app.appendChild(el('p', { 'class': 'muted' }, 'no lock wait')); return; }
+    // One lock or all of them.
+    var sel = el('select', { id: id + '-lock' });
+    sel.appendChild(el('option', { value: '-1' }, 'all locks'));
+    D.flame.per_lock.forEach(function (p, i) { sel.appendChild(el('option', { value: String(i) }, 'lock ' + p[0])); });
+    app.appendChild(sel);
     var fc = el('canvas', { id: id }); app.appendChild(fc);
-    var H = 17, focus = root, boxes = [];
+    var H = 17, root = whole, focus = root, boxes = [];
     function depth(n) { var d = 0; n.c.forEach(function (k) { d = Math.max(d, depth(k)); }); return d + 1; }
-    fc.width = Math.max(600, (app.clientWidth || 1000) - 4); fc.height = depth(root) * H + 2;
     var fx = fc.getContext('2d');
     function render() {
+      fc.width = Math.max(600, (app.clientWidth || 1000) - 4); fc.height = depth(focus) * H + 2;
       fx.fillStyle = BG; fx.fillRect(0, 0, fc.width, fc.height); boxes = [];
       fx.font = '11px sans-serif';
       (function lay(n, x, w, d) {
@@ -225,14 +230,19 @@
     }
     fc.addEventListener('mousemove', function (e) {
       var n = hit(e);
-      if (n) showTip(n.n + '\n' + ms(n.v) + ' (' + pct(n.v / root.v) + ' of all lock wait)', e.clientX, e.clientY); else hideTip();
+      if (n) showTip(n.n + '\n' + ms(n.v) + ' (' + pct(n.v / whole.v) + ' of all lock wait)', e.clientX, e.clientY); else hideTip();
     });
     fc.addEventListener('mouseleave', hideTip);
     fc.addEventListener('click', function (e) { var n = hit(e); focus = (!n || n === focus) ? root : n; render(); });
+    sel.addEventListener('change', function () {
+      var i = Number(sel.value);
+      root = i < 0 ? whole : D.flame.per_lock[i][pick];
+      focus = root; render();
+    });
     render();
   }
-  flameGraph('Wait by waiter call path (click to zoom)', D.flame.waiters, 'flame-waiters');
-  flameGraph('Wait by holder call path: blame (click to zoom)', D.flame.holders, 'flame-holders');
+  flameGraph('Wait by waiter call path (click to zoom)', D.flame.waiters, 1, 'flame-waiters');
+  flameGraph('Wait by holder call path: blame (click to zoom)', D.flame.holders, 2, 'flame-holders');
 
   // ---- tables ----
   function table(title, id, heads, rows, fmt) {
@@ -304,6 +314,12 @@
       cv.dispatchEvent(new MouseEvent('mousemove', { clientX: rect.left + mx, clientY: rect.top + my, bubbles: true }));
       out.hover = tip.textContent;
       hideTip();
+    }
+    // Show one lock's flame graph.
+    var fs = document.getElementById('flame-waiters-lock');
+    if (fs && fs.options.length > 1) {
+      fs.value = '0'; fs.dispatchEvent(new Event('change'));
+      out.flame_lock = fs.options[1].textContent;
     }
     // Zoom in and out and time the redraws.
     var t0 = performance.now(), n = 0;

@@ -1,0 +1,41 @@
+//! `lockscope diff A B [--json]`: two recordings of the same program
+//! compared, lock by lock.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Compare two traces of the same program (before/after a fix, or
+/// `lockscope run --lock mcs` against plain).
+///
+/// Locks are matched by symbol, else by the place they were first used
+/// (never by address); per lock: acquisitions, wait, hold and contended
+/// fraction before and after, with the change. The first line is the
+/// verdict, e.g. `queue_lock wait -92%, program -31%`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace before (A).
+    pub a: PathBuf,
+    /// The trace after (B).
+    pub b: PathBuf,
+    /// JSON (schema `lockscope.diff/1`) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand; returns the exit code.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let a = super::export_formats::report(&args.a)?;
+    let b = super::export_formats::report(&args.b)?;
+    let d = lockscope_export::diff::diff(&a, &b);
+    let out = if args.json {
+        let mut s = serde_json::to_string_pretty(&d)?;
+        s.push('\n');
+        s
+    } else {
+        lockscope_export::diff::text(&d)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(0)
+}

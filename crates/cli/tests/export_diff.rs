@@ -1,0 +1,106 @@
+//! `lockscope diff` (issue 11): locks matched by symbol across two
+//! recordings (never by address), the change per lock and the verdict.
+
+#[path = "export_util/mod.rs"]
+mod export_util;
+
+use std::path::Path;
+
+use export_util::{build_c, lockscope, record, temp};
+use serde_json::Value;
+
+fn diff_json(a: &Path, b: &Path) -> Value {
+    let out = lockscope(&[
+        "diff".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+        "--json".as_ref(),
+    ]);
+    serde_json::from_slice(&out).expect("diff --json prints JSON")
+}
+
+fn lock<'a>(d: &'a Value, name: &str) -> &'a Value {
+    d["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lock"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {d}"))
+}
+
+/// Records `bin args` into `dir/name.lstrace`.
+fn rec(dir: &Path, name: &str, bin: &Path, args: &[&str]) -> std::path::PathBuf {
+    let run = record(dir, &[], bin, args, b"");
+    assert!(run.trace_path.exists(), "{}", run.stderr);
+    let p = dir.join(format!("{name}.lstrace"));
+    std::fs::rename(&run.trace_path, &p).unwrap();
+    p
+}
+
+#[test]
+fn issue11_diff_same_program_twice_matches_every_lock() {
+    let dir = temp("i11-diff-same");
+    let bin = build_c("report/sleep_hold", &dir);
+    let a = rec(&dir, "a", &bin, &[]);
+    let b = rec(&dir, "b", &bin, &[]);
+    let d = diff_json(&a, &b);
+    assert_eq!(d["schema"], "lockscope.diff/1");
+    // Same program: the same two locks, found in both runs although ASLR
+    // put them at other addresses, with the same acquisition counts.
+    let locks = d["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 2, "{d}");
+    for (name, n) in [("held_lock", 2.0), ("solo_lock", 1000.0)] {
+        let l = lock(&d, name);
+        assert_eq!(l["in_a"], true);
+        assert_eq!(l["in_b"], true);
+        assert_eq!(l["acquisitions"]["before"], n);
+        assert_eq!(l["acquisitions"]["after"], n);
+        assert_eq!(l["acquisitions"]["percent"], 0.0);
+    }
+    // held_lock waited about as long (a sleep in the holder) both times.
+    let w = &lock(&d, "held_lock")["wait_ns"];
+    assert!(w["before"].as_f64().unwrap() > 1e8, "{w}");
+    assert!(w["percent"].as_f64().unwrap().abs() < 50.0, "{w}");
+    assert!(d["verdict"]
+        .as_str()
+        .unwrap()
+        .starts_with("held_lock wait "));
+}
+
+#[test]
+fn issue11_diff_fixed_variant_shows_the_wait_gone() {
+    let dir = temp("i11-diff-fixed");
+    let bin = build_c("export/queue_lock", &dir);
+    let a = rec(&dir, "before", &bin, &[]);
+    let b = rec(&dir, "after", &bin, &["fixed"]);
+    let d = diff_json(&a, &b);
+    let l = lock(&d, "queue_lock");
+    // 4 threads x 25 items, both runs.
+    assert_eq!(l["acquisitions"]["before"], 100.0);
+    assert_eq!(l["acquisitions"]["after"], 100.0);
+    let (wb, wa) = (
+        l["wait_ns"]["before"].as_f64().unwrap(),
+        l["wait_ns"]["after"].as_f64().unwrap(),
+    );
+    // Before: three threads queue behind 1 ms of work, 100 times.
+    assert!(wb > 50e6, "{l}");
+    assert!(wa < wb / 5.0, "{l}");
+    assert!(
+        l["contended_fraction"]["after"].as_f64().unwrap()
+            < l["contended_fraction"]["before"].as_f64().unwrap()
+    );
+    let wall = &d["wall_ns"];
+    assert!(
+        wall["after"].as_f64().unwrap() < wall["before"].as_f64().unwrap(),
+        "{wall}"
+    );
+    // The verdict names the lock and both changes.
+    let v = d["verdict"].as_str().unwrap();
+    assert!(v.starts_with("queue_lock wait -"), "{v}");
+    assert!(v.contains(", program -"), "{v}");
+    // The text form starts with the same line.
+    let text =
+        String::from_utf8(lockscope(&["diff".as_ref(), a.as_os_str(), b.as_os_str()])).unwrap();
+    assert_eq!(text.lines().next(), Some(v));
+    assert!(text.contains("worker (queue_lock.c:"), "{text}");
+}

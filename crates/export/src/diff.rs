@@ -1,0 +1,313 @@
+//! Before/after comparison of two reports (`lockscope diff A B`): the same
+//! program recorded twice, before and after a fix, or with another lock
+//! algorithm. Locks are matched by what stays the same between runs,
+//! never by address (ASLR moves everything): a lock's symbol, else the
+//! place it was first used (`function (file:line)`), with its kind and
+//! the exec generation of its process; several unnamed locks first used
+//! at the same place are one row (their sums). Sites are matched by their
+//! user frame name.
+
+use std::collections::BTreeMap;
+
+use lockscope_analysis::Report;
+use serde::Serialize;
+
+/// Version tag of the JSON output.
+pub const SCHEMA: &str = "lockscope.diff/1";
+
+/// A figure before and after.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Change {
+    /// In A.
+    pub before: f64,
+    /// In B.
+    pub after: f64,
+    /// (after - before) / before, as a percentage; null when before is 0.
+    pub percent: Option<f64>,
+}
+
+impl Change {
+    /// The change from `before` to `after`.
+    pub fn new(before: f64, after: f64) -> Change {
+        Change {
+            before,
+            after,
+            percent: (before != 0.0).then(|| 100.0 * (after - before) / before),
+        }
+    }
+    /// `-92%`, `+3%`, `new` (from 0), or `=` (0 to 0).
+    pub fn short(&self) -> String {
+        match self.percent {
+            Some(p) if p.abs() < 0.5 => "±0%".into(),
+            Some(p) => format!("{p:+.0}%"),
+            None if self.after == 0.0 => "=".into(),
+            None => "new".into(),
+        }
+    }
+}
+
+/// One matched site of a lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteDiff {
+    /// The site (user frame).
+    pub site: String,
+    /// Acquisitions.
+    pub acquisitions: Change,
+    /// Wait, ns.
+    pub wait_ns: Change,
+    /// Hold, ns.
+    pub hold_ns: Change,
+}
+
+/// One matched lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockDiff {
+    /// Symbol, else `first use at SITE`.
+    pub lock: String,
+    /// mutex | rwlock | spin | futex.
+    pub kind: String,
+    /// Present in A.
+    pub in_a: bool,
+    /// Present in B.
+    pub in_b: bool,
+    /// Acquisitions.
+    pub acquisitions: Change,
+    /// Contended acquisitions / acquisitions.
+    pub contended_fraction: Change,
+    /// Total wait, ns.
+    pub wait_ns: Change,
+    /// Total hold, ns.
+    pub hold_ns: Change,
+    /// Sites, by their wait in A then B.
+    pub sites: Vec<SiteDiff>,
+}
+
+/// The comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct Diff {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// Command lines of A and B.
+    pub commands: [String; 2],
+    /// Wall time of the recording, ns.
+    pub wall_ns: Change,
+    /// Sum of the threads' lifetimes, ns.
+    pub thread_time_ns: Change,
+    /// Total wait for locks, ns.
+    pub lock_wait_ns: Change,
+    /// Locks, by wait in A (then B), descending.
+    pub locks: Vec<LockDiff>,
+    /// One line: the lock that waited most and the program's wall time.
+    pub verdict: String,
+}
+
+#[derive(Default, Clone)]
+struct Acc {
+    acq: u64,
+    contended: u64,
+    wait: u64,
+    hold: u64,
+    sites: BTreeMap<String, (u64, u64, u64)>,
+}
+
+fn key_of(l: &lockscope_analysis::report::LockOut) -> (String, String) {
+    let name = match &l.name {
+        Some(n) => n.clone(),
+        None => format!("first use at {}", l.first_use),
+    };
+    let name = if l.exec_generation > 0 {
+        format!("{name} (exec {})", l.exec_generation)
+    } else {
+        name
+    };
+    (name, l.kind.to_string())
+}
+
+fn locks_of(r: &Report) -> BTreeMap<(String, String), Acc> {
+    let mut m: BTreeMap<(String, String), Acc> = BTreeMap::new();
+    for l in &r.locks {
+        let a = m.entry(key_of(l)).or_default();
+        a.acq += l.acquisitions;
+        a.contended += l.contended;
+        a.wait += l.wait_ns.total;
+        a.hold += l.hold_ns.total;
+        for s in &l.sites {
+            let e = a.sites.entry(s.name.clone()).or_default();
+            e.0 += s.acquisitions;
+            e.1 += s.wait_ns;
+            e.2 += s.hold_ns;
+        }
+    }
+    m
+}
+
+fn c(a: u64, b: u64) -> Change {
+    Change::new(a as f64, b as f64)
+}
+
+/// Compares report `a` (before) with report `b` (after).
+pub fn diff(a: &Report, b: &Report) -> Diff {
+    let (la, lb) = (locks_of(a), locks_of(b));
+    let mut keys: Vec<&(String, String)> = la.keys().chain(lb.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let empty = Acc::default();
+    let mut locks: Vec<LockDiff> = keys
+        .into_iter()
+        .map(|k| {
+            let x = la.get(k).unwrap_or(&empty);
+            let y = lb.get(k).unwrap_or(&empty);
+            let frac = |acc: &Acc| {
+                if acc.acq == 0 {
+                    0.0
+                } else {
+                    acc.contended as f64 / acc.acq as f64
+                }
+            };
+            let mut names: Vec<&String> = x.sites.keys().chain(y.sites.keys()).collect();
+            names.sort();
+            names.dedup();
+            let z = (0, 0, 0);
+            let mut sites: Vec<SiteDiff> = names
+                .into_iter()
+                .map(|n| {
+                    let p = x.sites.get(n).unwrap_or(&z);
+                    let q = y.sites.get(n).unwrap_or(&z);
+                    SiteDiff {
+                        site: n.clone(),
+                        acquisitions: c(p.0, q.0),
+                        wait_ns: c(p.1, q.1),
+                        hold_ns: c(p.2, q.2),
+                    }
+                })
+                .collect();
+            sites.sort_by(|s, t| {
+                (t.wait_ns.before, t.wait_ns.after)
+                    .partial_cmp(&(s.wait_ns.before, s.wait_ns.after))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            LockDiff {
+                lock: k.0.clone(),
+                kind: k.1.clone(),
+                in_a: la.contains_key(k),
+                in_b: lb.contains_key(k),
+                acquisitions: c(x.acq, y.acq),
+                contended_fraction: Change::new(frac(x), frac(y)),
+                wait_ns: c(x.wait, y.wait),
+                hold_ns: c(x.hold, y.hold),
+                sites,
+            }
+        })
+        .collect();
+    locks.sort_by(|s, t| {
+        (t.wait_ns.before, t.wait_ns.after)
+            .partial_cmp(&(s.wait_ns.before, s.wait_ns.after))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let wall = c(a.duration_ns, b.duration_ns);
+    let wait_a: u64 = a.locks.iter().map(|l| l.wait_ns.total).sum();
+    let wait_b: u64 = b.locks.iter().map(|l| l.wait_ns.total).sum();
+    let verdict = match locks.first() {
+        Some(l) if l.wait_ns.before > 0.0 || l.wait_ns.after > 0.0 => format!(
+            "{} wait {}, program {}",
+            l.lock,
+            l.wait_ns.short(),
+            wall.short()
+        ),
+        _ => format!("no lock wait in either run, program {}", wall.short()),
+    };
+    Diff {
+        schema: SCHEMA,
+        commands: [a.command.join(" "), b.command.join(" ")],
+        wall_ns: wall,
+        thread_time_ns: c(a.verdict.thread_time_ns, b.verdict.thread_time_ns),
+        lock_wait_ns: c(wait_a, wait_b),
+        locks,
+        verdict,
+    }
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.3} ms", ns / 1e6)
+}
+
+/// `318.241 -> 0.000 ms -100%`.
+fn span(c: &Change) -> String {
+    format!(
+        "{:.3} -> {:.3} ms {}",
+        c.before / 1e6,
+        c.after / 1e6,
+        c.short()
+    )
+}
+
+/// The comparison as text.
+pub fn text(d: &Diff) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", d.verdict);
+    let _ = writeln!(s, "A: {}\nB: {}\n", d.commands[0], d.commands[1]);
+    for (name, ch) in [
+        ("wall time", d.wall_ns),
+        ("thread time", d.thread_time_ns),
+        ("lock wait", d.lock_wait_ns),
+    ] {
+        let _ = writeln!(
+            s,
+            "{name:<12} {:>14} -> {:>14}  {}",
+            ms(ch.before),
+            ms(ch.after),
+            ch.short()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<32} {:>10} {:>30} {:>30} {:>16}",
+        "lock", "acq", "wait", "hold", "contended"
+    );
+    for l in &d.locks {
+        let mark = match (l.in_a, l.in_b) {
+            (true, false) => " (only in A)",
+            (false, true) => " (only in B)",
+            _ => "",
+        };
+        let _ = writeln!(
+            s,
+            "{:<32} {:>10} {:>30} {:>30} {:>16}",
+            format!("{}{mark}", l.lock),
+            format!("{}", l.acquisitions.short()),
+            span(&l.wait_ns),
+            span(&l.hold_ns),
+            format!(
+                "{:.1}%->{:.1}%",
+                100.0 * l.contended_fraction.before,
+                100.0 * l.contended_fraction.after
+            ),
+        );
+        for st in l.sites.iter().take(3) {
+            let _ = writeln!(
+                s,
+                "    {:<60} wait {} -> {} {}",
+                st.site,
+                ms(st.wait_ns.before),
+                ms(st.wait_ns.after),
+                st.wait_ns.short()
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes() {
+        assert_eq!(Change::new(100.0, 8.0).short(), "-92%");
+        assert_eq!(Change::new(100.0, 100.2).short(), "±0%");
+        assert_eq!(Change::new(0.0, 5.0).short(), "new");
+        assert_eq!(Change::new(0.0, 0.0).short(), "=");
+        assert_eq!(Change::new(0.0, 5.0).percent, None);
+    }
+}
