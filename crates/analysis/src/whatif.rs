@@ -723,3 +723,60 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
     }
     Ok(())
 }
+
+/// The report's "what it would gain" lines (issue 9 item 5): for the
+/// `top` locks with the most replayed waiting, the predicted speedup of
+/// the program without the lock and with its sections half as long, and
+/// the command that reproduces it. Empty when no lock makes a thread
+/// wait in the replay. `trace` is the path as the user should type it.
+pub fn gain_lines(
+    p: &Program,
+    meta: &Meta,
+    top: usize,
+    trace: &str,
+    symbolize: bool,
+) -> Vec<String> {
+    let cpus = effective_cpus(p, 0);
+    let mut names = Names {
+        sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize),
+    };
+    let base = simulate(p, cpus, &Scenario::default());
+    let mut order: Vec<u32> = (0..p.locks.len() as u32)
+        .filter(|&l| base.lock_wait_by_lock[l as usize] > 0)
+        .collect();
+    order.sort_by_key(|&l| (std::cmp::Reverse(base.lock_wait_by_lock[l as usize]), l));
+    let mut out = Vec::new();
+    for &l in order.iter().take(top) {
+        let without = simulate(
+            p,
+            cpus,
+            &Scenario {
+                remove_locks: vec![l],
+                ..Scenario::default()
+            },
+        );
+        let half: Vec<(u32, u32)> = p
+            .sections
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.lock == l)
+            .map(|(k, _)| (k as u32, 50))
+            .collect();
+        let halved = simulate(
+            p,
+            cpus,
+            &Scenario {
+                shrink: half,
+                ..Scenario::default()
+            },
+        );
+        let name = names.lock(p, l);
+        out.push(format!(
+            "  {name}: without it {:.2}x faster, with its critical sections half as long {:.2}x \
+             (lockscope whatif {trace} --remove-lock {name})",
+            speedup(base.wall_ns, without.wall_ns),
+            speedup(base.wall_ns, halved.wall_ns),
+        ));
+    }
+    out
+}

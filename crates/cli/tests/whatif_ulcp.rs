@@ -69,6 +69,24 @@ fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
             "{}: ulcp-free {a} vs remove-lock {b}",
             c.label
         );
+        // Issue 9 item 5: the report's gain line for the lock, with the
+        // command that reproduces it.
+        let report = analysis_text("report", &trace);
+        let line = report
+            .lines()
+            .find(|l| l.trim_start().starts_with("table_lock: without it"))
+            .unwrap_or_else(|| panic!("{}: no gain line: {report}", c.label));
+        assert!(
+            line.contains("(lockscope whatif t.lstrace --remove-lock table_lock)"),
+            "{line}"
+        );
+        let x: f64 = line
+            .split("without it ")
+            .nth(1)
+            .and_then(|r| r.split('x').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!((x / b - 1.0).abs() < 0.02, "{}: {line} vs {b}", c.label);
         let text = analysis_text("whatif", &trace);
         assert!(!text.contains("ULCP-free"), "only on request: {text}");
     }
@@ -94,4 +112,41 @@ fn issue9_ulcp_free_refuses_a_timing_mode_trace() {
         err.contains("detailed-mode trace") && err.contains("lockscope cc"),
         "{err}"
     );
+}
+
+/// On a fixture with every kind of pair, `--ulcp-free` counts exactly the
+/// conflicting consecutive pairs `lockscope ulcp` reports (they keep
+/// their order) and the unnecessary ones as ULCPs.
+#[test]
+fn issue9_ulcp_free_keeps_the_conflicts_ulcp_reports() {
+    let c = compilers()[0];
+    let dir = Scratch::new("whatif_ulcp_kinds");
+    let bin = dir.path("ulcp_kinds");
+    build_instrumented(c, &fixture("ulcp_kinds.c"), &bin);
+    let (trace, tf) = (dir.path("t.lstrace"), dir.path("truth.txt"));
+    record(&bin, &[&tf], &trace, &[]);
+    let u = analysis_json("ulcp", &trace);
+    let (mut conflict, mut unnecessary) = (0, 0);
+    for l in u["locks"].as_array().unwrap() {
+        for (k, v) in l["pairs"].as_object().unwrap() {
+            let n = v.as_u64().unwrap_or(0);
+            if k == "conflict" {
+                conflict += n;
+            } else {
+                unnecessary += n;
+            }
+        }
+    }
+    assert!(conflict > 0, "the fixture must conflict: {u:#}");
+    let o = Command::new(lockscope())
+        .args(["whatif", "--ulcp-free", "--json", "--top", "0"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &j["ulcp_free"];
+    assert_eq!(w["locks_kept"], 0, "{w:#}");
+    assert_eq!(w["conflicts"].as_u64().unwrap(), conflict, "{w:#}");
+    assert_eq!(w["ulcps"].as_u64().unwrap(), unnecessary, "{w:#}");
 }

@@ -253,10 +253,62 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         out
     };
+    // What fixing the top locks would gain, from the replay (text only;
+    // issue 9).
+    let out = if text {
+        let gain = gain_section(&trace, !a.no_symbols);
+        match width {
+            Some(w) => out + &render::fit_lines(&gain, w),
+            None => out + &gain,
+        }
+    } else {
+        out
+    };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
+}
+
+/// Traces larger than this get a note instead of the what-if lines (the
+/// replay holds the trace's synchronization steps in memory and runs it
+/// once per scenario).
+const GAIN_MAX_BYTES: u64 = 64 << 20;
+
+/// Locks given a "what it would gain" line.
+const GAIN_TOP: usize = 3;
+
+/// The "what it would gain" section appended to the text report.
+fn gain_section(trace: &std::path::Path, symbolize: bool) -> String {
+    let size = std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0);
+    // The file name only: the command is meant to be run where the user
+    // ran this one, and the output stays the same wherever the trace is.
+    let shown = trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| trace.display().to_string());
+    if size > GAIN_MAX_BYTES {
+        return format!(
+            "\nWhat it would gain: skipped (trace over {} MiB); run `lockscope whatif {shown}`\n",
+            GAIN_MAX_BYTES >> 20
+        );
+    }
+    let Ok(p) = super::replay::program(trace) else {
+        return String::new();
+    };
+    let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
+        return String::new();
+    };
+    let lines = lockscope_analysis::whatif::gain_lines(&p, &meta, GAIN_TOP, &shown, symbolize);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\nWhat it would gain (predicted by replaying the trace)\n");
+    for l in lines {
+        s.push_str(&l);
+        s.push('\n');
+    }
+    s
 }
 
 #[cfg(test)]
