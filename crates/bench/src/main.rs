@@ -456,6 +456,52 @@ fn main() {
         );
     }
 
+    if want("private") {
+        // Issue 8 item 3: nothing shared between threads on the hot path,
+        // so the added cost per pair must not grow with the thread count.
+        // The fixture prints the slowest thread's ns per pair; with more
+        // threads than CPUs that grows for both runs, so the comparison
+        // is the added ns per pair and the ratio, per thread count.
+        let pairs: u64 = if quick { 200_000 } else { 2_000_000 };
+        println!(
+            "\n## 8. private mutex per thread (private.c: {pairs} pairs per thread, 20 iterations of work between)"
+        );
+        let pv = tmp.join("private");
+        gcc(&progs.join("bench/private.c"), &pv, &["-O2", "-pthread"]);
+        // With more threads than CPUs each thread's wall time per pair
+        // also counts the time it waited for a CPU: "CPU-normalized"
+        // scales the added cost by min(threads, CPUs) / threads.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        println!("| threads | unrecorded ns/pair | recorded ns/pair | added ns/pair | ratio | added vs 1 thread | CPU-normalized added vs 1 thread | events lost |");
+        println!("|---|---|---|---|---|---|---|---|");
+        let pa = pairs.to_string();
+        let mut added1 = f64::NAN;
+        for threads in [1, 2, 8, 16] {
+            let th = threads.to_string();
+            let args = [th.as_str(), pa.as_str()];
+            let (mut pw, mut rw, mut lost) = (Vec::new(), Vec::new(), 0u64);
+            for _ in 0..reps {
+                let (_, out, _) = run_plain(&pv, &args, &[]);
+                pw.push(field(&out, "ns_per_pair").unwrap_or(f64::NAN));
+                let r = run_recorded(&tmp, &pv, &args, &["--quiet"]);
+                rw.push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
+                let t = Trace::open(&r.trace).expect("trace");
+                lost += t.footer.as_ref().map_or(0, |f| f.lost);
+            }
+            let (p, r) = (median(pw), median(rw));
+            if threads == 1 {
+                added1 = r - p;
+            }
+            println!(
+                "| {threads} | {p:.1} | {r:.1} | {:+.1} | {:.2}x | {:.2}x | {:.2}x | {lost} |",
+                r - p,
+                r / p,
+                (r - p) / added1,
+                (r - p) * (threads as f64).min(cpus) / threads as f64 / added1
+            );
+        }
+    }
+
     if want("bytes") {
         println!("\n## 5. bytes per event on disk");
         println!("| program | events | bytes | bytes/event |");

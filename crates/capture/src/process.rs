@@ -38,13 +38,14 @@ const MAX_DIR: usize = 480;
 /// Bytes kept for each environment entry saved for exec.
 const MAX_ENV: usize = 4096;
 /// Environment entries that must survive into exec'd images.
-const ENV_KEYS: [&[u8]; 6] = [
+const ENV_KEYS: [&[u8]; 7] = [
     b"LD_PRELOAD",
     b"LOCKSCOPE_SESSION",
     b"LOCKSCOPE_RING_KB",
     b"LOCKSCOPE_RING_MAX_KB",
     b"LOCKSCOPE_STACKS",
     b"LOCKSCOPE_ON_FULL",
+    b"LOCKSCOPE_CLOCK",
 ];
 
 /// Number of environment entries [`saved_env`] returns.
@@ -686,6 +687,11 @@ unsafe fn init_inner() -> bool {
         for i in 0..ENV_KEYS.len() {
             save_env(c, i);
         }
+        // The clock the recorder chose (and converts with): the same here.
+        let clk = libc::getenv(c"LOCKSCOPE_CLOCK".as_ptr());
+        crate::tsc::use_monotonic(
+            !clk.is_null() && core::ffi::CStr::from_ptr(clk).to_bytes() == b"monotonic",
+        );
         let kb = libc::getenv(c"LOCKSCOPE_RING_KB".as_ptr());
         if !kb.is_null() {
             let s = core::ffi::CStr::from_ptr(kb).to_bytes();

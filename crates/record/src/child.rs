@@ -144,6 +144,14 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
         )
         .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str())
         .env(
+            lockscope_capture::tsc::ENV_CLOCK,
+            if lockscope_capture::tsc::is_monotonic() {
+                "monotonic"
+            } else {
+                "tsc"
+            },
+        )
+        .env(
             lockscope_capture::session::ENV_ON_FULL,
             if cfg.wait_when_full { "wait" } else { "drop" },
         );

@@ -282,6 +282,23 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(n) = sockets() {
         extra.push(("sockets".to_string(), n.to_string()));
     }
+    // Issue 8: the clock is chosen by measuring it (a VM may trap or slow
+    // `rdtsc`); LOCKSCOPE_CLOCK=tsc|monotonic in the recorder's own
+    // environment forces it. Set here, before the calibration pair of
+    // Pipeline::start, and passed to the program (child::spawn).
+    let (clock, costs) = tsc::choose();
+    let clock = match std::env::var(tsc::ENV_CLOCK).as_deref() {
+        Ok("tsc") => "tsc",
+        Ok("monotonic") => "monotonic",
+        _ => clock,
+    };
+    tsc::use_monotonic(clock == "monotonic");
+    extra.push(("clock".to_string(), clock.to_string()));
+    extra.push(("clock_tsc_ns".to_string(), format!("{:.1}", costs.tsc_ns)));
+    extra.push((
+        "clock_monotonic_ns".to_string(),
+        format!("{:.1}", costs.monotonic_ns),
+    ));
     let mut pipe = Pipeline::start(session.path(), &cfg.output, command, extra)?;
     let signals = child::SignalGuard::install();
     child::set_subreaper(true);
