@@ -18,7 +18,7 @@
 //!   fork child, maps snapshots, exit.
 //!
 //! # Design constraints (HaLock's lesson: the recorder must not disturb
-//! what it measures; figures from `shared/notes/capture-facts.md`)
+//! what it measures; figures in docs/figures.md)
 //! - No locks, no syscalls, no allocation, no page faults on the event
 //!   path. A ring is pre-faulted when created and reused forever.
 //! - Fixed-size slots written with plain stores and published with one

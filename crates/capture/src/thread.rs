@@ -17,7 +17,7 @@
 //! In a cdylib, `thread_local!` compiles to a `__tls_get_addr` call
 //! (~2.3 ns, twice per lock/unlock pair), and a `thread_local!` with a
 //! destructor breaks programs whose own key destructors lock at thread exit
-//! (capture-facts.md). Stable Rust cannot ask for the initial-exec model,
+//! (measured on the development VM). Stable Rust cannot ask for the initial-exec model,
 //! so on x86-64 the state is a zero-filled `.tbss` symbol declared with
 //! `global_asm!` and addressed with the initial-exec sequence
 //! (`mov %fs:0` + `@gottpoff`): one load and one add, no call, no lazy

@@ -1,7 +1,7 @@
 //! The timestamp counter.
 //!
 //! rdtsc costs ~7 ns on this kind of machine against ~25 ns for
-//! clock_gettime (capture-facts.md), and the TSC is invariant and shared by
+//! clock_gettime (measured on the development VM), and the TSC is invariant and shared by
 //! all cores on modern x86-64, which gives HaLock's "global clock" for free.
 //! The recorder converts ticks to nanoseconds with a calibration against
 //! CLOCK_MONOTONIC (see [`calibrate`]). On other architectures we fall back

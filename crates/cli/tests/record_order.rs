@@ -94,7 +94,7 @@ fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
         }
     }
     // The hardware bound: TSCs of two CPUs agree within ~100 ticks
-    // (capture-facts.md; ~40 ns here) and `rdtsc` is not ordered with the
+    // (measured on the development VM, docs/figures.md; ~40 ns here) and `rdtsc` is not ordered with the
     // locked instruction next to it (a few ns). Anything deeper is the
     // recorder's error: before issue 8 it reached 351 ns (conversion
     // segments chosen by copy time instead of by tick).

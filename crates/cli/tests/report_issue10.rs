@@ -728,6 +728,29 @@ fn issue10_deadlock_and_inversion() {
     let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
     let d = r["deadlocks"].as_array().unwrap();
     assert_eq!(d.len(), 1, "{d:?}");
+    // Threads blocked until the process was killed live to its end, and
+    // their waits count in full in the time tables (the recorder ends a
+    // thread that never exited at its process's end, not its last event).
+    let duration = r["duration_ns"].as_u64().unwrap();
+    let stuck: Vec<&Value> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["lock_ns"].as_u64().unwrap() > 0)
+        .collect();
+    assert_eq!(stuck.len(), 2, "{:#}", r["threads"]);
+    for t in stuck {
+        let lived = t["lifetime_ns"].as_u64().unwrap();
+        let waited = t["lock_ns"].as_u64().unwrap();
+        assert!(
+            lived * 10 >= duration * 9,
+            "lived {lived} of {duration}: {t}"
+        );
+        assert!(
+            waited * 10 >= duration * 8,
+            "waited {waited} of {duration}: {t}"
+        );
+    }
     let steps = d[0]["threads"].as_array().unwrap();
     assert_eq!(steps.len(), 2);
     let mut seen: Vec<(String, String, String)> = steps

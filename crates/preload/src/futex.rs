@@ -7,7 +7,7 @@
 //! SysV a variadic callee receives integer arguments exactly like a
 //! 7-argument function (six in registers, the seventh on the stack), so
 //! the trampoline below passes them on unchanged and adds the call site
-//! and frame pointer as arguments 8 and 9 (capture-facts.md: Rust std
+//! and frame pointer as arguments 8 and 9 (a known preload pitfall: Rust std
 //! reaches `syscall@GLIBC_2.2.5` through the GOT).
 
 use libc::c_long;

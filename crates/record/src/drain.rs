@@ -875,9 +875,18 @@ impl Drainer {
 
     /// Writes the end of a thread, frees its ring memory.
     fn close_ring(&mut self, ri: usize) {
+        self.close_ring_or(ri, 0);
+    }
+
+    /// [`Self::close_ring`], with `fallback_tsc` as the thread's end when
+    /// it never stamped one (0: none).
+    fn close_ring_or(&mut self, ri: usize, fallback_tsc: u64) {
         let r = self.rings.swap_remove(ri);
         let h = r.c.header();
-        let end_tsc = h.end_tsc.load(std::sync::atomic::Ordering::Acquire);
+        let mut end_tsc = h.end_tsc.load(std::sync::atomic::Ordering::Acquire);
+        if end_tsc == 0 {
+            end_tsc = fallback_tsc;
+        }
         let lost = r.lost_before + r.c.lost();
         self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
@@ -902,8 +911,25 @@ impl Drainer {
         self.clock.maybe_refine(true);
         self.discover(true);
         self.drain_all();
-        while !self.rings.is_empty() {
-            self.close_ring(self.rings.len() - 1);
+        // A ring still open now belongs to a thread that never returned
+        // nor called pthread_exit: it lived until its process ended (exit
+        // with threads still running, a kill, a deadlock ended by a
+        // signal). Its end is its process's exit stamp, else now (every
+        // process is gone), not its last event: a thread blocked until
+        // the end must show the whole wait (issue 10).
+        let now = tsc::now();
+        while let Some(r) = self.rings.last() {
+            let (pid, gen, _) = r.key;
+            let fallback = self
+                .proc_index
+                .get(&(pid, gen))
+                .map(|&i| {
+                    let p = &self.procs[i];
+                    p.hdr.load(&p.hdr.get().end_tsc)
+                })
+                .filter(|&t| t != 0)
+                .unwrap_or(now);
+            self.close_ring_or(self.rings.len() - 1, fallback);
         }
         let mut totals = DrainTotals {
             processes: self.procs.len() as u32,
