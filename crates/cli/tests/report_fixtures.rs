@@ -422,6 +422,15 @@ fn report_text_csv_and_options_work_on_a_recording() {
     let dir = temp("report-text");
     let bin = build_report_fixture("sleep_hold", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
+    // Issue 10: record's summary ranks locks by time waited and names
+    // them by symbol, with a user-facing kind.
+    assert!(
+        run.stderr.contains(
+            "lockscope: locks that made threads wait longest:\n  1. held_lock (mutex, pid "
+        ),
+        "{}",
+        run.stderr
+    );
     let text = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
             // Text is fitted to $COLUMNS when set: these tests read the wide layout.

@@ -277,16 +277,18 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
         o.output.display(),
         o.bytes as f64 / 1e6
     );
-    let top: Vec<_> = o
-        .top_locks
-        .iter()
-        .filter(|l| l.contended > 0)
-        .take(3)
-        .collect();
+    // Ranked by time waited (what costs the program), not by how many
+    // acquisitions waited.
+    let mut top: Vec<_> = o.top_locks.iter().filter(|l| l.contended > 0).collect();
+    top.sort_by(|a, b| {
+        (b.wait_ns, b.contended, a.pid, a.addr).cmp(&(a.wait_ns, a.contended, b.pid, b.addr))
+    });
+    top.truncate(3);
     if top.is_empty() {
         eprintln!("lockscope: no contended lock acquisition was seen");
     } else {
-        eprintln!("lockscope: most contended locks:");
+        let names = lock_names(&o.output, &top);
+        eprintln!("lockscope: locks that made threads wait longest:");
         for (i, l) in top.iter().enumerate() {
             let what = if l.kind == "FutexWait" || l.kind == "FutexWake" {
                 format!("{} waits", thousands(l.contended))
@@ -297,11 +299,14 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
                     thousands(l.acquisitions)
                 )
             };
+            let name = names
+                .get(&(l.pid, l.addr))
+                .cloned()
+                .unwrap_or_else(|| format!("{:#x}", l.addr));
             eprintln!(
-                "  {}. {:#x} ({}, pid {}): {what}, {} waiting",
+                "  {}. {name} ({}, pid {}): {} waiting, {what}",
                 i + 1,
-                l.addr,
-                l.kind,
+                kind_name(l.kind),
                 l.pid,
                 secs(l.wait_ns)
             );
@@ -332,4 +337,50 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
             signal_name(sig)
         );
     }
+}
+
+/// User-facing name of the kind of lock an op names.
+fn kind_name(op: &str) -> &'static str {
+    match op {
+        o if o.starts_with("Mutex") => "mutex",
+        o if o.starts_with("Rw") => "rwlock",
+        o if o.starts_with("Spin") => "spinlock",
+        o if o.starts_with("Futex") => "futex word",
+        o if o.starts_with("Cond") => "condition variable",
+        o if o.starts_with("Sem") => "semaphore",
+        o if o.starts_with("Barrier") => "barrier",
+        _ => "lock",
+    }
+}
+
+/// Symbol names of the summary's locks (`queue_lock`, `locks[3]`), read
+/// from the trace just written; none for a trace over 256 MB (the
+/// summary must not take longer than the recording) or when a binary
+/// cannot be read: the address is printed instead.
+fn lock_names(
+    trace: &Path,
+    locks: &[&lockscope_record::LockSummary],
+) -> std::collections::HashMap<(u32, u64), String> {
+    let mut out = std::collections::HashMap::new();
+    if std::fs::metadata(trace).map_or(true, |m| m.len() > 256 << 20) {
+        return out;
+    }
+    let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
+        return out;
+    };
+    let mut sym =
+        lockscope_analysis::symbols::Symbolizer::new(meta.maps.clone(), meta.strings.clone(), true);
+    for l in locks {
+        // The newest image of that pid (after exec, the one that ran last).
+        let process = meta
+            .processes
+            .values()
+            .filter(|p| p.pid == l.pid)
+            .map(|p| p.id)
+            .max();
+        if let Some(name) = process.and_then(|p| sym.data(p, l.addr)) {
+            out.insert((l.pid, l.addr), name);
+        }
+    }
+    out
 }
