@@ -314,12 +314,17 @@ unsafe extern "C-unwind" fn join_impl(
             }
         }
         let rc = real_join(t, r);
+        // Stamped before the joined thread's ring is unmapped: unmapping a
+        // grown ring (up to 16 MiB, a TLB shootdown) is the recorder's
+        // work, not the join's; stamped after it, every join looked
+        // milliseconds longer than the thread it waited for, and a replay
+        // could not reproduce that.
+        let t1 = tsc::now();
         if rc == 0 {
             // The thread is gone, destructors and all: its ring can go too.
             thread::release_joined(t);
         }
         if let Some(mut g) = thread::recorder() {
-            let t1 = tsc::now();
             guarded(|| {
                 if rc == 0 {
                     emit(
