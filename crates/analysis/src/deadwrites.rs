@@ -531,17 +531,7 @@ pub fn render_text(r: &DeadWritesReport, out: &mut dyn std::io::Write) -> std::i
             ctx_text(&s.context)
         )?;
     }
-    let adv = advice(r);
-    if !adv.is_empty() {
-        writeln!(out, "\nrecommendations")?;
-        for a in &adv {
-            writeln!(out, "  - {a}")?;
-        }
-    }
-    for n in &r.notes {
-        writeln!(out, "note: {n}")?;
-    }
-    Ok(())
+    crate::render::advice_and_notes(out, &advice(r), &r.notes)
 }
 
 #[cfg(test)]

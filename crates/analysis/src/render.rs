@@ -1121,3 +1121,22 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
     let bytes = w.into_inner().unwrap_or_default();
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
+
+/// The tail of a detailed-mode analysis' text: its recommendations, if
+/// any, then its notes (shared by `barriers` and `deadwrites`).
+pub(crate) fn advice_and_notes(
+    out: &mut dyn std::io::Write,
+    advice: &[String],
+    notes: &[String],
+) -> std::io::Result<()> {
+    if !advice.is_empty() {
+        writeln!(out, "\nrecommendations")?;
+        for a in advice {
+            writeln!(out, "  - {a}")?;
+        }
+    }
+    for n in notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}

@@ -11,6 +11,7 @@
 mod record_util;
 use record_util::*;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -71,20 +72,34 @@ fn record_with(
 }
 
 fn gpu_json(trace: &Path) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["gpu", "--json"])
-        .arg(trace)
+    serde_json::from_slice(&lockscope_ok(&[
+        OsStr::new("gpu"),
+        OsStr::new("--json"),
+        trace.as_os_str(),
+    ]))
+    .unwrap()
+}
+
+const MS: u64 = 1_000_000;
+
+/// Runs `lockscope ARGS`.
+fn lockscope(args: &[&OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `lockscope ARGS`, which must succeed; its stdout.
+fn lockscope_ok(args: &[&OsStr]) -> Vec<u8> {
+    let out = lockscope(args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
-
-const MS: u64 = 1_000_000;
 
 #[test]
 fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
@@ -217,17 +232,12 @@ fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
     // The timing report counts the same waits as time blocked on the GPU
     // (the sync layer's Blocked(Gpu) segments), less the recorder's
     // per-event cost it subtracts.
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = lockscope_ok(&[
+        OsStr::new("report"),
+        OsStr::new("--json"),
+        trace.as_os_str(),
+    ]);
+    let rep: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let gpu_wait: u64 = rep["threads"]
         .as_array()
         .unwrap()
@@ -240,11 +250,11 @@ fn gpu_capture_records_launches_waits_and_kernels_of_a_known_schedule() {
         "report {gpu_wait} ns blocked on the GPU, gpu {cpu_wait} ns"
     );
     // The text report ends with the GPU section.
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["report", "--wide"])
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let out = lockscope(&[
+        OsStr::new("report"),
+        OsStr::new("--wide"),
+        trace.as_os_str(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("GPU (CPU-GPU blame shifting"), "{text}");
     assert!(text.contains("WHO MAKES THE GPU WAIT"), "{text}");
@@ -290,17 +300,14 @@ fn gpu_work_and_waits_appear_in_the_perfetto_export() {
     let (stdout, stderr, trace) = record_with(&dir, &lib, &[], &app, &[]);
     assert!(stdout.contains("attached 1"), "{stdout}\n{stderr}");
     let out_file = dir.join("t.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["export", "--format", "perfetto", "-o"])
-        .arg(&out_file)
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lockscope_ok(&[
+        OsStr::new("export"),
+        OsStr::new("--format"),
+        OsStr::new("perfetto"),
+        OsStr::new("-o"),
+        out_file.as_os_str(),
+        trace.as_os_str(),
+    ]);
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
     let ev = j["traceEvents"].as_array().unwrap();
     let gpu: Vec<&serde_json::Value> = ev
@@ -342,17 +349,12 @@ fn gpu_work_and_waits_appear_in_the_perfetto_export() {
 
     // The HTML timeline has a row per GPU stream with the GPU work.
     let page = dir.join("t.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["html", "-o"])
-        .arg(&page)
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lockscope_ok(&[
+        OsStr::new("html"),
+        OsStr::new("-o"),
+        page.as_os_str(),
+        trace.as_os_str(),
+    ]);
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("GPU 0 stream 7"), "no GPU row in the page");
     assert_eq!(html.matches("\"GPU work\"").count(), 3, "three GPU spans");

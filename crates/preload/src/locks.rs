@@ -285,71 +285,37 @@ macro_rules! acquire_hook {
     };
 }
 
-/// Generates the hook body for a try-only acquisition.
-macro_rules! try_hook {
-    ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $try:ident) => {
+/// Generates the hook body of a call that never blocks on the lock: a
+/// try-only acquisition (`$proto` = `try_acquire`) or a release
+/// (`$proto` = `release`). One macro for both: they differ only in the
+/// protocol function that records around the real call.
+macro_rules! plain_hook {
+    ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $real:ident, $proto:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
             // SAFETY: the unsafe operations below rely only on this function's own
             // contract (its `# Safety` doc or, for a hook, the C ABI of the function
             // it interposes), which the caller upholds.
             unsafe {
+                // Not recording: forward with no frame of our own.
                 #[inline(never)]
                 unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                    // SAFETY: the unsafe operations below rely only on this function's own
-                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-                    // it interposes), which the caller upholds.
+                    // SAFETY: as above.
                     unsafe {
                         let Some(mut g) = thread::recorder() else {
-                            return $try($l);
+                            return $real($l);
                         };
                         let mut ret = None;
                         guarded(|| {
-                            try_acquire(&mut g, &mut ret, $op, $l as u64, site, fp, || $try($l))
+                            $proto(&mut g, &mut ret, $op, $l as u64, site, fp, || $real($l))
                         });
                         match ret {
                             Some(rc) => rc,
-                            None => $try($l),
+                            None => $real($l),
                         }
                     }
                 }
                 if !thread::is_recording() {
-                    return $try($l);
-                }
-                rec($l, site, fp)
-            }
-        }
-    };
-}
-
-/// Generates the hook body for a release.
-macro_rules! release_hook {
-    ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $unlock:ident) => {
-        unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            // SAFETY: the unsafe operations below rely only on this function's own
-            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-            // it interposes), which the caller upholds.
-            unsafe {
-                #[inline(never)]
-                unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                    // SAFETY: the unsafe operations below rely only on this function's own
-                    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-                    // it interposes), which the caller upholds.
-                    unsafe {
-                        let Some(mut g) = thread::recorder() else {
-                            return $unlock($l);
-                        };
-                        let mut ret = None;
-                        guarded(|| {
-                            release(&mut g, &mut ret, $op, $l as u64, site, fp, || $unlock($l))
-                        });
-                        match ret {
-                            Some(rc) => rc,
-                            None => $unlock($l),
-                        }
-                    }
-                }
-                if !thread::is_recording() {
-                    return $unlock($l);
+                    return $real($l);
                 }
                 rec($l, site, fp)
             }
@@ -361,7 +327,7 @@ macro_rules! release_hook {
 
 acquire_hook!(mutex_lock_impl(m: *mut pthread_mutex_t) Op::MutexLock,
     held = mutex_held, block = real_mutex_lock);
-try_hook!(mutex_trylock_impl(m: *mut pthread_mutex_t) Op::MutexTrylock, real_mutex_trylock);
+plain_hook!(mutex_trylock_impl(m: *mut pthread_mutex_t) Op::MutexTrylock, real_mutex_trylock, try_acquire);
 acquire_hook!(mutex_timedlock_impl(m: *mut pthread_mutex_t, t: *const timespec) Op::MutexTimedlock,
     held = mutex_held, block = real_mutex_timedlock);
 acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec)
@@ -466,8 +432,8 @@ acquire_hook!(rdlock_impl(l: *mut pthread_rwlock_t) Op::RwRdlock,
     held = rw_read_held, block = real_rdlock);
 acquire_hook!(wrlock_impl(l: *mut pthread_rwlock_t) Op::RwWrlock,
     held = rw_write_held, block = real_wrlock);
-try_hook!(tryrdlock_impl(l: *mut pthread_rwlock_t) Op::RwTryRdlock, real_tryrdlock);
-try_hook!(trywrlock_impl(l: *mut pthread_rwlock_t) Op::RwTryWrlock, real_trywrlock);
+plain_hook!(tryrdlock_impl(l: *mut pthread_rwlock_t) Op::RwTryRdlock, real_tryrdlock, try_acquire);
+plain_hook!(trywrlock_impl(l: *mut pthread_rwlock_t) Op::RwTryWrlock, real_trywrlock, try_acquire);
 acquire_hook!(timedrdlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedRdlock,
     held = rw_read_held, block = real_timedrdlock);
 acquire_hook!(timedwrlock_impl(l: *mut pthread_rwlock_t, t: *const timespec) Op::RwTimedWrlock,
@@ -476,7 +442,7 @@ acquire_hook!(clockrdlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const
     Op::RwTimedRdlock, held = rw_read_held, block = real_clockrdlock);
 acquire_hook!(clockwrlock_impl(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec)
     Op::RwTimedWrlock, held = rw_write_held, block = real_clockwrlock);
-release_hook!(rwunlock_impl(l: *mut pthread_rwlock_t) Op::RwUnlock, real_rwunlock);
+plain_hook!(rwunlock_impl(l: *mut pthread_rwlock_t) Op::RwUnlock, real_rwunlock, release);
 
 tramp!(pthread_rwlock_rdlock(l: *mut pthread_rwlock_t) -> c_int = rdlock_impl ["rsi", "rdx"]);
 tramp!(pthread_rwlock_wrlock(l: *mut pthread_rwlock_t) -> c_int = wrlock_impl ["rsi", "rdx"]);
@@ -496,8 +462,8 @@ tramp!(pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int = rwunlock_impl 
 
 acquire_hook!(spin_lock_impl(l: *mut pthread_spinlock_t) Op::SpinLock,
     held = spin_held, block = real_spin_lock);
-try_hook!(spin_trylock_impl(l: *mut pthread_spinlock_t) Op::SpinTrylock, real_spin_trylock);
-release_hook!(spin_unlock_impl(l: *mut pthread_spinlock_t) Op::SpinUnlock, real_spin_unlock);
+plain_hook!(spin_trylock_impl(l: *mut pthread_spinlock_t) Op::SpinTrylock, real_spin_trylock, try_acquire);
+plain_hook!(spin_unlock_impl(l: *mut pthread_spinlock_t) Op::SpinUnlock, real_spin_unlock, release);
 
 tramp!(pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int = spin_lock_impl ["rsi", "rdx"]);
 tramp!(pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int = spin_trylock_impl ["rsi", "rdx"]);
