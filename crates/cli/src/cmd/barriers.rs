@@ -37,31 +37,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     util::print_result(&r, args.json, barriers::render_text)
 }
 
-/// Largest trace `lockscope report` analyses for these sections (they
-/// hold the whole trace in memory).
-const REPORT_MAX_BYTES: u64 = 256 << 20;
-
 /// The barrier and dead-write sections `lockscope report` prints after
 /// the pthread locks, for a detailed trace: empty for a timing trace, a
 /// trace too large to load, or one with neither barriers nor dead writes.
 /// Dead writes need every access (`LOCKSCOPE_ALL_ACCESSES=1`): without
 /// them the section is left out rather than shown with false positives.
-pub fn report_section(trace: &std::path::Path, symbolize: bool) -> String {
+pub fn report_section(
+    trace: &std::path::Path,
+    t: &lockscope_format::Trace,
+    symbolize: bool,
+) -> String {
     use lockscope_analysis::deadwrites;
     use std::fmt::Write;
-    let small = std::fs::metadata(trace).is_ok_and(|m| m.len() <= REPORT_MAX_BYTES);
-    let Some(t) = small
-        .then(|| lockscope_format::Trace::open(trace).ok())
-        .flatten()
-    else {
-        return String::new();
-    };
-    if !util::is_detailed(&t) {
+    if !util::is_detailed(t) {
         return String::new();
     }
-    let mut d = Detailed::from_trace(&t, symbolize);
+    let mut d = Detailed::from_trace(t, symbolize);
     let mut s = String::new();
-    let b = barriers::analyze(&t, &mut d);
+    let b = barriers::analyze(t, &mut d);
     if b.instances > 0 {
         let _ = writeln!(
             s,
@@ -88,7 +81,7 @@ pub fn report_section(trace: &std::path::Path, symbolize: bool) -> String {
             let _ = writeln!(s, "  - {a}");
         }
     }
-    let w = deadwrites::analyze(&t, &mut d);
+    let w = deadwrites::analyze(t, &mut d);
     if w.all_accesses && w.dead_bytes > 0 {
         let _ = writeln!(
             s,

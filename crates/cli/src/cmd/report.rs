@@ -241,9 +241,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     // Hand-written spinlocks beside the pthread locks (text only; issue 12).
     let out = if text {
-        let extra = super::spin::report_section(&trace, !a.no_symbols)
-            // Barriers and dead writes of a detailed trace (issue 13).
-            + &super::barriers::report_section(&trace, !a.no_symbols)
+        // The spinlock, barrier and dead-write sections analyse the whole
+        // trace in memory: it is read once for all of them, and only when
+        // small (detailed-mode and imported traces are; a long
+        // pthread-only recording is skipped).
+        let whole = crate::cmd::util::open_small_trace(&trace);
+        let extra = whole.as_ref().map_or_else(String::new, |t| {
+            super::spin::report_section(&trace, t, !a.no_symbols)
+                // Barriers and dead writes of a detailed trace (issue 13).
+                + &super::barriers::report_section(&trace, t, !a.no_symbols)
+        })
             // Who made the GPU wait, and what the CPU waited for (issue 15).
             + &super::gpu::report_section(&trace, &report, !a.no_symbols);
         match width {

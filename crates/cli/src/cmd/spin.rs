@@ -48,11 +48,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     util::print_result(&r, args.json, spin::render_text)
 }
 
-/// Largest trace `report` also searches for spinlocks: the search reads
-/// the whole trace into memory (detailed-mode and imported traces are
-/// small; a long pthread-only recording is skipped).
-const REPORT_MAX_BYTES: u64 = 256 << 20;
-
 fn ns(v: u64) -> String {
     match v {
         0..=999 => format!("{v}ns"),
@@ -64,19 +59,16 @@ fn ns(v: u64) -> String {
 
 /// The spinlocks section `lockscope report` prints after the pthread
 /// locks: empty when the trace has none (or is too large to search).
-pub fn report_section(trace: &std::path::Path, symbolize: bool) -> String {
+pub fn report_section(
+    trace: &std::path::Path,
+    t: &lockscope_format::Trace,
+    symbolize: bool,
+) -> String {
     use std::fmt::Write;
-    let small = std::fs::metadata(trace).is_ok_and(|m| m.len() <= REPORT_MAX_BYTES);
-    let Some(t) = small
-        .then(|| lockscope_format::Trace::open(trace).ok())
-        .flatten()
-    else {
-        return String::new();
-    };
-    if !spin::has_candidates(&t) {
+    if !spin::has_candidates(t) {
         return String::new();
     }
-    let r = spin::analyze(&t, symbolize);
+    let r = spin::analyze(t, symbolize);
     if r.spinlocks.is_empty() {
         return String::new();
     }

@@ -132,3 +132,16 @@ pub fn print_result<T: serde::Serialize>(
     out.flush()?;
     Ok(0)
 }
+
+/// Largest trace the in-memory sections of `lockscope report` (spinlocks,
+/// barriers, dead writes) analyse.
+const REPORT_SECTIONS_MAX_BYTES: u64 = 256 << 20;
+
+/// The whole trace in memory when it is at most 256 MB and readable,
+/// else `None` (the report's extra sections are then left out).
+pub fn open_small_trace(path: &std::path::Path) -> Option<lockscope_format::Trace> {
+    let small = std::fs::metadata(path).is_ok_and(|m| m.len() <= REPORT_SECTIONS_MAX_BYTES);
+    small
+        .then(|| lockscope_format::Trace::open(path).ok())
+        .flatten()
+}
