@@ -416,12 +416,18 @@ unsafe fn lock_plain(m: *mut pthread_mutex_t) -> c_int {
     }
 }
 
-/// Interposed `pthread_mutex_lock`.
+/// The body shared by the interposed `pthread_mutex_lock` and
+/// `pthread_mutex_trylock`: `plain` acquires by the shortest path (ours
+/// or glibc's); a panic in the bookkeeping still performs it (issue 14),
+/// and a success is counted as `op`.
 ///
 /// # Safety
-/// C contract of `pthread_mutex_lock`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
+/// C contract of the interposed function.
+unsafe fn acquire_hooked(
+    m: *mut pthread_mutex_t,
+    plain: unsafe fn(*mut pthread_mutex_t) -> c_int,
+    op: stats::Op,
+) -> c_int {
     if m.is_null() {
         return libc::EINVAL;
     }
@@ -433,19 +439,29 @@ pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
             if ours(m).is_some() {
                 note_use(m);
             }
-            lock_plain(m)
+            plain(m)
         },
         // SAFETY: as above.
-        || unsafe { lock_plain(m) },
+        || unsafe { plain(m) },
     );
     if r == 0 {
         after(|| {
             #[cfg(test)]
             fault::point(fault::At::After);
-            stats::acquired(stats::Op::Lock)
+            stats::acquired(op)
         });
     }
     r
+}
+
+/// Interposed `pthread_mutex_lock`.
+///
+/// # Safety
+/// C contract of `pthread_mutex_lock`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { acquire_hooked(m, lock_plain, stats::Op::Lock) }
 }
 
 /// Tries to acquire `m` by the shortest path.
@@ -475,30 +491,8 @@ unsafe fn trylock_plain(m: *mut pthread_mutex_t) -> c_int {
 /// C contract of `pthread_mutex_trylock`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int {
-    if m.is_null() {
-        return libc::EINVAL;
-    }
-    let r = guard(
-        // SAFETY: the caller's contract, `m` not null.
-        || unsafe {
-            #[cfg(test)]
-            fault::point(fault::At::Body);
-            if ours(m).is_some() {
-                note_use(m);
-            }
-            trylock_plain(m)
-        },
-        // SAFETY: as above.
-        || unsafe { trylock_plain(m) },
-    );
-    if r == 0 {
-        after(|| {
-            #[cfg(test)]
-            fault::point(fault::At::After);
-            stats::acquired(stats::Op::Trylock)
-        });
-    }
-    r
+    // SAFETY: the caller's contract.
+    unsafe { acquire_hooked(m, trylock_plain, stats::Op::Trylock) }
 }
 
 /// Converts an absolute time on `clock` to an `Instant` deadline; None if
