@@ -364,3 +364,47 @@ fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
         );
     }
 }
+
+#[test]
+fn issue12_report_json_has_the_spinlock_section() {
+    // gcc only: the section is the same analysis as `spin` (tested with
+    // both compilers above); this checks that `report --json` carries it.
+    let c = compilers()[0];
+    let dir = Scratch::new("spin-report-json");
+    let bin = dir.path("spinlocks");
+    build_instrumented(c, &spin_fixture("spinlocks.c"), &bin);
+    let trace = dir.path("t.lstrace");
+    let truth = truth_of(&record(
+        &bin,
+        &[],
+        &trace,
+        &[("LOCKSCOPE_ALL_ACCESSES", "1")],
+    ));
+    let rep = analysis_json("report", &trace);
+    assert_eq!(rep["schema"], "lockscope.report/1");
+    let spin = &rep["spin"];
+    assert_eq!(spin["schema"], "lockscope.spin/1", "{rep:#}");
+    // The same document as `lockscope spin --json`.
+    assert_eq!(*spin, analysis_json("spin", &trace));
+    assert_eq!(spin["spinlocks"].as_array().unwrap().len(), 2, "{spin:#}");
+    for name in ["tas_lock", "ttas_lock"] {
+        let l = lock(spin, name);
+        let acq = num(&truth, &format!("{name} acquisitions"));
+        assert_eq!(l["acquisitions"], acq, "{name}");
+        assert_eq!(l["releases"], acq, "{name}");
+        assert_eq!(
+            l["failed_attempts"],
+            num(&truth, &format!("{name} failed_attempts")),
+            "{name}"
+        );
+    }
+    // A trace with no atomic read-modify-write has no `spin` key (the
+    // report of a pthread-only trace keeps its exact form).
+    let plain = dir.path("racy_counter");
+    build_instrumented(c, &fixture("racy_counter.c"), &plain);
+    let trace2 = dir.path("plain.lstrace");
+    record(&plain, &[], &trace2, &[]);
+    let rep = analysis_json("report", &trace2);
+    assert_eq!(rep["schema"], "lockscope.report/1");
+    assert!(!rep.as_object().unwrap().contains_key("spin"), "{rep:#}");
+}
