@@ -1552,6 +1552,29 @@ mod tests {
     }
 
     #[test]
+    fn issue12_atomic_flag_release_stamped_after_the_next_hold_is_ordered() {
+        // `atomic_flag::clear` of thread 1 (an atomic store, recorded with
+        // the value it found) is stamped after thread 2 acquired and
+        // released and thread 3 acquired: the found values still give
+        // the only lock order, with exact counts.
+        let r = run(vec![
+            vec![xchg(10, L, 0, 1), store(40, L, 1, 0)],
+            vec![xchg(12, L, 1, 1), xchg(15, L, 0, 1), store(20, L, 1, 0)],
+            vec![xchg(14, L, 1, 1), xchg(22, L, 0, 1), store(30, L, 1, 0)],
+        ]);
+        let l = one(&r);
+        assert!(r.rejected.is_empty(), "{r:#?}");
+        assert_eq!((l.acquisitions, l.releases, l.failed_attempts), (3, 3, 2));
+        assert_eq!(
+            l.holds
+                .iter()
+                .map(|h| (h.thread, h.acquired, h.released))
+                .collect::<Vec<_>>(),
+            vec![(1, 10, Some(40)), (2, 15, Some(20)), (3, 22, Some(30))]
+        );
+    }
+
+    #[test]
     fn failed_compare_exchange_is_a_failed_attempt() {
         let cas_ok = |t| at(t, Op::AtomicCas, 2, L, 0, 1);
         let r = run(vec![
