@@ -429,3 +429,54 @@ fn issue12_atomic_flag_release_is_ordered_in_every_recording() {
         assert_eq!(l["kind"], "tas", "{} run {run}", c.label);
     }
 }
+
+#[test]
+fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
+    // Coalescing is on by default: a waiter's run of identical busy loads
+    // is one load plus one `AccessRepeat`, and `spin` adds the count. The
+    // program counts its own busy loads and failed exchanges; the answer
+    // must be exact with coalescing on (default) and off.
+    use lockscope_format::{Op, Trace};
+    for c in compilers() {
+        let dir = Scratch::new("spin-coalesce");
+        let bin = dir.path("held_spin");
+        build_instrumented(c, &spin_fixture("held_spin.c"), &bin);
+        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
+            let on = env.is_empty();
+            let trace = dir.path("t.lstrace");
+            let truth = truth_of(&record(&bin, &[], &trace, env));
+            let failed = num(&truth, "hlock failed_attempts");
+            assert!(failed > 1, "{}: no contention: {truth:?}", c.label);
+            let t = Trace::open(&trace).unwrap();
+            let evs: Vec<_> = t.events.values().flatten().collect();
+            let loads = evs.iter().filter(|e| e.op == Op::AtomicLoad as u8).count() as u64;
+            let repeated: u64 = evs
+                .iter()
+                .filter(|e| e.op == Op::AccessRepeat as u8 && e.arg2 == 3)
+                .map(|e| e.arg)
+                .sum();
+            if on {
+                assert!(repeated > 0, "{}: no load was coalesced", c.label);
+                assert!(loads < failed, "{}: {loads} loads", c.label);
+            } else {
+                assert_eq!(repeated, 0, "{}", c.label);
+            }
+            let j = analysis_json("spin", &trace);
+            let l = lock(&j, "hlock");
+            assert_eq!(l["kind"], "ttas", "{}: {l:#}", c.label);
+            assert_eq!(
+                l["acquisitions"],
+                num(&truth, "hlock acquisitions"),
+                "{} coalesce {on}",
+                c.label
+            );
+            assert_eq!(l["failed_attempts"], failed, "{} coalesce {on}", c.label);
+            assert_eq!(
+                j["rejected"].as_array().unwrap().len(),
+                0,
+                "{}: {j:#}",
+                c.label
+            );
+        }
+    }
+}
