@@ -6,8 +6,10 @@
 //! - `timing`: the uninstrumented build under `lockscope record` (timing
 //!   mode, for reference);
 //! - `detailed`: the `lockscope cc` build under `lockscope record`
-//!   (accesses inside critical sections, atomics, heap blocks);
-//! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access);
+//!   (accesses inside critical sections, atomics, heap blocks), with
+//!   coalescing off (`LOCKSCOPE_COALESCE=0`; it is on by default);
+//! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access),
+//!   coalescing off too;
 //! - `unrecorded`: the `lockscope cc` build run outside `lockscope record`;
 //! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
 //! - `coalesced`: lockset mode with `LOCKSCOPE_COALESCE=1` (runs of
@@ -175,9 +177,12 @@ fn main() {
             let mut losses = [(0u64, 0f64); 3];
             let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
-                if slot == Some(2) {
-                    c.env("LOCKSCOPE_COALESCE", "1");
-                }
+                // Coalescing is on by default: the other columns turn it
+                // off, so that `coalesced` shows what it changes.
+                c.env(
+                    "LOCKSCOPE_COALESCE",
+                    if slot == Some(2) { "1" } else { "0" },
+                );
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
                 if all {

@@ -93,6 +93,12 @@ pub const RUN_ATOMIC_LOAD: u64 = 3;
 #[inline]
 pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32) -> bool {
     let mut r = t.run.get();
+    // The calling context is: two calls that store to one location in a
+    // row (`init(); reset();`) are a dead write of the first call killed
+    // by the second, not a repeat of the first. Its tag (shadow-stack
+    // depth and innermost return address, hashed to 24 bits) goes in
+    // the key's unused bits 40..64; `flush_run_in` reads bits 0..36.
+    let key = key | context_tag(t) << 40;
     // The pc is not part of the identity: an unrolled loop makes the same
     // access from several pcs. The repeats are attributed to the first.
     if r.addr == addr && r.key == key && r.value == value && r.held == held {
@@ -112,6 +118,20 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
         last: 0,
     });
     false
+}
+
+/// 24-bit tag of the thread's current call: shadow-stack depth and the
+/// return address of the innermost instrumented frame.
+#[inline(always)]
+fn context_tag(t: &tls::Tls) -> u64 {
+    let depth = t.depth.get() as usize;
+    let top = if depth == 0 || depth > tls::STACK_CAP {
+        0
+    } else {
+        // SAFETY: only this thread touches its stack array; a plain read.
+        unsafe { (*t.stack.get())[depth - 1] }
+    };
+    (top ^ (depth as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40
 }
 
 /// Emits the pending repeats of the thread's run, if any, as one
