@@ -127,20 +127,20 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             return;
         }
         if config::coalesce() {
-            let (kind, value) = if write {
-                (record::RUN_WRITE, 0)
-            } else {
-                (record::RUN_READ, read_value(addr, size))
-            };
             // Only accesses of a fixed width coalesce (their value is known
             // for reads); ranges and 16-byte accesses are always recorded.
-            if size <= 8
-                && fold_ok(size)
-                && record::fold(t, addr, size | kind << 32, value, pc, held)
-            {
-                return;
-            }
-            if !(size <= 8 && fold_ok(size)) {
+            // The value is read only for those: an 8-byte read for a
+            // 3-byte range could cross into an unmapped page.
+            if fold_ok(size) {
+                let (kind, value) = if write {
+                    (record::RUN_WRITE, 0)
+                } else {
+                    (record::RUN_READ, read_value(addr, size))
+                };
+                if record::fold(t, addr, size | kind << 32, value, pc, held) {
+                    return;
+                }
+            } else {
                 record::flush_run_in(t);
             }
         }

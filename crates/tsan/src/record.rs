@@ -102,7 +102,11 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
         t.run.set(r);
         return true;
     }
-    flush_run_in(t);
+    // A run with no repeat has nothing to emit: it is only replaced (the
+    // common case when accesses alternate between locations).
+    if r.count != 0 {
+        flush_run_in(t);
+    }
     t.run.set(tls::Run {
         addr,
         key,
@@ -120,6 +124,7 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
 /// run. Called before anything else the thread records: the runtime's own
 /// events, and the synchronization calls wrapped in [`crate::wrap`], so
 /// that the repeats stay before them in the thread's stream.
+#[inline]
 pub fn flush_run_in(t: &tls::Tls) {
     let r = t.run.get();
     if r.addr == 0 {
@@ -129,6 +134,13 @@ pub fn flush_run_in(t: &tls::Tls) {
     if r.count == 0 || t.guard.get() {
         return;
     }
+    emit_repeats(t, r);
+}
+
+/// The [`Op::AccessRepeat`] of a run with repeats.
+#[cold]
+#[inline(never)]
+fn emit_repeats(t: &tls::Tls, r: tls::Run) {
     let size = r.key & 0xffff_ffff;
     let head = Head {
         tsc: r.last,
