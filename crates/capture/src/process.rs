@@ -146,6 +146,57 @@ pub(crate) fn count_nested_skipped() {
     }
 }
 
+pub(crate) fn count_ring_reused() {
+    if let Some(h) = header() {
+        h.rings_reused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_ring_not_pooled() {
+    if let Some(h) = header() {
+        h.rings_not_pooled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_pool_not_ready() {
+    if let Some(h) = header() {
+        h.pool_not_ready.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Largest ring kept for reuse by new threads: four times a first ring
+/// (one growth). Larger rings (threads that ran hot) are unmapped at
+/// join, so the free list holds at most 128 x 256 KiB by default.
+pub(crate) fn pool_max_capacity() -> u64 {
+    first_ring_capacity().saturating_mul(4)
+}
+
+/// True if full rings make threads wait (`LOCKSCOPE_ON_FULL`).
+pub(crate) fn wait_when_full() -> bool {
+    config().wait_when_full
+}
+
+/// The identity written for a ring of thread `tid` starting now: pid,
+/// exec generation, creator, start stamp, and the thread's current name.
+///
+/// # Safety
+/// None beyond being called on a live thread of this process (it reads
+/// the calling thread's name with `prctl`).
+pub(crate) unsafe fn ring_identity(tid: u32, parent_tid: u32) -> ring::RingIdentity {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes (NUL included) to the
+    // buffer, which has 16.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    ring::RingIdentity {
+        pid: pid(),
+        tid,
+        exec_generation: generation(),
+        parent_tid,
+        start_tsc: tsc::now(),
+        name,
+    }
+}
+
 fn count_space_exhausted() {
     if let Some(h) = header() {
         h.space_exhausted.fetch_add(1, Ordering::Relaxed);
@@ -521,16 +572,7 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
             return Err(e);
         }
         prefault(m as *mut u8, len);
-        let mut name = [0u8; 16];
-        libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
-        let id = ring::RingIdentity {
-            pid: pid(),
-            tid,
-            exec_generation: generation(),
-            parent_tid,
-            start_tsc: tsc::now(),
-            name,
-        };
+        let id = ring_identity(tid, parent_tid);
         let Some(mut prod) = Producer::init(m as *mut u8, len, &id) else {
             libc::munmap(m, len);
             libc::unlink(p.c());

@@ -116,3 +116,13 @@ impl RawEvent {
 /// was named; the name's 16 bytes (NUL-padded) are in `arg`, `arg2`
 /// (little-endian). The recorder turns it into a ThreadName record.
 pub const OP_THREAD_NAME: u8 = 250;
+
+/// Capture-internal pseudo-op (not a `lockscope_format::Op`): a ring
+/// changes owner. Written by a new thread as the first event into the
+/// ring of a joined thread it takes over; the recorder consumes it itself
+/// (it never reaches the trace writer): what precedes it belongs to the
+/// previous owner, what follows to the new one. Layout (3 slots): head
+/// `tsc` = the new thread's start, `addr` = the previous owner's exit
+/// stamp, `site` = the ring's `lost` count at the hand-over, `aux` = the
+/// new tid; args = (parent tid, 0); two "frames" = the 16-byte name.
+pub const OP_RING_HANDOFF: u8 = 251;

@@ -100,7 +100,25 @@ pub struct RingHeader {
     /// (A process-shared futex: the ring is a `MAP_SHARED` file.)
     pub waiting: AtomicU32,
     _pad3: [u32; 15],
+    // ---- line 4: ring recycling (issue 8), see `POOL_*` ----
+    /// Who may reuse this ring once its thread is gone: [`POOL_OPEN`]
+    /// (its thread's, or nobody's yet), [`POOL_POOLED`] (joined; in the
+    /// process's free list, a new thread may take it over), [`POOL_CLOSED`]
+    /// (the recorder closed it; never reused). Changed only by
+    /// compare-and-swap, from [`POOL_OPEN`], by the joiner (to pooled) or
+    /// the recorder (to closed); a new owner stores [`POOL_OPEN`] back after
+    /// its hand-over event.
+    pub pool: AtomicU32,
+    _pad4: [u32; 15],
 }
+
+/// [`RingHeader::pool`]: owned by its thread (or by nobody yet).
+pub const POOL_OPEN: u32 = 0;
+/// [`RingHeader::pool`]: its thread was joined and the ring waits in the
+/// program's free list for a new thread.
+pub const POOL_POOLED: u32 = 1;
+/// [`RingHeader::pool`]: the recorder closed the ring (removed its file).
+pub const POOL_CLOSED: u32 = 2;
 
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
 
@@ -151,6 +169,16 @@ pub struct ProcessHeader {
     /// recorder (a signal handler interrupting the recording code): not
     /// recorded, counted here as lost.
     pub nested_skipped: AtomicU64,
+    /// New threads that took over the ring of a joined thread instead of
+    /// creating a file (issue 8: mapping a fresh ring per thread cost TLB
+    /// shootdowns and `mmap_lock` contention in the program).
+    pub rings_reused: AtomicU32,
+    /// Rings of joined threads that could not be kept for reuse (the free
+    /// list was full, or the ring too large) and were unmapped.
+    pub rings_not_pooled: AtomicU32,
+    /// New threads that created a fresh ring although rings waited in the
+    /// free list (none of them was drained yet).
+    pub pool_not_ready: AtomicU32,
 }
 
 const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);

@@ -859,22 +859,24 @@ fn joined_threads_rings_are_unmapped_and_keep_their_events() {
     std::fs::create_dir(&session).unwrap();
     let out = run(&bin, &[], Some(&session), &[]);
     assert!(out.status.success());
-    // Main's ring and the detached thread's remain mapped; the 50 joined
-    // threads' are gone from the address space.
-    assert_eq!(truth(&out)["mapped_rings"], "2");
+    // Main's ring and the detached thread's remain mapped, and the rings
+    // of joined threads kept for reuse (issue 8): the free list holds 128
+    // and, with no recorder emptying them here, none can be handed on. The
+    // other 72 joined threads' are gone from the address space.
+    assert_eq!(truth(&out)["mapped_rings"], "130");
     let rings = read_rings(&session);
-    assert_eq!(rings.len(), 52);
+    assert_eq!(rings.len(), 202);
     // ... but their files hold every event.
     let all: Vec<&RawEvent> = rings.iter().flat_map(|r| &r.events).collect();
-    assert_eq!(count(&all, Op::MutexLock, completed), 51);
-    // The 50 joined threads (ThreadStart's site is their start routine,
+    assert_eq!(count(&all, Op::MutexLock, completed), 201);
+    // The 200 joined threads (ThreadStart's site is their start routine,
     // `work`) each ended with one ThreadExit. The detached thread may not
     // have reached its own before the process exited.
     let mut by_routine: BTreeMap<u64, Vec<&Ring>> = BTreeMap::new();
     for r in rings.iter().filter(|r| r.tid != r.pid) {
         by_routine.entry(r.events[0].head.site).or_default().push(r);
     }
-    let joined = by_routine.values().find(|v| v.len() == 50).unwrap();
+    let joined = by_routine.values().find(|v| v.len() == 200).unwrap();
     for r in joined {
         assert_eq!(r.events.iter().filter(|e| is(e, Op::ThreadExit)).count(), 1);
     }
