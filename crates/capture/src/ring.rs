@@ -231,7 +231,15 @@ impl Producer {
         lo.copy_from_slice(&id.name[..8]);
         hi.copy_from_slice(&id.name[8..]);
         let name = [u64::from_le_bytes(lo), u64::from_le_bytes(hi)];
+        // Where the event goes, before it is published (the consumer
+        // copies the previous owner's events only up to it). Release on
+        // the `write` store below orders this store before it.
+        let before = h.handoff.load(Ordering::Relaxed);
+        h.handoff.store(self.write + 1, Ordering::Relaxed);
         if !self.try_push(head, Some((u64::from(id.parent_tid), 0)), &name) {
+            // Not published: a consumer that saw the value above found it
+            // beyond `write` and ignored it.
+            h.handoff.store(before, Ordering::Relaxed);
             return false;
         }
         h.end_tsc.store(0, Ordering::Relaxed);
@@ -709,14 +717,12 @@ impl Consumer {
             corrupt = write.wrapping_sub(read);
             read = write;
         }
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let write = self.copy_limit(read, write);
         let mut buf = [Slot::default(); 1 + 1 + MAX_FRAMES / 4];
         while read < write {
             // SAFETY: masked index within the ring; slot memory is plain data.
             let head = Head::from_slot(unsafe { &*slots.add((read & mask) as usize) });
-            if head.op == OP_RING_HANDOFF {
-                // A new owner starts here: see Consumer::take_handoff.
-                break;
-            }
             let k = head.slots() as u64;
             if head.nframes as usize > MAX_FRAMES || read + k > write {
                 corrupt += write - read;
@@ -764,8 +770,10 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
-        if self.handoff_next(read, write) {
-            // A new owner starts here: see Consumer::take_handoff.
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let write = self.copy_limit(read, write);
+        let n = write - read;
+        if n == 0 {
             return (0, 0);
         }
         // SAFETY: slots follow the header page inside the mapping; the
@@ -810,8 +818,9 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
-        if self.handoff_next(read, write) {
-            // A new owner starts here: see Consumer::take_handoff.
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let n = self.copy_limit(read, write) - read;
+        if n == 0 {
             return (0, 0);
         }
         // SAFETY: the slots follow the header page inside the mapping.
@@ -873,21 +882,22 @@ pub struct Handoff {
 }
 
 impl Consumer {
-    /// True if the next published slot is an [`OP_RING_HANDOFF`] event:
-    /// bulk copies stop there (its owner change must be handled first).
-    /// A hand-over can only be written into a ring whose every slot was
-    /// consumed (see the free list in `thread.rs`), so it is always at
-    /// `read`, never inside a region being copied.
-    fn handoff_next(&self, read: u64, write: u64) -> bool {
-        if write == read {
-            return false;
+    /// Where a copy from `read` must stop: `write`, or the slot of a
+    /// pending hand-over event between them ([`RingHeader::handoff`]):
+    /// what precedes it is the previous owner's, and its owner change must
+    /// be handled ([`Consumer::take_handoff`]) before anything after it is
+    /// copied. Loaded after `write` (Acquire), the field is at least as new
+    /// as the event published; a value at or beyond `write` belongs to an
+    /// event not yet published (or never: a failed hand-over) and is
+    /// ignored. At most one hand-over is pending: a ring is handed on only
+    /// once the consumer is past the previous one.
+    fn copy_limit(&self, read: u64, write: u64) -> u64 {
+        let at = self.header().handoff.load(Ordering::Acquire);
+        if at != 0 && read < at && at - 1 < write {
+            at - 1
+        } else {
+            write
         }
-        // SAFETY: slot `read` is inside the ring (masked) and published
-        // (read < write, loaded with Acquire by the caller).
-        let s = unsafe {
-            *(self.base.add(HEADER_BYTES) as *const Slot).add((read & (self.cap - 1)) as usize)
-        };
-        Head::from_slot(&s).op == OP_RING_HANDOFF
     }
 
     /// Consumes the hand-over event at the front of the ring, if there
@@ -896,16 +906,17 @@ impl Consumer {
         let h = self.header();
         let write = h.write.load(Ordering::Acquire);
         let read = h.read.load(Ordering::Relaxed);
-        if write.wrapping_sub(read) > self.cap || !self.handoff_next(read, write) {
+        let at = h.handoff.load(Ordering::Acquire);
+        if at == 0 || read != at - 1 || write.wrapping_sub(read) > self.cap || read + 3 > write {
             return None;
         }
         let mask = self.cap - 1;
         // SAFETY: the slots follow the header page inside the mapping.
         let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
-        // SAFETY: masked index, published (handoff_next checked read < write).
+        // SAFETY: masked index of a published slot (read + 3 <= write).
         let head = Head::from_slot(unsafe { &*slots.add((read & mask) as usize) });
         let k = head.slots() as u64;
-        if k != 3 || head.nframes != 2 || head.xflags & XF_ARGS == 0 || read + k > write {
+        if head.op != OP_RING_HANDOFF || k != 3 || head.nframes != 2 || head.xflags & XF_ARGS == 0 {
             // Not what hand_over writes: a scribbled ring. Leave it to the
             // copy, which counts it as corrupt.
             return None;

@@ -89,7 +89,14 @@ pub struct RingHeader {
     /// short (`T<pid>-<gen>-<tid>-<seq>.ring`). Published (Release) after
     /// the producer's last write here and after the successor exists.
     pub next_seq: AtomicU64,
-    _pad1: [u64; 2],
+    /// 1 + the slot index of the latest hand-over event (a new thread took
+    /// this recycled ring over, see `Producer::hand_over`), 0: none. Stored
+    /// before the event is published, so a consumer that sees the event's
+    /// slots published knows where it is and copies only up to it; a ring
+    /// is handed on again only once the consumer is past it (at most one
+    /// hand-over pending).
+    pub handoff: AtomicU64,
+    _pad1: [u64; 1],
     // ---- line 2: written by the consumer ----
     /// Slots consumed.
     pub read: AtomicU64,

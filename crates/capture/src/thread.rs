@@ -621,9 +621,8 @@ fn pool_ring(base: usize) -> bool {
 
 /// A ring from the free list for a new thread, taken over in the ring
 /// itself (a hand-over event, see `Producer::hand_over`), or `None`: the
-/// list is empty, or none of its rings is drained yet (a ring is handed
-/// over only once the recorder consumed every slot of the previous owner,
-/// so that the hand-over is the next thing it reads).
+/// list is empty, or none of its rings is usable yet (the recorder has not
+/// read its previous hand-over, or it is more than half full).
 fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
     let mut waiting = false;
     for slot in &POOL {
@@ -639,8 +638,16 @@ fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
         // are unmapped only by the thread that claims them) whose previous
         // owner was joined; ours alone now.
         let h = unsafe { &*(base as *const RingHeader) };
-        let drained = h.read.load(Ordering::Acquire) == h.write.load(Ordering::Acquire);
-        if drained {
+        // Usable once the recorder is past the previous hand-over (at most
+        // one pending, see RingHeader::handoff) and half of it is free: the
+        // previous owner's last events may still be in it, they are read
+        // first. (Requiring an empty ring made 4 of 10 threads miss a ring
+        // on this 2-CPU machine: the drain runs every 0.5 ms or later.)
+        let read = h.read.load(Ordering::Acquire);
+        let write = h.write.load(Ordering::Acquire);
+        let usable =
+            read >= h.handoff.load(Ordering::Acquire) && write.wrapping_sub(read) <= h.capacity / 2;
+        if usable {
             // SAFETY: as above: a whole ring mapping, its producer gone
             // (joined, then handed to us through the list's Release/Acquire).
             if let Some(mut p) = unsafe { Producer::resume(base as *mut u8) } {
@@ -654,7 +661,7 @@ fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
             }
         }
         waiting = true;
-        // Not drained yet (or unusable): back into the list, or unmapped
+        // Not usable yet: back into the list, or unmapped
         // if it filled up meanwhile.
         if !POOL.iter().any(|s| {
             s.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)

@@ -958,6 +958,9 @@ impl Drainer {
                 .end_tsc
                 .load(std::sync::atomic::Ordering::Acquire);
         if end == 0 {
+            // Running, or the stamp was cleared by a new owner of a
+            // recycled ring: its own exit starts a new grace period.
+            r.end_seen = None;
             return false;
         }
         match r.end_seen {
@@ -985,7 +988,10 @@ impl Drainer {
         if end_tsc == 0 {
             end_tsc = fallback_tsc;
         }
-        let lost = r.lost_before + r.c.lost().saturating_sub(r.lost_base);
+        // Slots still unread now (a ring the drain could not follow to
+        // the end, e.g. a hand-over it could not decode) are counted as
+        // lost: never a silent gap.
+        let lost = r.lost_before + r.c.lost().saturating_sub(r.lost_base) + r.c.pending();
         self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();

@@ -448,6 +448,20 @@ fn wait_drained(base: *mut u8) {
     }
 }
 
+/// Waits until the drain is past the ring's latest hand-over event.
+fn wait_handoff_read(base: *mut u8) {
+    // SAFETY: `base` is a live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    let t0 = std::time::Instant::now();
+    while h.read.load(Ordering::Acquire) < h.handoff.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the drain never read the hand-over"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
     // One ring, five owners in turn, exactly as the preload library
@@ -461,6 +475,7 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
     let pid = 4343;
     let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
     const OWNERS: u32 = 5;
+    let mut behind = 0;
     let outcome = run_drain(&dir, &out, || {
         let (mut p, base) = make_ring(&dir, pid, 100, 0, 16);
         // SAFETY: the mapping stays for the whole test.
@@ -477,8 +492,13 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
                     // Give the drain time to end the pooled owner early
                     // (vacated) before the next one takes over.
                     std::thread::sleep(std::time::Duration::from_millis(50));
+                    wait_drained(base);
+                } else {
+                    // The preload library's condition: the previous
+                    // hand-over was read (the previous owner's last events
+                    // may still be in the ring).
+                    wait_handoff_read(base);
                 }
-                wait_drained(base);
                 // SAFETY: the previous owner is done; the mapping is live.
                 p = unsafe { Producer::resume(base) }.unwrap();
                 let mut name = [0u8; 16];
@@ -491,7 +511,14 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
                     start_tsc: lockscope_capture::tsc::now(),
                     name,
                 };
-                assert!(p.hand_over(&id));
+                if hdr.read.load(Ordering::Acquire) != hdr.write.load(Ordering::Acquire) {
+                    // The previous owner's last events are still unread:
+                    // the drain must stop at the hand-over.
+                    behind += 1;
+                }
+                while !p.hand_over(&id) {
+                    std::thread::yield_now();
+                }
                 assert_eq!(hdr.pool.load(Ordering::Acquire), POOL_OPEN);
                 assert_eq!(hdr.end_tsc.load(Ordering::Acquire), 0);
             }
@@ -516,6 +543,7 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
         ph.end_tsc
             .store(lockscope_capture::tsc::now(), Ordering::Release);
     });
+    println!("{behind} of 3 hand-overs found the previous owner's events unread");
     assert_eq!(outcome.lost, 7);
     let t = Trace::open(&out).unwrap();
     let threads: Vec<_> = t

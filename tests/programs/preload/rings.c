@@ -2,9 +2,8 @@
 // (half of them leave through pthread_exit), and one detached thread.
 // Prints how many ring files are still mapped in this process at the end
 // (from /proc/self/maps): joined threads' rings are kept for reuse up to
-// the free list's size (128; with no recorder draining them here, none is
-// ever reused) and unmapped beyond it; the main thread's and the detached
-// thread's stay.
+// the free list's size (128) and unmapped beyond it; the main thread's and
+// the detached thread's stay.
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
