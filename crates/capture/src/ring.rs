@@ -92,6 +92,12 @@ pub struct Producer {
     /// could not wait (the thread held a lock): bounds the cross-core
     /// reloads of `read` while the recorder catches up.
     headroom_skip: u32,
+    /// Fill level (write - read) above which [`Producer::low_on_room`]
+    /// says so: capacity minus the reserve, precomputed (the check runs
+    /// at every hooked call). 0 with no ring: `write` and `read_cache`
+    /// stay 0 then, so it is never low (and the all-zero TLS state is
+    /// [`Producer::EMPTY`]).
+    low_mark: u64,
 }
 
 impl Producer {
@@ -107,6 +113,7 @@ impl Producer {
         backoff: 0,
         wait_full: false,
         headroom_skip: 0,
+        low_mark: 0,
     };
 
     /// True if this producer has a ring.
@@ -157,6 +164,7 @@ impl Producer {
                 backoff: 0,
                 wait_full: false,
                 headroom_skip: 0,
+                low_mark: cap - cap / 4,
             })
         }
     }
@@ -203,6 +211,7 @@ impl Producer {
             backoff: 0,
             wait_full: false,
             headroom_skip: 0,
+            low_mark: cap - cap / 4,
         })
     }
 
@@ -310,9 +319,11 @@ impl Producer {
         // `write` and `read + cap` belong to the producer until published.
         unsafe {
             let mut w = self.write;
-            self.slots
-                .add((w & self.mask) as usize)
-                .write(head.to_slot());
+            // Four 8-byte stores of values in registers: writing the head
+            // as a struct went through a copy on the stack, whose 16-byte
+            // reload spanned the byte stores of op/flags (a store-forwarding
+            // stall on every event).
+            self.slots.add((w & self.mask) as usize).write(head.pack());
             w += 1;
             if let Some((a, b)) = args {
                 self.slots
@@ -359,7 +370,9 @@ impl Producer {
     /// at the start of every hooked call.
     #[inline(always)]
     pub fn low_on_room(&self) -> bool {
-        self.write - self.read_cache + self.reserve() > self.mask + 1 && !self.hdr.is_null()
+        // == write - read_cache + reserve > capacity (low_mark is
+        // capacity - reserve), one compare on the hot path.
+        self.write - self.read_cache > self.low_mark
     }
 
     /// The slow half of the head-room check, called when
