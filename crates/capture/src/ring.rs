@@ -129,9 +129,14 @@ impl Producer {
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the producer is used, aligned to a page, and zero-filled.
     pub unsafe fn init(base: *mut u8, len: usize, id: &RingIdentity) -> Option<Producer> {
-        // SAFETY: the unsafe operations below rely only on this function's own
-        // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-        // it interposes), which the caller upholds.
+        // SAFETY: `base` is valid for reads and writes of `len` bytes,
+        // page-aligned and zeroed (the contract); `len` holds the header
+        // page plus at least 64 slots (checked first), so `hdr` (aligned:
+        // a page start) and every header field written lies inside it, and
+        // `base + HEADER_BYTES` is the slot area. Plain stores: no consumer
+        // reads the header before `magic`, written last with a volatile
+        // store after a Release fence, and no other producer has the
+        // mapping yet.
         unsafe {
             if len < HEADER_BYTES + 64 * SLOT_BYTES {
                 return None;

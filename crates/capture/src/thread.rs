@@ -760,10 +760,16 @@ unsafe fn attach(st: *mut ThreadState) {
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
+/// # Safety
+/// `st` must be the calling thread's own state (from `state()`), with
+/// `busy` set, so that nothing else (a signal handler's hook sees `busy`
+/// and forwards) touches it during the call.
 unsafe fn attach_inner(st: *mut ThreadState) {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `&mut *st` is the only live reference to this thread's
+    // state (the contract above: own TLS, `busy` set, no Guard exists yet
+    // on this thread). `gettid` has no preconditions. `create_ring` and
+    // `reuse_ring` need nothing beyond a live, recording process; they
+    // return a producer over a mapping they own.
     unsafe {
         let st = &mut *st;
         st.ring = RING_FAILED;
@@ -792,10 +798,16 @@ unsafe fn attach_inner(st: *mut ThreadState) {
 }
 
 /// Top of the calling thread's stack from pthread_getattr_np.
+///
+/// # Safety
+/// Call it at a point where allocating is safe (`pthread_getattr_np`
+/// allocates its cpuset): not inside a hook that a malloc implementation
+/// may call with its own lock held.
 pub(crate) unsafe fn thread_stack_top() -> u64 {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `attr` is a zeroed local that pthread_getattr_np initialises
+    // for the calling thread (pthread_self is always valid); it is read by
+    // pthread_attr_getstack into two locals and destroyed once, on the
+    // path where it was initialised. Nothing else sees these locals.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
