@@ -498,6 +498,9 @@ pub(crate) unsafe fn create_ring(
                     if !counted {
                         count_space_exhausted();
                         counted = true;
+                        // Rings kept for reuse hold space too: give them
+                        // back (the recorder removes their files).
+                        thread::release_pool();
                     }
                     if cap / 2 >= min {
                         cap /= 2;
@@ -564,8 +567,22 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
         if seq > 0 {
             p.push(b"-").num(seq);
         }
+        let stem = p.len;
         p.push(b".ring");
-        let fd = create_excl(&mut p)?;
+        let mut fd = create_excl(&mut p);
+        // The kernel reuses tids (pid_max is often 32768): an earlier
+        // thread with this tid may still own `T..-<tid>.ring`, its ring
+        // recycled by later threads. A first ring then takes an
+        // alternative name the recorder also lists (`.<k>.ring`). (A
+        // growth that collides just fails: the thread waits instead.)
+        let mut k = 1;
+        while seq == 0 && fd == Err(libc::EEXIST) && k <= 64 {
+            p.len = stem;
+            p.push(b".").num(k).push(b".ring");
+            fd = create_excl(&mut p);
+            k += 1;
+        }
+        let fd = fd?;
         // fallocate first: on a full tmpfs it fails cleanly, where touching a
         // page of a sparse shared mapping would raise SIGBUS.
         let fa = libc::fallocate(fd, 0, 0, len as i64);

@@ -260,6 +260,17 @@ pub enum SessionFile {
 /// Parses a session file name; `None` for anything else.
 pub fn parse_file_name(name: &str) -> Option<SessionFile> {
     if let Some(rest) = name.strip_prefix('T').and_then(|r| r.strip_suffix(".ring")) {
+        // `T<pid>-<gen>-<tid>.<k>.ring` (k >= 1): a first ring created
+        // under another name because `T<pid>-<gen>-<tid>.ring` existed (the
+        // kernel reused the tid of a thread whose ring file still lives,
+        // e.g. recycled by later threads).
+        if let Some((main, k)) = rest.split_once('.') {
+            let k: u32 = k.parse().ok()?;
+            return match parse_file_name(&format!("T{main}.ring"))? {
+                r @ SessionFile::Ring { .. } if k > 0 => Some(r),
+                _ => None,
+            };
+        }
         let mut it = rest.split('-');
         let (pid, gen, tid) = (
             it.next()?.parse().ok()?,
@@ -330,5 +341,18 @@ mod tests {
         assert_eq!(parse_file_name("T1-2-3-0.ring"), None);
         assert_eq!(parse_file_name("T1-2-3-4-5.ring"), None);
         assert_eq!(parse_file_name("junk"), None);
+        // A first ring under an alternative name (its tid's usual name
+        // was taken): the same thread identity.
+        assert_eq!(
+            parse_file_name("T12-1-13.2.ring"),
+            Some(SessionFile::Ring {
+                pid: 12,
+                gen: 1,
+                tid: 13
+            })
+        );
+        assert_eq!(parse_file_name("T12-1-13.0.ring"), None);
+        assert_eq!(parse_file_name("T12-1-13-2.1.ring"), None);
+        assert_eq!(parse_file_name("T12-1-13.x.ring"), None);
     }
 }

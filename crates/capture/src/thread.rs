@@ -619,6 +619,25 @@ fn pool_ring(base: usize) -> bool {
     false
 }
 
+/// Empties the free list (the session file system is full): each ring
+/// goes back to open and is unmapped, so that the recorder closes it and
+/// removes its file like any exited thread's, and the space comes back
+/// for new rings. Counted as not pooled.
+pub(crate) fn release_pool() {
+    for slot in &POOL {
+        let base = slot.swap(0, Ordering::Acquire);
+        if base == 0 {
+            continue;
+        }
+        // SAFETY: claimed from the list: a live ring mapping nobody else
+        // holds (pooled rings are unmapped only by whoever claims them).
+        let h = unsafe { &*(base as *const RingHeader) };
+        h.pool.store(POOL_OPEN, Ordering::Release);
+        process::count_ring_not_pooled();
+        unmap_ring(base);
+    }
+}
+
 /// A ring from the free list for a new thread, taken over in the ring
 /// itself (a hand-over event, see `Producer::hand_over`), or `None`: the
 /// list is empty, or none of its rings is usable yet (the recorder has not

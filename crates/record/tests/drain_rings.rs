@@ -593,3 +593,56 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
         assert_eq!(lost, if th.tid == 103 { 7 } else { 0 }, "tid {}", th.tid);
     }
 }
+
+#[test]
+fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
+    // The kernel reused a tid whose ring file still exists (recycled by
+    // later threads): the new thread's first ring is `T..-<tid>.1.ring`.
+    let dir = temp_dir("altname");
+    let out = dir.with_extension("lstrace");
+    let pid = 4444;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let outcome = run_drain(&dir, &out, || {
+        let len = ring::file_bytes(ring::capacity_for_kib(16));
+        let base = map_file(&dir.join(format!("T{pid}-0-77.1.ring")), len);
+        let id = RingIdentity {
+            pid,
+            tid: 77,
+            start_tsc: lockscope_capture::tsc::now(),
+            ..RingIdentity::default()
+        };
+        // SAFETY: fresh zeroed mapping of `len` bytes.
+        let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
+        for _ in 0..100 {
+            assert!(p.push(
+                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+                None,
+                &[]
+            ));
+            assert!(p.push(head(Op::MutexUnlock, 0, 0x1000, 0x401004), None, &[]));
+        }
+        // SAFETY: attached producer.
+        unsafe { p.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    assert_eq!(outcome.lost, 0);
+    let t = Trace::open(&out).unwrap();
+    let th: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(th.len(), 1);
+    assert_eq!(th[0].tid, 77);
+    let evs = t.events.get(&th[0].id).map(Vec::as_slice).unwrap_or(&[]);
+    assert_eq!(
+        evs.iter().filter(|e| e.op() == Some(Op::MutexLock)).count(),
+        100
+    );
+}
