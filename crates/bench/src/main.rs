@@ -16,7 +16,9 @@
 //!
 //! 6. fluid_like (fluidanimate-like) in default mode: events offered/s,
 //!    drained/s, lost, back-pressure waits.
-//! 7. 1000 short threads: wall-time ratio and peak RSS.
+//! 7. 1000 short threads (16 alive at once, and one after another):
+//!    wall-time and program-time ratios, peak RSS (run it alone: see
+//!    there), buffers reused.
 //!
 //! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes|fluid|threads]...`.
 //! Needs gcc, and `lockscope` and `liblockscope_preload.so` next to this
@@ -449,6 +451,10 @@ fn main() {
         // take over the buffers of joined ones (no mapping per thread);
         // "program" is the time the program itself measures (creating,
         // running and joining the threads), "wall" the whole command.
+        // RSS: a child's ru_maxrss starts at its parent's at fork (Linux
+        // keeps the high-water mark across fork and exec), so run this
+        // section alone: after a section that read large traces here, every
+        // figure shows this process's own peak.
         println!("\n## 7. 1000 short threads (short_threads.c: 100 pairs each)");
         let st = tmp.join("short_threads");
         gcc(&progs.join("short_threads.c"), &st, &[]);
