@@ -324,14 +324,22 @@ impl Module {
             _ => Vec::new(),
         };
         // Say why names are missing, and what would bring them.
-        let note = (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
-            format!(
-                "{path}: no debug info (stripped) and no separate debug file found \
+        let mut note =
+            (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
+                format!(
+                    "{path}: no debug info (stripped) and no separate debug file found \
                  (looked for {}); install its debug package (-dbgsym / -dbg) for \
                  function names and lines",
-                debug.looked.join(", ")
-            )
-        });
+                    debug.looked.join(", ")
+                )
+            });
+        if !debug.fetch_errors.is_empty() {
+            let why = format!("debuginfod failed: {}", debug.fetch_errors.join("; "));
+            note = Some(match note {
+                Some(n) => format!("{n} ({why})"),
+                None => format!("{path}: {why}"),
+            });
+        }
         let module = Module {
             arrays,
             symbols,
@@ -381,6 +389,8 @@ impl Module {
 struct DebugFile {
     path: Option<std::path::PathBuf>,
     looked: Vec<String>,
+    /// Why debuginfod servers failed (not "not found").
+    fetch_errors: Vec<String>,
 }
 
 /// Roots of separate debug files: `$LOCKSCOPE_DEBUG_DIRS` (colon
@@ -424,26 +434,46 @@ fn find_debug_file(path: &str, file: &object::File<'_>) -> DebugFile {
             }
         }
     }
+    if let Some(p) = debuglink(path, file, &roots, &mut out.looked) {
+        out.path = Some(p);
+        return out;
+    }
+    // Last, a debuginfod server (DEBUGINFOD_URLS), by build-id.
+    if let (Some(cfg), Ok(Some(id))) = (crate::debuginfod::Config::from_env(), file.build_id()) {
+        out.looked.push(format!("debuginfod at {}", cfg.describe()));
+        let got = crate::debuginfod::debuginfo(&cfg, id);
+        out.fetch_errors = got.errors.iter().map(|e| e.to_string()).collect();
+        out.path = got.path;
+    }
+    out
+}
+
+/// The `.gnu_debuglink` candidates of `path` (see [`find_debug_file`]).
+fn debuglink(
+    path: &str,
+    file: &object::File<'_>,
+    roots: &[std::path::PathBuf],
+    looked: &mut Vec<String>,
+) -> Option<std::path::PathBuf> {
     if let Ok(Some((name, crc))) = file.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
         let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
         let mut cands = vec![dir.join(&name), dir.join(".debug").join(&name)];
-        for root in &roots {
+        for root in roots {
             cands.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
         }
         for p in cands {
-            out.looked.push(p.display().to_string());
+            looked.push(p.display().to_string());
             // The link names a file, not a build: a CRC mismatch is a
             // debug file of another build of the same program.
             if p.as_path() != Path::new(path)
                 && std::fs::read(&p).is_ok_and(|d| crc32fast::hash(&d) == crc)
             {
-                out.path = Some(p);
-                return out;
+                return Some(p);
             }
         }
     }
-    out
+    None
 }
 
 /// Static arrays from DWARF: (address, total size, element size) of every
