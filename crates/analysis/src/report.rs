@@ -778,6 +778,10 @@ struct Names<'a> {
     /// Call paths of each lock by their innermost return address: (lock,
     /// pc) -> stacks.
     lock_paths: HashMap<(u32, u64), Vec<u32>>,
+    /// The call paths each thread recorded on each lock, by innermost
+    /// return address: (lock, thread, pc) -> stacks (from its waits and
+    /// the sections it was blamed for).
+    thread_paths: HashMap<(u32, u32, u64), Vec<u32>>,
 }
 
 impl Names<'_> {
@@ -831,12 +835,18 @@ impl Names<'_> {
         loc
     }
     /// The shown name of site `s` of lock `oi` where the event's own call
-    /// path is not at hand (a waiter's site in blame, a first use): as
-    /// [`Self::site_view`], and when the return address is runtime code,
-    /// the user frame that all of the lock's recorded call paths through
-    /// that address agree on (several different ones: none is right for
-    /// every event, and the runtime frame stays).
+    /// path is not at hand (a first use): as [`Self::site_view`], and when
+    /// the return address is runtime code, the user frame that all of the
+    /// lock's recorded call paths through that address agree on (several
+    /// different ones: none is right for every event, and the runtime
+    /// frame stays).
     fn site_str(&mut self, oi: u32, s: u32) -> String {
+        self.site_str_of(oi, None, s)
+    }
+    /// As [`Self::site_str`] for an event of thread `thread`: when the
+    /// lock's paths disagree, the paths that this thread recorded through
+    /// the address (its waits) decide, if they agree.
+    fn site_str_of(&mut self, oi: u32, thread: Option<u32>, s: u32) -> String {
         if s == u32::MAX {
             return NO_HOLDER.into();
         }
@@ -844,29 +854,47 @@ impl Names<'_> {
         if let Some(v) = self.view(&raw) {
             return v.short();
         }
-        let o = &self.model.objs[oi as usize];
-        let process = o.process;
         let pc = self.model.sites[s as usize].1;
-        let stacks = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        let all = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        if let Some(name) = self.agreed(oi, &all) {
+            return name;
+        }
+        if let Some(t) = thread {
+            let own = self
+                .thread_paths
+                .get(&(oi, t, pc))
+                .cloned()
+                .unwrap_or_default();
+            if let Some(name) = self.agreed(oi, &own) {
+                return name;
+            }
+        }
+        raw.short()
+    }
+    /// The user frame that every call path of `stacks` names, if they all
+    /// have one and it is the same.
+    fn agreed(&mut self, oi: u32, stacks: &[u32]) -> Option<String> {
+        let process = self.model.objs[oi as usize].process;
         let mut agreed: Option<String> = None;
-        for st in stacks {
-            let Some(v) = self.path_user_frame(process, st) else {
-                return raw.short();
-            };
-            let name = v.short();
+        for &st in stacks {
+            let name = self.path_user_frame(process, st)?.short();
             match &agreed {
-                Some(a) if *a != name => return raw.short(),
+                Some(a) if *a != name => return None,
                 _ => agreed = Some(name),
             }
         }
-        agreed.unwrap_or_else(|| raw.short())
+        agreed
     }
-    fn site_str_via(&mut self, oi: u32, s: u32, stack: u32) -> String {
+    /// The shown name of site `s` of an event of `thread` on lock `oi`
+    /// whose call path is `stack` (0: none recorded, as for an uncontended
+    /// acquisition): the path's user frame when the site is runtime code,
+    /// else as [`Self::site_str_of`].
+    fn site_str_via(&mut self, oi: u32, thread: u32, s: u32, stack: u32) -> String {
         if s == u32::MAX {
             return NO_HOLDER.into();
         }
         if stack == 0 {
-            return self.site_str(oi, s);
+            return self.site_str_of(oi, Some(thread), s);
         }
         let process = self.model.objs[oi as usize].process;
         self.site_view(s, process, stack).short()
@@ -1037,14 +1065,32 @@ pub fn build_report_with(
         code: HashMap::new(),
         frames_all: cfg.frames_all,
         lock_paths: HashMap::new(),
+        thread_paths: HashMap::new(),
+    };
+    let first_pc = |stack: u32| {
+        meta.stacks
+            .get(&stack)
+            .and_then(|s| s.frames.first().copied())
     };
     for &(oi, stack) in model.by_path.keys() {
-        if let Some(&pc) = meta.stacks.get(&stack).and_then(|s| s.frames.first()) {
+        if let Some(pc) = first_pc(stack) {
             names.lock_paths.entry((oi, pc)).or_default().push(stack);
         }
     }
-    for v in names.lock_paths.values_mut() {
+    for &(oi, wthread, _, wstack, c) in model.blame.keys() {
+        for (t, st) in [(wthread, wstack), (c.thread, c.stack)] {
+            if let Some(pc) = first_pc(st).filter(|_| st != 0 && t != u32::MAX) {
+                names.thread_paths.entry((oi, t, pc)).or_default().push(st);
+            }
+        }
+    }
+    for v in names
+        .lock_paths
+        .values_mut()
+        .chain(names.thread_paths.values_mut())
+    {
         v.sort_unstable();
+        v.dedup();
     }
     let mut full = full_report(meta, model, &mut names, cfg);
     full.recommendations = crate::advice::advise(
@@ -1685,20 +1731,22 @@ type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
 fn blame_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<BlameOut> {
     // Value: wait, waits, waiter thread index, holder thread index.
     let mut rows: BTreeMap<BlameKey, (u64, u64, u32, Option<u32>)> = BTreeMap::new();
-    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
+    for (&(oi, wthread, wsite, wstack, c), &(ns, n)) in &model.blame {
         if ns == 0 {
             continue;
         }
         let process = model.objs[oi as usize].process;
         let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
-        let ws = names.site_str(oi, wsite);
+        // The waiter's own call path names its user frame when the site
+        // is runtime code; without one, the lock's paths must agree.
+        let ws = names.site_str_via(oi, wthread, wsite, wstack);
         let (hthread, htid, hs, hp) = if c == Culprit::NONE {
             (None, None, NO_HOLDER.to_string(), Vec::new())
         } else {
             (
                 Some(c.thread),
                 model.threads.get(c.thread as usize).map(|t| t.tid),
-                names.site_str_via(oi, c.site, c.stack),
+                names.site_str_via(oi, c.thread, c.site, c.stack),
                 names.path(process, c.stack),
             )
         };
