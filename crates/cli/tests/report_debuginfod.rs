@@ -194,7 +194,7 @@ fn named_from_debug_info(r: &Value, truth: &HashMap<String, (String, u64)>) -> b
 /// Item 2 (debuginfod): a stripped fixture whose debug file
 /// (`objcopy --only-keep-debug`) is on no local path is named once a
 /// debuginfod server has it: its static locks (`lru_locks[12]`,
-/// `buckets[3]+0x8`, `stats_lock`) and the user's function and line. The
+/// `buckets[3].lock`, `stats_lock`) and the user's function and line. The
 /// file is fetched once (chunked) into the elfutils cache layout
 /// (`CACHE/ID/debuginfo`) and read from there next time; a file over
 /// DEBUGINFOD_MAXSIZE is refused with a note naming the limit;
@@ -223,7 +223,7 @@ fn issue10_debuginfod_names_a_stripped_binary() {
     let run = record(&dir, &[], &dir.join("prog"), &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     let truth = truths(&run.stdout);
-    assert_eq!(truth.len(), 4);
+    assert_eq!(truth.len(), 5);
 
     let server = Server::start(&id, debug.clone());
     server.chunked.store(true, Ordering::Relaxed);
@@ -326,8 +326,9 @@ fn issue10_debuginfod_names_a_stripped_binary() {
 /// .dynsym either); the python3-dbg package (Debian main) installs its
 /// separate debug file under /usr/lib/debug/.build-id/. Recorded running
 /// four threads, the GIL's mutex is taken in take_gil and drop_gil, and
-/// the report names those functions with their file and line, which only
-/// the debug file found by build-id can give. Skipped (saying so) when the
+/// the report names those functions with their file and line, and the
+/// lock by its member path (`_PyRuntime.ceval.gil.mutex` in 3.11), which
+/// only the debug file found by build-id can give. Skipped (saying so) when the
 /// debug file is not installed (scripts/test-packages.txt installs it).
 #[test]
 fn issue10_debian_python3_named_through_python3_dbg() {
@@ -378,6 +379,13 @@ fn issue10_debian_python3_named_through_python3_dbg() {
                 && s["line"].as_u64().is_some()
             {
                 named.insert(f.to_string());
+                // The lock itself by its path in the debug file's types
+                // (from .dynsym alone it would be `_PyRuntime+0x1b8`).
+                let name = l["name"].as_str().unwrap();
+                assert!(
+                    name.starts_with("_PyRuntime.") && name.contains(".gil."),
+                    "{name}"
+                );
             }
         }
     }

@@ -694,7 +694,7 @@ fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
 /// (`objcopy --only-keep-debug`), found through a build-id directory or a
 /// `.gnu_debuglink`: static locks are named from the debug file's symbols,
 /// inside arrays with their index from DWARF (`lru_locks[12]`,
-/// `buckets[3]+0x8`), and sites get function and line. Without a debug
+/// `buckets[3].lock`), and sites get function and line. Without a debug
 /// file: `.dynsym` names the exported lock, the others are module+offset,
 /// and a note says the binary is stripped and where debug files were
 /// looked for.
