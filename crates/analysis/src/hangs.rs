@@ -136,8 +136,9 @@ struct ThreadState {
     exited: bool,
 }
 
-/// (process, cond, waiter thread, waiter site, signaller (thread, site)).
-pub type CondBlameKey = (u32, u64, u32, u64, Option<(u32, u64)>);
+/// (process, cond, waiter thread, waiter site, waiter's call path id or
+/// 0, signaller (thread, site)).
+pub type CondBlameKey = (u32, u64, u32, u64, u32, Option<(u32, u64)>);
 
 /// The tracker: feed every event in time order, then [`Tracker::finish`].
 #[derive(Default)]
@@ -263,7 +264,7 @@ impl Tracker {
                 .map(|s| (s.0, s.1));
             let c = self
                 .cond_blame
-                .entry((th.process, e.addr, thread, b.site, sig))
+                .entry((th.process, e.addr, thread, b.site, b.stack, sig))
                 .or_default();
             c.0 += e.time.saturating_sub(b.since);
             c.1 += 1;
@@ -649,8 +650,8 @@ mod tests {
         assert_eq!(
             f.cond_blame,
             vec![
-                ((1, c, 1, 0x2, Some((2, 0x5))), (58, 1)),
-                ((1, c, 1, 0x3, None), (30, 1)),
+                ((1, c, 1, 0x2, 0, Some((2, 0x5))), (58, 1)),
+                ((1, c, 1, 0x3, 0, None), (30, 1)),
             ]
         );
     }

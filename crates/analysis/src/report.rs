@@ -967,6 +967,41 @@ impl Names<'_> {
     }
 }
 
+/// Sites that are different inlining chains but print the same (`drop_gil
+/// (ceval_gil.h:162) in PyEval_SaveThread (ceval.c:526)`, inlined into
+/// several callers) get the first caller that tells them apart:
+/// `... < os_stat_impl (posixmodule.c:2897)`, or `< (no caller)` for the
+/// chain that ends first.
+fn disambiguate_sites(sites: &mut [SiteOut]) {
+    let mut by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, s) in sites.iter().enumerate() {
+        by_name.entry(s.name.clone()).or_default().push(i);
+    }
+    for group in by_name.values().filter(|g| g.len() > 1) {
+        // `inlined[0]` is already in the name (` in caller`).
+        let first = sites[group[0]].inlined.len().min(1);
+        let longest = group
+            .iter()
+            .map(|&i| sites[i].inlined.len())
+            .max()
+            .unwrap_or(0);
+        let k = (first..longest).find(|&k| {
+            let x = sites[group[0]].inlined.get(k);
+            group.iter().any(|&i| sites[i].inlined.get(k) != x)
+        });
+        let Some(k) = k else {
+            continue;
+        };
+        for &i in group {
+            let tail = match sites[i].inlined.get(k) {
+                Some(f) => f.clone(),
+                None => "(no caller)".to_string(),
+            };
+            sites[i].name = format!("{} < {tail}", sites[i].name);
+        }
+    }
+}
+
 /// The holder site of waits that nobody's critical section explains.
 pub const NO_HOLDER: &str = "(no holder: hand-off / wake-up latency)";
 
@@ -1251,13 +1286,15 @@ fn hang_rows(
             continue;
         };
         let mut blame: Vec<CondBlameOut> = Vec::new();
-        for &((p, a, wt, ws, sig), (ns, n)) in &f.cond_blame {
+        for &((p, a, wt, ws, wstack, sig), (ns, n)) in &f.cond_blame {
             if a != addr || pid_of(meta, p) != c.pid {
                 continue;
             }
-            blame.push(CondBlameOut {
+            let row = CondBlameOut {
                 waiter_tid: tid_of(wt),
-                waiter_site: names.pc_str(p, ws, 0),
+                // Its own call path names the waiter's user frame when the
+                // wait is called from runtime code (std::condition_variable).
+                waiter_site: names.pc_str(p, ws, wstack),
                 signaller_tid: sig.map(|(t, _)| tid_of(t)),
                 signaller_site: match sig {
                     Some((_, site)) => names.pc_str(p, site, 0),
@@ -1265,7 +1302,27 @@ fn hang_rows(
                 },
                 wait_ns: ns,
                 waits: n,
-            });
+            };
+            // Paths that name the same site are one row.
+            match blame.iter_mut().find(|b| {
+                (
+                    b.waiter_tid,
+                    &b.waiter_site,
+                    b.signaller_tid,
+                    &b.signaller_site,
+                ) == (
+                    row.waiter_tid,
+                    &row.waiter_site,
+                    row.signaller_tid,
+                    &row.signaller_site,
+                )
+            }) {
+                Some(b) => {
+                    b.wait_ns += row.wait_ns;
+                    b.waits += row.waits;
+                }
+                None => blame.push(row),
+            }
         }
         blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
         r.cond_locks.push(CondLockOut {
@@ -1573,6 +1630,7 @@ fn lock_out(
         }
     }
     let mut sites: Vec<SiteOut> = merged.into_values().collect();
+    disambiguate_sites(&mut sites);
     sites.sort_by(|a, b| {
         (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
     });
@@ -2080,5 +2138,49 @@ fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
         semaphores,
         recommendations,
         ..full
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::Frame;
+
+    fn loc(offset: u64, chain: &[(&str, u32)]) -> Location {
+        Location {
+            module: "python3.11".into(),
+            offset,
+            frames: chain
+                .iter()
+                .map(|&(f, line)| Frame {
+                    function: Some(f.into()),
+                    file: Some(format!("/src/{f}.c")),
+                    line: Some(line),
+                })
+                .collect(),
+        }
+    }
+
+    /// Issue 10 item 1: one inlined helper reached from several callers
+    /// prints the same `f (..) in g (..)`; the rows get the first caller
+    /// that differs, and a row with a distinct name is left alone.
+    #[test]
+    fn issue10_sites_that_print_alike_get_their_distinct_caller() {
+        let a = loc(1, &[("drop_gil", 162), ("save", 526), ("listdir", 4187)]);
+        let b = loc(2, &[("drop_gil", 162), ("save", 526)]);
+        let c = loc(3, &[("drop_gil", 162), ("save", 526), ("stat", 2527)]);
+        let d = loc(4, &[("take_gil", 238)]);
+        let mut sites: Vec<SiteOut> = [&a, &b, &c, &d].iter().map(|l| site_out(l, l)).collect();
+        disambiguate_sites(&mut sites);
+        let names: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < listdir (listdir.c:4187)",
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < (no caller)",
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < stat (stat.c:2527)",
+                "take_gil (take_gil.c:238)",
+            ]
+        );
     }
 }
