@@ -396,3 +396,145 @@ fn issue10_debian_python3_named_through_python3_dbg() {
         r["locks"]
     );
 }
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Item 2, debuginfod over `https://` (every public server): fetched with
+/// curl, checked with the test's own certificate authority
+/// (`CURL_CA_BUNDLE`), from a TLS server on 127.0.0.1 (Python's
+/// http.server serving a directory laid out as debuginfod's URLs), into
+/// the same cache; the report names the user's function and line.
+#[test]
+fn issue10_debuginfod_over_https_through_curl() {
+    for tool in ["curl", "openssl"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            eprintln!("{tool} not installed: https debuginfod test skipped");
+            return;
+        }
+    }
+    let py = Path::new("/usr/bin/python3");
+    if !py.exists() {
+        eprintln!("no /usr/bin/python3: https debuginfod test skipped");
+        return;
+    }
+    let dir = temp("issue10-debuginfod-https");
+    let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-o"])
+        .arg(dir.join("full"))
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let id = build_id_hex(&dir.join("full"));
+    let served = dir.join("www/buildid").join(&id);
+    std::fs::create_dir_all(&served).unwrap();
+    run_tool(
+        "objcopy",
+        &[
+            "--only-keep-debug",
+            "full",
+            served.join("debuginfo").to_str().unwrap(),
+        ],
+        &dir,
+    );
+    std::fs::copy(dir.join("full"), dir.join("prog")).unwrap();
+    run_tool("strip", &["--strip-all", "prog"], &dir);
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "openssl req");
+    // Serves www/ over TLS; exits by itself after 120 s.
+    let server = "import http.server, ssl, sys, os, threading\n\
+        os.chdir(sys.argv[1])\n\
+        class H(http.server.SimpleHTTPRequestHandler):\n    \
+            def log_message(self, *a): pass\n\
+        srv = http.server.HTTPServer(('127.0.0.1', 0), H)\n\
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+        ctx.load_cert_chain(sys.argv[2], sys.argv[3])\n\
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)\n\
+        print(srv.server_address[1], flush=True)\n\
+        threading.Timer(120, lambda: os._exit(0)).start()\n\
+        srv.serve_forever()\n";
+    let mut child = Child(
+        Command::new(py)
+            .arg("-c")
+            .arg(server)
+            .arg(dir.join("www"))
+            .arg(dir.join("cert.pem"))
+            .arg(dir.join("key.pem"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut port = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let url = format!("https://127.0.0.1:{}", port.trim());
+
+    let run = record(&dir, &[], &dir.join("prog"), &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let truth = truths(&run.stdout);
+    let cache = dir.join("cache");
+    let cert = dir.join("cert.pem");
+    let r = report_json(
+        &run.trace_path,
+        &[],
+        &[
+            ("DEBUGINFOD_URLS", &url),
+            ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+            ("CURL_CA_BUNDLE", cert.to_str().unwrap()),
+        ],
+    );
+    assert!(named_from_debug_info(&r, &truth), "{}\n{r}", r["notes"]);
+    assert!(cache.join(&id).join("debuginfo").exists());
+    // Without the certificate authority curl refuses the server, and
+    // the note says why.
+    let r = report_json(
+        &run.trace_path,
+        &[],
+        &[
+            ("DEBUGINFOD_URLS", &url),
+            (
+                "DEBUGINFOD_CACHE_PATH",
+                dir.join("cache2").to_str().unwrap(),
+            ),
+            ("CURL_CA_BUNDLE", "/nonexistent/ca.pem"),
+        ],
+    );
+    assert!(!named_from_debug_info(&r, &truth));
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("debuginfod failed") && notes.contains("curl"),
+        "{notes}"
+    );
+}
