@@ -68,6 +68,11 @@ pub struct Args {
     /// Do not read binaries for symbols (addresses stay module+offset).
     #[arg(long)]
     no_symbols: bool,
+    /// Never ask debuginfod servers for missing debug files (they are
+    /// asked only when DEBUGINFOD_URLS is set; LOCKSCOPE_DEBUGINFOD=0 does
+    /// the same).
+    #[arg(long)]
+    no_debuginfod: bool,
     /// Never draw a progress bar (it is drawn on a terminal for large traces).
     #[arg(long)]
     no_progress: bool,
@@ -144,6 +149,9 @@ fn text_width() -> Option<usize> {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    if a.no_debuginfod {
+        lockscope_analysis::debuginfod::set_enabled(false);
+    }
     let sort = SortKey::parse(&a.sort).with_context(|| {
         format!(
             "--sort {:?}: expected one of {}",
