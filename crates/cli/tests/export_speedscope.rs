@@ -1,9 +1,9 @@
 //! `lockscope export --format speedscope` (issue 11), checked against
 //! speedscope's file format as published in its JSON schema
 //! (`https://www.speedscope.app/file-format-schema.json`, `FileFormat.File`
-//! in speedscope's `file-format-spec.ts`): the check is written here in
-//! Rust because the npm package cannot be installed offline in CI. It
-//! covers the schema (required keys, types, enums, no unknown keys) and
+//! in speedscope's `file-format-spec.ts`), written here in Rust so that
+//! a failure names the key. (speedscope's app itself opens the file in
+//! `export_viewers.rs`.) It covers the schema (required keys, types, enums, no unknown keys) and
 //! what speedscope's importer of evented profiles enforces: events sorted
 //! by `at`, within the profile's range, each close matching the frame on
 //! top of the stack, every frame index valid, nothing left open.

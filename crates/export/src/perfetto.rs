@@ -126,7 +126,7 @@ pub fn write(
         let p = &meta.processes[&id];
         let name = p.argv.first().cloned().unwrap_or_else(|| p.exe.clone());
         w.event(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,
-            "args":{"name": format!("{name} (pid {pid})")}}))?;
+            "args":{"name": name}}))?;
     }
     for (i, t) in threads.iter().enumerate() {
         w.event(
