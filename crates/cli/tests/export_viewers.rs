@@ -20,25 +20,17 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use export_util::{lockscope, record_fixture, report_json, require_tool, workspace};
-
-/// Where `scripts/test-viewers.sh` installs the viewers.
-fn viewers() -> PathBuf {
-    std::env::var_os("LOCKSCOPE_VIEWERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/viewers"))
-}
+use export_util::{lockscope, record_fixture, report_json, require_tool, require_viewer};
 
 /// speedscope's built app (`dist/release` of the npm package).
 fn speedscope_app() -> PathBuf {
-    let app = viewers().join("npm/node_modules/speedscope/dist/release");
-    assert!(
-        app.join("index.html").is_file(),
-        "speedscope is not installed in {}: run scripts/test-viewers.sh \
-         (scripts/test.sh runs it; it needs npm and the npm registry)",
-        app.display()
-    );
-    app
+    require_viewer(
+        "npm/node_modules/speedscope/dist/release/index.html",
+        "speedscope's app",
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 /// A static file server on 127.0.0.1 for one test: `/app/...` from
