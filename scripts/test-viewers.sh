@@ -7,7 +7,9 @@
 #                                 served to headless Chromium by the tests
 #   py/                           the `perfetto` Python package (Perfetto's
 #                                 own trace protos, compiled) and `protobuf`,
-#                                 which parse `export --format perfetto-proto`
+#                                 which parse `export --format perfetto-proto`;
+#                                 `jsonschema`, which checks the speedscope
+#                                 export against the schema speedscope ships
 #
 # Idempotent: a viewer already there at the pinned version is kept. Called
 # by scripts/test.sh; run it by hand before `cargo test` of crates/cli.
@@ -18,6 +20,7 @@ SPEEDSCOPE=1.25.0
 PERFETTO=0.59.1
 # perfetto_trace_pb2.py of that release checks for protobuf >= 6.31.1.
 PROTOBUF='protobuf>=6.31.1,<7'
+JSONSCHEMA='jsonschema>=4.18,<5'
 
 dir=${LOCKSCOPE_VIEWERS:-target/viewers}
 mkdir -p "$dir"
@@ -48,15 +51,16 @@ test -f "$ss/dist/release/index.html"
 
 # Perfetto's protos, compiled for Python, and the protobuf runtime.
 py="$dir/py"
-if ! grep -qx "Version: $PERFETTO" "$py"/perfetto-"$PERFETTO".dist-info/METADATA 2>/dev/null; then
+if ! grep -qx "Version: $PERFETTO" "$py"/perfetto-"$PERFETTO".dist-info/METADATA 2>/dev/null ||
+  ! compgen -G "$py/jsonschema-*.dist-info" >/dev/null; then
   need python3 python3
   python3 -m pip --version >/dev/null 2>&1 || need pip3 python3-pip
   rm -rf "$py"
   # --target keeps it in this folder; Debian marks its Python as
   # externally managed, which only concerns installs into it.
   python3 -m pip install --quiet --disable-pip-version-check --no-input \
-    --break-system-packages --target "$py" "perfetto==$PERFETTO" "$PROTOBUF" >&2
+    --break-system-packages --target "$py" "perfetto==$PERFETTO" "$PROTOBUF" "$JSONSCHEMA" >&2
 fi
-PYTHONPATH="$py" python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2'
+PYTHONPATH="$py" python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2, jsonschema'
 
 echo "scripts/test-viewers.sh: viewers ready in $dir" >&2
