@@ -131,6 +131,18 @@ fn issue11_speedscope_sleep_hold_follows_the_format_with_the_known_states() {
     assert_eq!(opens["wait held_lock at wait_for_it"], 1, "{opens:?}");
     assert_eq!(opens["hold held_lock at hold_and_sleep"], 1, "{opens:?}");
     assert_eq!(opens["hold solo_lock at waiter"], 1000, "{opens:?}");
+    // The profile shown first is the thread that waited (for held_lock).
+    let active = doc["activeProfileIndex"].as_u64().unwrap() as usize;
+    let frames = doc["shared"]["frames"].as_array().unwrap();
+    let wait = frames
+        .iter()
+        .position(|f| f["name"] == "wait held_lock at wait_for_it")
+        .unwrap();
+    let events = doc["profiles"][active]["events"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e["frame"] == wait),
+        "profile {active} is not the waiter's"
+    );
 }
 
 #[test]

@@ -201,11 +201,14 @@ fn load(server: &Server, file: &str, format: &str, name: &str, home: &Path) -> S
     dom
 }
 
-/// The profile chooser's `NAME (1/N)`: N.
-fn profiles_shown(dom: &str) -> Option<usize> {
-    let at = dom.find("(1/")?;
-    let rest = &dom[at + 3..];
-    rest[..rest.find(')')?].parse().ok()
+/// The profile chooser's `NAME (k/N)`: (k, N).
+fn profiles_shown(dom: &str) -> Option<(usize, usize)> {
+    dom.match_indices('(').find_map(|(at, _)| {
+        let rest = &dom[at + 1..];
+        let (k, rest) = rest.split_once('/')?;
+        let (n, _) = rest.split_once(')')?;
+        Some((k.parse().ok()?, n.parse().ok()?))
+    })
 }
 
 fn export(trace: &Path, format: &str, out: &Path) {
@@ -251,10 +254,13 @@ fn issue11_exports_open_in_speedscope_app_in_chromium() {
         title.starts_with("lockscope: ") && title.ends_with("sleep_hold - speedscope"),
         "profile name not shown: {title:?}"
     );
-    assert_eq!(
-        profiles_shown(&dom),
-        Some(threads),
-        "one profile per thread"
+    // One profile per thread, the one shown first the waiter's (the
+    // export's activeProfileIndex).
+    let (shown, n) = profiles_shown(&dom).expect("profile chooser");
+    assert_eq!(n, threads, "one profile per thread");
+    assert!(
+        shown > 1,
+        "the main thread (which only joins) is shown first"
     );
     assert!(dom.contains("sleep_hold (tid "), "thread names not shown");
 
@@ -270,7 +276,7 @@ fn issue11_exports_open_in_speedscope_app_in_chromium() {
     );
     assert_eq!(
         profiles_shown(&dom),
-        Some(threads),
+        Some((1, threads)),
         "one profile per thread"
     );
     assert!(dom.contains("sleep_hold (tid "), "thread names not shown");
