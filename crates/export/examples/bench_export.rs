@@ -5,6 +5,10 @@
 //! cargo run --release -p lockscope-export --example bench_export -- /tmp/big.lstrace
 //! ```
 //!
+//! `scan` (not a format; name it to run it) is the timeline walk alone,
+//! the floor of perfetto, perfetto-proto, speedscope and html; its
+//! "output" is the number of timeline items.
+//!
 //! Each format runs in a child process (this program re-run with
 //! `--one FORMAT TRACE`), writing to a counting sink, so that the peak RSS
 //! printed is the export's own. Symbolization is off (a synthetic trace
@@ -64,6 +68,13 @@ fn one(format: &str, trace: &Path) {
         }
         "perfetto" => {
             perfetto::write(trace, &meta, false, &mut out).unwrap();
+        }
+        "scan" => {
+            // The floor of the timeline formats: the synchronization
+            // layer's walk alone, nothing written.
+            let mut n = 0u64;
+            lockscope_export::timeline::scan(trace, &meta, |_| n += 1).unwrap();
+            out.0 = n;
         }
         "perfetto-proto" => {
             perfetto_proto::write(trace, &meta, false, &mut out).unwrap();

@@ -189,7 +189,6 @@ enum Arg {
 }
 
 /// What a slice's begin packet carries, interned.
-#[derive(Clone)]
 struct Look {
     name: u64,
     cat: u64,
@@ -203,7 +202,6 @@ struct Out<'a> {
     ev: Vec<u8>,
     tmp: Vec<u8>,
     interned: Interned,
-    bytes: u64,
 }
 
 impl Out<'_> {
@@ -213,12 +211,20 @@ impl Out<'_> {
             bytes(&mut self.pkt, field::INTERNED_DATA, &self.interned.new);
             self.interned.new.clear();
         }
-        let mut head = Vec::with_capacity(8);
-        key(&mut head, field::TRACE_PACKET, 2);
-        varint(&mut head, self.pkt.len() as u64);
-        self.out.write_all(&head)?;
+        // The packet's key and length, then the packet (no allocation).
+        let mut head = [0u8; 11];
+        head[0] = (field::TRACE_PACKET << 3) as u8 | 2;
+        let mut n = 1;
+        let mut len = self.pkt.len() as u64;
+        while len >= 0x80 {
+            head[n] = (len as u8) | 0x80;
+            len >>= 7;
+            n += 1;
+        }
+        head[n] = len as u8;
+        n += 1;
+        self.out.write_all(&head[..n])?;
         self.out.write_all(&self.pkt)?;
-        self.bytes += (head.len() + self.pkt.len()) as u64;
         self.pkt.clear();
         Ok(())
     }
@@ -328,7 +334,8 @@ struct PendingWait {
     track: u64,
     start: u64,
     end: u64,
-    look: Look,
+    /// Index into the looks.
+    look: usize,
 }
 
 /// Writes the trace at `path` as Perfetto protobuf.
@@ -347,7 +354,6 @@ pub fn write(
         ev: Vec::with_capacity(128),
         tmp: Vec::with_capacity(32),
         interned: Interned::default(),
-        bytes: 0,
     };
     // Track uuids: any distinct non-zero numbers; handed out in order.
     let mut next_uuid = 0u64;
@@ -398,7 +404,9 @@ pub fn write(
     let mut counters: HashMap<ObjId, u64> = HashMap::new();
     let mut gpu_tracks: HashMap<(u32, u32, u32), u64> = HashMap::new();
     type LookKey = (SpanKind, Option<ObjId>, u32, u64, u32);
-    let mut looks: HashMap<LookKey, Look> = HashMap::new();
+    // Each distinct look once; a slice refers to it by index.
+    let mut look_ids: HashMap<LookKey, usize> = HashMap::new();
+    let mut looks: Vec<Look> = Vec::new();
     let mut pending: Option<PendingWait> = None;
     let mut flow_id = 0u64;
     let mut err: Option<std::io::Error> = None;
@@ -437,7 +445,7 @@ pub fn write(
                         }
                     }
                 }
-                o.slice(w.track, w.start, w.end, &w.look, term)?;
+                o.slice(w.track, w.start, w.end, &looks[w.look], term)?;
                 sum.slices += 1;
             }
             match item {
@@ -473,8 +481,8 @@ pub fn write(
                         }
                     };
                     let key = (kind, obj, t.process, site, stack);
-                    let look = match looks.entry(key) {
-                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    let look = match look_ids.entry(key) {
+                        std::collections::hash_map::Entry::Occupied(e) => *e.get(),
                         std::collections::hash_map::Entry::Vacant(slot) => {
                             let obj_name = obj.map(|x| names.object(x));
                             let name = match &obj_name {
@@ -506,10 +514,10 @@ pub fn write(
                                 cat: o.interned.cat(kind.name()),
                                 args,
                             };
-                            slot.insert(look)
+                            looks.push(look);
+                            *slot.insert(looks.len() - 1)
                         }
                     };
-                    let look = &*look;
                     match kind {
                         SpanKind::Wait => {
                             pending = Some(PendingWait {
@@ -517,7 +525,7 @@ pub fn write(
                                 track,
                                 start: start_ns,
                                 end: end_ns,
-                                look: look.clone(),
+                                look,
                             });
                             return Ok(());
                         }
@@ -528,7 +536,7 @@ pub fn write(
                         }
                         _ => {}
                     }
-                    o.slice(track, start_ns, end_ns, look, None)?;
+                    o.slice(track, start_ns, end_ns, &looks[look], None)?;
                     sum.slices += 1;
                 }
                 Item::HandOff { .. } | Item::Begin { .. } | Item::Dropped { .. } => {}
@@ -629,7 +637,7 @@ pub fn write(
         return Err(e.into());
     }
     if let Some(w) = pending.take() {
-        o.slice(w.track, w.start, w.end, &w.look, None)?;
+        o.slice(w.track, w.start, w.end, &looks[w.look], None)?;
         sum.slices += 1;
     }
     o.out.flush()?;
