@@ -86,7 +86,8 @@ impl Drop for DynGuard {
 
 #[test]
 fn bank_transfers_match_std_mutex_under_every_algorithm() {
-    let m: &'static std::sync::Mutex<()> = Box::leak(Box::new(std::sync::Mutex::new(())));
+    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let m = &M;
     let (expected, broken) = bank(move || m.lock().unwrap(), new_bank());
     assert_eq!(broken, 0);
     for alg in Algorithm::ALL {
