@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lockscope_test_support::{scratch_dir, workspace_root};
+use lockscope_test_support::{build_c, scratch_dir, workspace_root};
 use serde_json::Value;
 
 fn golden() -> PathBuf {
@@ -173,15 +173,7 @@ fn symbolized_view(report: &Value) -> String {
 #[test]
 fn issue14_golden_symbolized_sleep_hold() {
     let dir = scratch_dir("golden-symbolized");
-    let src = workspace_root().join("tests/programs/report/sleep_hold.c");
-    let bin = dir.path().join("sleep_hold");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc must be installed to build the fixtures");
-    assert!(st.success(), "gcc failed on {}", src.display());
+    let bin = build_c("report/sleep_hold", &dir);
     let trace = dir.path().join("trace.lstrace");
     let rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .arg("record")
