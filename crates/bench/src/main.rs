@@ -177,8 +177,9 @@ fn run_recorded_rss(tmp: &Path, bin: &Path, args: &[&str]) -> (Recorded, i64) {
         .spawn()
         .expect("lockscope record");
     let mut status = 0;
-    // SAFETY: wait4 on our own child with valid out-pointers.
+    // SAFETY: rusage is plain data; all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child with valid out-pointers.
     unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
     let r = Recorded {
         wall_s: t0.elapsed().as_secs_f64(),

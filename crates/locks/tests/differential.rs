@@ -68,7 +68,10 @@ fn bank<B: Fn() -> G + Send + Sync + 'static, G>(
 struct Bank {
     acc: UnsafeCell<[i64; ACCOUNTS]>,
 }
+// SAFETY: the accounts are touched only under the lock under test (or
+// after every thread joined): the test checks that lock's exclusion.
 unsafe impl Sync for Bank {}
+// SAFETY: plain integers, no thread affinity.
 unsafe impl Send for Bank {}
 fn new_bank() -> Arc<Bank> {
     Arc::new(Bank {
