@@ -181,9 +181,10 @@ fn run_recorded_rss(lockscope: &Path, tmp: &Path, bin: &Path, args: &[&str]) -> 
         .spawn()
         .expect("lockscope record");
     let mut status = 0;
+    // SAFETY: rusage is plain data; all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: wait4 on our own child with valid out-pointers. The child
     // writes a few lines: they fit in the pipes' buffers until read below.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
     let wall_s = t0.elapsed().as_secs_f64();
     let (mut stdout, mut stderr) = (String::new(), String::new());

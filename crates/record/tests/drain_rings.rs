@@ -13,6 +13,7 @@ use lockscope_capture::session::{
     PROC_MAGIC,
 };
 use lockscope_format::{phase, LossReason, Op, Record, Trace};
+use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lsrec-{tag}-{}", std::process::id()));
@@ -320,19 +321,27 @@ fn overflow_and_corruption_are_counted_not_hidden() {
         p.push(head(Op::MutexLock, 0, 0x10 + i % 2, 0x20), None, &[]);
     }
     let outcome = run_drain(&dir, &out, || {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // Now scribble: publish 3 slots whose head claims 40 frames.
+        // SAFETY: the ring header at the start of our own mapping.
+        let h = unsafe { &*(base as *const RingHeader) };
+        // The drain has taken the full ring (read caught up with write)...
+        poll_until("the drain to empty the full ring", DEFAULT_DEADLINE, || {
+            h.read.load(Ordering::Acquire) == h.write.load(Ordering::Acquire)
+        });
+        // ...now scribble: publish 3 slots whose head claims 40 frames.
+        let w = h.write.load(Ordering::Acquire);
         // SAFETY: our own mapping; mimics a program overwriting its ring.
         unsafe {
-            let h = &*(base as *const RingHeader);
-            let w = h.write.load(Ordering::Acquire);
             let slots = base.add(HEADER_BYTES) as *mut Slot;
             let mut bad = head(Op::MutexLock, 0, 1, 2);
             bad.nframes = 40;
             slots.add((w % cap) as usize).write(bad.to_slot());
-            h.write.store(w + 3, Ordering::Release);
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        h.write.store(w + 3, Ordering::Release);
+        poll_until(
+            "the drain to take the scribbled slots",
+            DEFAULT_DEADLINE,
+            || h.read.load(Ordering::Acquire) >= w + 3,
+        );
     });
     let t = Trace::open(&out).unwrap();
     let losses: Vec<_> = t
@@ -390,16 +399,22 @@ fn a_name_goes_to_the_thread_named_not_the_one_naming() {
         let (h, args) = name_event(201, "early");
         assert!(main.push(h, Some(args), &[]));
         // ...and is drained before that ring appears (the name waits).
-        while hdr.read.load(Ordering::Acquire) < hdr.write.load(Ordering::Acquire) {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let (mut worker, _) = make_ring(&dir, pid, 201, 200, 64);
+        poll_until("the drain to take the early name", DEFAULT_DEADLINE, || {
+            hdr.read.load(Ordering::Acquire) >= hdr.write.load(Ordering::Acquire)
+        });
+        let (mut worker, wbase) = make_ring(&dir, pid, 201, 200, 64);
         assert!(worker.push(
             head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
             None,
             &[]
         ));
-        std::thread::sleep(std::time::Duration::from_millis(30));
+        // SAFETY: the ring header at the start of the worker's mapping.
+        let whdr = unsafe { &*(wbase as *const RingHeader) };
+        poll_until(
+            "the drain to find and drain the worker's ring",
+            DEFAULT_DEADLINE,
+            || whdr.read.load(Ordering::Acquire) == whdr.write.load(Ordering::Acquire),
+        );
         // Names it again once its ring is known, names itself, and names
         // a thread it could not identify (tid 0: dropped).
         for (tid, name) in [(201, "later"), (200, "self"), (0, "nobody")] {
