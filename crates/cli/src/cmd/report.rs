@@ -304,8 +304,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 /// Traces larger than this get a note instead of the what-if lines (the
-/// replay holds the trace's synchronization steps in memory and runs it
-/// once per scenario).
+/// replay runs once per scenario, seven times: on a large trace that
+/// would be most of the report's time; its memory is bounded).
 const GAIN_MAX_BYTES: u64 = 64 << 20;
 
 /// Locks given a "what it would gain" line.
