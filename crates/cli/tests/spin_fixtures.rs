@@ -456,8 +456,15 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
                 .map(|e| e.arg)
                 .sum();
             if on {
-                assert!(repeated > 0, "{}: no load was coalesced", c.label);
-                assert!(loads < failed, "{}: {loads} loads", c.label);
+                // How many loads a run compresses depends on how the
+                // threads were scheduled (a busy machine breaks runs into
+                // fewer, shorter ones), so only that some were coalesced
+                // is asserted here; the exact counts are asserted below.
+                assert!(
+                    repeated > 0,
+                    "{}: no load was coalesced ({loads} loads)",
+                    c.label
+                );
             } else {
                 assert_eq!(repeated, 0, "{}", c.label);
             }
