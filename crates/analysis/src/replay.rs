@@ -982,6 +982,9 @@ pub struct Scenario {
     /// Section keys that only read: they take their lock shared (as if it
     /// were a reader-writer lock and they its readers).
     pub readers: Vec<u32>,
+    /// Per lock, turns (positions in its recorded order) that take it
+    /// shared: `--rwlock`, from the read sets of a detailed-mode trace.
+    pub reader_turns: Vec<(u32, Vec<u64>)>,
     /// Add the recorder's overhead back to the work (replay the run as
     /// it was recorded, to compare with the recorded wall time).
     pub keep_overhead: bool,
@@ -1193,6 +1196,14 @@ pub fn simulate_logged(
             rw_changed[k.lock as usize] = true;
         }
     }
+    for (l, turns) in &sc.reader_turns {
+        if let Some(m) = modes.get_mut(*l as usize) {
+            for &k in turns {
+                set_bit(m, k);
+            }
+            rw_changed[*l as usize] = true;
+        }
+    }
     let mut free: Vec<Option<FreeLock>> = (0..p.locks.len()).map(|_| None).collect();
     if let Some(u) = &sc.ulcp_free {
         for (&l, deps) in &u.deps {
@@ -1307,7 +1318,10 @@ pub fn simulate_logged(
                     handoff,
                     cs,
                 } => {
-                    let shared = shared || reader.get(cs as usize).copied().unwrap_or(false);
+                    // As recorded, or made a reader by the scenario.
+                    let shared = shared
+                        || reader.get(cs as usize).copied().unwrap_or(false)
+                        || bit(&locks[lock as usize].shared, k);
                     if removed[lock as usize] {
                         pc[ti_us].next();
                         continue;
