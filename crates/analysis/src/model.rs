@@ -1047,7 +1047,7 @@ impl Model {
         let o = &mut self.objs[oi as usize];
         o.settle(t);
         if let Some(j) = o.holders.iter().rposition(|x| x.thread == ti as u32) {
-            o.holders.remove(j);
+            crate::sync::take_at(&mut o.holders, j);
         }
         o.hold.record(hold);
         self.lock_threads[r.lt as usize].hold_ns += hold;
