@@ -578,8 +578,8 @@ impl Detailed {
         if let Some(s) = self.object_cache.get(&(process, addr)) {
             return s.clone();
         }
-        // `Symbolizer::data` gives `name` or `name+0xoff`.
-        let parts = match self.sym.data(process, addr) {
+        // `Symbolizer::data_indexed` gives `name` or `name+0xoff`.
+        let parts = match self.sym.data_indexed(process, addr) {
             Some(s) => match s.rsplit_once("+0x") {
                 Some((name, off)) => match u64::from_str_radix(off, 16) {
                     Ok(off) => (name.to_string(), off),

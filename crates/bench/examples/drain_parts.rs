@@ -21,6 +21,7 @@ fn main() {
         .unwrap();
     f.set_len(len as u64).unwrap();
     use std::os::unix::io::AsRawFd;
+    // SAFETY: a shared mapping of the file just sized to `len` bytes.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -31,6 +32,8 @@ fn main() {
             0,
         )
     } as *mut u8;
+    // SAFETY: `base` is a fresh zeroed mapping of `len` bytes, used by
+    // nothing else.
     let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
     let mut c = Consumer::open(&path).unwrap();
     let n_per = 100_000u64;
@@ -55,6 +58,7 @@ fn main() {
         td += t0.elapsed().as_secs_f64();
     }
     // The same slots read in place, no RawEvent.
+    // SAFETY: the slots follow the ring's 4 KiB header inside the mapping.
     let slots = unsafe { base.add(4096) as *const lockscope_capture::raw::Slot };
     let mut tr = 0.0;
     let cap = ring::capacity_for_kib(4096);
@@ -72,6 +76,8 @@ fn main() {
         let t0 = Instant::now();
         let start = (rounds + r) * n_per;
         for k in start..start + n_per {
+            // SAFETY: index below the capacity, inside the mapping; the
+            // slots were written by this thread's pushes just above.
             let h = Head::from_slot(unsafe { &*slots.add((k % cap) as usize) });
             sink = sink.wrapping_add(h.tsc);
         }

@@ -4,9 +4,13 @@
 mod record_util;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use lockscope_test_support::poll_until;
 use record_util::*;
+
+/// A recorder starting its program on a loaded machine.
+const SESSION_DEADLINE: Duration = Duration::from_secs(20);
 
 #[test]
 fn issue8_session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
@@ -27,29 +31,27 @@ fn issue8_session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
         .spawn()
         .unwrap();
     // Wait for its session to hold the program's files.
-    let t0 = Instant::now();
-    let session = loop {
-        let s = std::fs::read_dir(&parent)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                std::fs::read_dir(p)
-                    .map(|d| {
-                        d.flatten()
-                            .any(|f| f.file_name().to_string_lossy().ends_with(".proc"))
-                    })
-                    .unwrap_or(false)
-            });
-        if let Some(s) = s {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no session appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut session = None;
+    poll_until(
+        "a session holding the program's files",
+        SESSION_DEADLINE,
+        || {
+            session = std::fs::read_dir(&parent)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| {
+                    std::fs::read_dir(p)
+                        .map(|d| {
+                            d.flatten()
+                                .any(|f| f.file_name().to_string_lossy().ends_with(".proc"))
+                        })
+                        .unwrap_or(false)
+                });
+            session.is_some()
+        },
+    );
+    let session = session.unwrap();
     rec.kill().unwrap(); // SIGKILL: no clean-up of its own
     rec.wait().unwrap();
     assert!(session.exists(), "the killed recorder left its session");
@@ -84,14 +86,9 @@ fn issue8_the_session_of_a_live_recorder_is_not_swept() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while std::fs::read_dir(&parent).unwrap().count() == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no session appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until("a session to appear", SESSION_DEADLINE, || {
+        std::fs::read_dir(&parent).unwrap().count() > 0
+    });
     let run = record(
         &dir,
         &["--session-dir", parent.to_str().unwrap()],

@@ -5,6 +5,7 @@ mod record_util;
 use record_util::*;
 
 use lockscope_format::{phase, LossReason, Op, Record};
+use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 
 #[test]
 fn record_fork_exec_gives_each_image_its_stream() {
@@ -123,7 +124,12 @@ fn record_forwards_sigterm_and_finishes_the_trace() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The recorder installs its forwarding before it starts the program:
+    // once `sleep` runs as its child, SIGTERM is forwarded.
+    let recorder = child.id();
+    poll_until("the program to run under record", DEFAULT_DEADLINE, || {
+        child_named(recorder, "sleep")
+    });
     // SAFETY: kill on the pid of our own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let out = child.wait_with_output().unwrap();
@@ -136,6 +142,32 @@ fn record_forwards_sigterm_and_finishes_the_trace() {
     assert!(stderr.contains("forwarded"), "{stderr}");
     let t = lockscope_format::Trace::open(&trace).unwrap();
     assert_eq!(t.footer.unwrap().exit_status, 143);
+}
+
+/// Whether process `parent` has a child process whose command is `comm`
+/// (read from /proc: `PPid` in each process's status).
+fn child_named(parent: u32, comm: &str) -> bool {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .any(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(|v| v.trim().to_string())
+            };
+            field("PPid:").is_some_and(|p| p == parent.to_string())
+                && field("Name:").is_some_and(|n| n == comm)
+        })
 }
 
 extern "C" {

@@ -92,12 +92,11 @@ where
         h.join().expect("worker panicked");
     }
     let acquired = done.load(Ordering::Relaxed);
-    // SAFETY: all workers joined.
-    assert_eq!(
-        unsafe { *g.count.get() },
-        acquired,
-        "lost updates: mutual exclusion violated"
-    );
+    let count = {
+        // SAFETY: all workers joined: no other reference to the count.
+        unsafe { *g.count.get() }
+    };
+    assert_eq!(count, acquired, "lost updates: mutual exclusion violated");
 }
 
 fn stress_dyn(alg: Algorithm, wait: WaitPolicy) {

@@ -13,6 +13,7 @@ use lockscope_capture::session::{
     PROC_MAGIC,
 };
 use lockscope_format::{phase, LossReason, Op, Record, Trace};
+use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lsrec-{tag}-{}", std::process::id()));
@@ -320,19 +321,27 @@ fn overflow_and_corruption_are_counted_not_hidden() {
         p.push(head(Op::MutexLock, 0, 0x10 + i % 2, 0x20), None, &[]);
     }
     let outcome = run_drain(&dir, &out, || {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // Now scribble: publish 3 slots whose head claims 40 frames.
+        // SAFETY: the ring header at the start of our own mapping.
+        let h = unsafe { &*(base as *const RingHeader) };
+        // The drain has taken the full ring (read caught up with write)...
+        poll_until("the drain to empty the full ring", DEFAULT_DEADLINE, || {
+            h.read.load(Ordering::Acquire) == h.write.load(Ordering::Acquire)
+        });
+        // ...now scribble: publish 3 slots whose head claims 40 frames.
+        let w = h.write.load(Ordering::Acquire);
         // SAFETY: our own mapping; mimics a program overwriting its ring.
         unsafe {
-            let h = &*(base as *const RingHeader);
-            let w = h.write.load(Ordering::Acquire);
             let slots = base.add(HEADER_BYTES) as *mut Slot;
             let mut bad = head(Op::MutexLock, 0, 1, 2);
             bad.nframes = 40;
             slots.add((w % cap) as usize).write(bad.to_slot());
-            h.write.store(w + 3, Ordering::Release);
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        h.write.store(w + 3, Ordering::Release);
+        poll_until(
+            "the drain to take the scribbled slots",
+            DEFAULT_DEADLINE,
+            || h.read.load(Ordering::Acquire) >= w + 3,
+        );
     });
     let t = Trace::open(&out).unwrap();
     let losses: Vec<_> = t
@@ -390,16 +399,22 @@ fn a_name_goes_to_the_thread_named_not_the_one_naming() {
         let (h, args) = name_event(201, "early");
         assert!(main.push(h, Some(args), &[]));
         // ...and is drained before that ring appears (the name waits).
-        while hdr.read.load(Ordering::Acquire) < hdr.write.load(Ordering::Acquire) {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let (mut worker, _) = make_ring(&dir, pid, 201, 200, 64);
+        poll_until("the drain to take the early name", DEFAULT_DEADLINE, || {
+            hdr.read.load(Ordering::Acquire) >= hdr.write.load(Ordering::Acquire)
+        });
+        let (mut worker, wbase) = make_ring(&dir, pid, 201, 200, 64);
         assert!(worker.push(
             head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
             None,
             &[]
         ));
-        std::thread::sleep(std::time::Duration::from_millis(30));
+        // SAFETY: the ring header at the start of the worker's mapping.
+        let whdr = unsafe { &*(wbase as *const RingHeader) };
+        poll_until(
+            "the drain to find and drain the worker's ring",
+            DEFAULT_DEADLINE,
+            || whdr.read.load(Ordering::Acquire) == whdr.write.load(Ordering::Acquire),
+        );
         // Names it again once its ring is known, names itself, and names
         // a thread it could not identify (tid 0: dropped).
         for (tid, name) in [(201, "later"), (200, "self"), (0, "nobody")] {
@@ -432,4 +447,217 @@ fn a_name_goes_to_the_thread_named_not_the_one_naming() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
+}
+
+/// Waits until the drain has consumed every slot of the ring at `base`.
+fn wait_drained(base: *mut u8) {
+    // SAFETY: `base` is a live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    let t0 = std::time::Instant::now();
+    while h.read.load(Ordering::Acquire) != h.write.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the drain never emptied the ring"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Waits until the drain is past the ring's latest hand-over event.
+fn wait_handoff_read(base: *mut u8) {
+    // SAFETY: `base` is a live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    let t0 = std::time::Instant::now();
+    while h.read.load(Ordering::Acquire) < h.handoff.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the drain never read the hand-over"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
+    // One ring, five owners in turn, exactly as the preload library
+    // recycles the ring of a joined thread: the owner stamps its exit, the
+    // joiner pools the ring, a new thread takes it over once drained
+    // (hand-over event) and records its own events. Each owner must come
+    // out as its own thread with exactly its own events and losses.
+    use lockscope_capture::session::{POOL_OPEN, POOL_POOLED};
+    let dir = temp_dir("recycle");
+    let out = dir.with_extension("lstrace");
+    let pid = 4343;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    const OWNERS: u32 = 5;
+    let mut behind = 0;
+    let outcome = run_drain(&dir, &out, || {
+        let (mut p, base) = make_ring(&dir, pid, 100, 0, 16);
+        // SAFETY: the mapping stays for the whole test.
+        let hdr = unsafe { &*(base as *const RingHeader) };
+        for owner in 0..OWNERS {
+            let tid = 100 + owner;
+            if owner > 0 {
+                // The joiner pools it; the new thread waits until drained.
+                assert!(hdr
+                    .pool
+                    .compare_exchange(POOL_OPEN, POOL_POOLED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok());
+                if owner == 2 {
+                    // Give the drain time to end the pooled owner early
+                    // (vacated) before the next one takes over.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    wait_drained(base);
+                } else {
+                    // The preload library's condition: the previous
+                    // hand-over was read (the previous owner's last events
+                    // may still be in the ring).
+                    wait_handoff_read(base);
+                }
+                // SAFETY: the previous owner is done; the mapping is live.
+                p = unsafe { Producer::resume(base) }.unwrap();
+                let mut name = [0u8; 16];
+                name[..5].copy_from_slice(b"next\0");
+                let id = RingIdentity {
+                    pid,
+                    tid,
+                    exec_generation: 0,
+                    parent_tid: 100,
+                    start_tsc: lockscope_capture::tsc::now(),
+                    name,
+                };
+                if hdr.read.load(Ordering::Acquire) != hdr.write.load(Ordering::Acquire) {
+                    // The previous owner's last events are still unread:
+                    // the drain must stop at the hand-over.
+                    behind += 1;
+                }
+                while !p.hand_over(&id) {
+                    std::thread::yield_now();
+                }
+                assert_eq!(hdr.pool.load(Ordering::Acquire), POOL_OPEN);
+                assert_eq!(hdr.end_tsc.load(Ordering::Acquire), 0);
+            }
+            // Owner k does 1000 * (k + 1) pairs.
+            for i in 0..1000 * u64::from(owner + 1) {
+                let lock = 0x1000 + i % 4 * 64;
+                while !p.try_push(head(Op::MutexLock, phase::DONE, lock, 0x401000), None, &[]) {
+                    std::thread::yield_now();
+                }
+                while !p.try_push(head(Op::MutexUnlock, 0, lock, 0x401004), None, &[]) {
+                    std::thread::yield_now();
+                }
+            }
+            if owner == 3 {
+                // Owner 3 drops 7 events (as a full ring counts them).
+                let l = &hdr.lost;
+                l.store(l.load(Ordering::Relaxed) + 7, Ordering::Relaxed);
+            }
+            hdr.end_tsc
+                .store(lockscope_capture::tsc::now(), Ordering::Release);
+        }
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    println!("{behind} of 3 hand-overs found the previous owner's events unread");
+    assert_eq!(outcome.lost, 7);
+    let t = Trace::open(&out).unwrap();
+    let threads: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
+        (100..100 + OWNERS).collect::<Vec<_>>(),
+        "one thread per owner, in order"
+    );
+    for th in &threads {
+        let k = u64::from(th.tid - 100 + 1) * 1000;
+        let evs = t.events.get(&th.id).map(Vec::as_slice).unwrap_or(&[]);
+        let n = |op: Op| evs.iter().filter(|e| e.op() == Some(op)).count() as u64;
+        assert_eq!(
+            (n(Op::MutexLock), n(Op::MutexUnlock)),
+            (k, k),
+            "tid {}",
+            th.tid
+        );
+        if th.tid > 100 {
+            assert_eq!(th.name, "next");
+            let first = threads[0].id;
+            assert_eq!(th.parent, first, "parent found by tid");
+        }
+        let ends = t
+            .records
+            .iter()
+            .filter(|r| matches!(r, Record::ThreadEnd(e) if e.thread == th.id))
+            .count();
+        assert_eq!(ends, 1, "tid {} ends once", th.tid);
+        let lost: u64 = t
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Loss(l) if l.thread == th.id && l.reason == LossReason::BufferFull => {
+                    Some(l.events)
+                }
+                _ => None,
+            })
+            .sum();
+        assert_eq!(lost, if th.tid == 103 { 7 } else { 0 }, "tid {}", th.tid);
+    }
+}
+
+#[test]
+fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
+    // The kernel reused a tid whose ring file still exists (recycled by
+    // later threads): the new thread's first ring is `T..-<tid>.1.ring`.
+    let dir = temp_dir("altname");
+    let out = dir.with_extension("lstrace");
+    let pid = 4444;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let outcome = run_drain(&dir, &out, || {
+        let len = ring::file_bytes(ring::capacity_for_kib(16));
+        let base = map_file(&dir.join(format!("T{pid}-0-77.1.ring")), len);
+        let id = RingIdentity {
+            pid,
+            tid: 77,
+            start_tsc: lockscope_capture::tsc::now(),
+            ..RingIdentity::default()
+        };
+        // SAFETY: fresh zeroed mapping of `len` bytes.
+        let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
+        for _ in 0..100 {
+            assert!(p.push(
+                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+                None,
+                &[]
+            ));
+            assert!(p.push(head(Op::MutexUnlock, 0, 0x1000, 0x401004), None, &[]));
+        }
+        // SAFETY: attached producer.
+        unsafe { p.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    assert_eq!(outcome.lost, 0);
+    let t = Trace::open(&out).unwrap();
+    let th: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(th.len(), 1);
+    assert_eq!(th[0].tid, 77);
+    let evs = t.events.get(&th[0].id).map(Vec::as_slice).unwrap_or(&[]);
+    assert_eq!(
+        evs.iter().filter(|e| e.op() == Some(Op::MutexLock)).count(),
+        100
+    );
 }

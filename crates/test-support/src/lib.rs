@@ -7,11 +7,15 @@
 //!   can observe, never on a fixed sleep: the machine is noisy).
 //! - [`workspace_root`]: the repository root, to find fixtures under
 //!   `tests/programs/` and golden files under `tests/golden/`.
-//! - [`scratch_dir`]: a fresh temporary directory, removed when dropped.
+//! - [`scratch_dir`]: a fresh temporary directory, removed when dropped
+//!   (kept for inspection when the test fails).
+//! - [`build_c`]: compile a C fixture of `tests/programs/` with gcc.
+//! - [`shell_code`]: a process's exit status as a shell prints it.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// How long [`poll_until`] waits by default: long enough for a loaded
@@ -46,13 +50,79 @@ pub fn workspace_root() -> PathBuf {
         .expect("the workspace root exists")
 }
 
+/// A scratch directory of one test (see [`scratch_dir`]). Derefs to its
+/// path.
+pub struct Scratch(Option<tempfile::TempDir>);
+
+impl Scratch {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.0.as_ref().expect("present until dropped").path()
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.path()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // A failing test's files (traces, fixtures, logs) are what explains
+        // the failure: keep them, and say where.
+        if std::thread::panicking() {
+            if let Some(d) = self.0.take() {
+                eprintln!("test files kept in {}", d.keep().display());
+            }
+        }
+    }
+}
+
 /// A fresh temporary directory whose name starts with `lockscope-{tag}-`,
-/// removed (with its contents) when the value is dropped.
-pub fn scratch_dir(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("lockscope-{tag}-"))
-        .tempdir()
-        .expect("cannot create a temporary directory")
+/// removed (with its contents) when the value is dropped, unless the
+/// thread is panicking (a failing test): then it is kept and its path
+/// printed.
+pub fn scratch_dir(tag: &str) -> Scratch {
+    Scratch(Some(
+        tempfile::Builder::new()
+            .prefix(&format!("lockscope-{tag}-"))
+            .tempdir()
+            .expect("cannot create a temporary directory"),
+    ))
+}
+
+/// Compiles `tests/programs/{rel}.c` (`rel` like `mutex` or
+/// `report/sleep_hold`) with `gcc -O2 -g -Wall -pthread` into
+/// `dir/{file name of rel}` and returns that path. Fails the test, naming
+/// the problem, when gcc is missing or the compilation fails.
+pub fn build_c(rel: &str, dir: &Path) -> PathBuf {
+    let src = workspace_root()
+        .join("tests/programs")
+        .join(format!("{rel}.c"));
+    let out = dir.join(Path::new(rel).file_name().expect("a file name"));
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc must be installed to build the fixtures");
+    assert!(st.success(), "gcc failed on {}", src.display());
+    out
+}
+
+/// The exit status as a shell reports it: the exit code, or 128 + the
+/// signal that killed the process.
+pub fn shell_code(st: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -74,6 +144,45 @@ mod tests {
     #[should_panic(expected = "waiting for never")]
     fn poll_until_fails_loud_at_the_deadline() {
         poll_until("never", Duration::from_millis(20), || false);
+    }
+
+    #[test]
+    fn build_c_compiles_a_fixture_and_shell_code_reads_its_status() {
+        let d = scratch_dir("support-build");
+        let bin = build_c("echo_sum", &d);
+        assert_eq!(bin, d.join("echo_sum"));
+        let st = Command::new(&bin)
+            .stdin(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            shell_code(st),
+            0,
+            "echo_sum exits with its sum (0 for no input)"
+        );
+        let killed = Command::new("sh")
+            .args(["-c", "kill -9 $$"])
+            .status()
+            .unwrap();
+        assert_eq!(shell_code(killed), 128 + 9);
+    }
+
+    #[test]
+    fn a_scratch_dir_is_kept_when_its_test_panics() {
+        let kept = std::thread::spawn(|| {
+            let d = scratch_dir("support-kept");
+            let p = d.to_path_buf();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                let _d = d;
+                panic!("failing test");
+            }));
+            assert!(r.is_err());
+            p
+        })
+        .join()
+        .unwrap();
+        assert!(kept.is_dir(), "kept after a panic");
+        std::fs::remove_dir_all(&kept).unwrap();
     }
 
     #[test]

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The lockscope binary under test.
 pub fn lockscope() -> PathBuf {
@@ -19,8 +18,8 @@ pub fn lockscope() -> PathBuf {
 
 /// A fixture source path.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/programs/detailed")
+    lockscope_test_support::workspace_root()
+        .join("tests/programs/detailed")
         .join(name)
 }
 
@@ -64,31 +63,19 @@ pub fn compilers() -> Vec<Compiler> {
     v
 }
 
-/// A scratch directory, removed on drop.
-pub struct Scratch(pub PathBuf);
+/// A scratch directory, removed on drop (kept when the test fails).
+pub struct Scratch(lockscope_test_support::Scratch);
 
 impl Scratch {
     /// A fresh directory under the system temp dir.
     pub fn new(tag: &str) -> Scratch {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lockscope-detailed-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
+        Scratch(lockscope_test_support::scratch_dir(&format!(
+            "detailed-{tag}"
+        )))
     }
     /// A path inside.
     pub fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Helpers of the `export_*` tests (issue 11): record a fixture, read the
 //! report's JSON, run `lockscope export` and the viewers' own tools.
-#![allow(dead_code)]
+// Each test file uses a part of these helpers (and of the re-exports).
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,22 +11,7 @@ use serde_json::Value;
 #[path = "../record_util/mod.rs"]
 pub mod record_util;
 
-pub use record_util::{record, temp, workspace, TempDir};
-
-/// Compiles `tests/programs/<rel>.c` (e.g. `report/sleep_hold`) into `dir`.
-pub fn build_c(rel: &str, dir: &Path) -> PathBuf {
-    let src = workspace().join("tests/programs").join(format!("{rel}.c"));
-    let name = Path::new(rel).file_name().unwrap();
-    let out = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("gcc must be installed to build the fixtures");
-    assert!(st.success(), "gcc failed on {}", src.display());
-    out
-}
+pub use record_util::{build_c, record, temp, workspace, TempDir};
 
 /// Records fixture `rel` (with `opts`) in a fresh directory named `test`.
 pub fn record_fixture(test: &str, rel: &str, opts: &[&str]) -> (TempDir, PathBuf) {
@@ -89,4 +75,25 @@ pub fn require_tool(tool: &str, package: &str) -> PathBuf {
         "`{tool}` is not installed: this test needs the Debian package `{package}` \
          (listed in scripts/test-packages.txt; `scripts/test.sh` installs it as root)"
     );
+}
+
+/// Where `scripts/test-viewers.sh` installs the viewers (speedscope's app,
+/// Perfetto's Python protos): `$LOCKSCOPE_VIEWERS`, else `target/viewers`.
+pub fn viewers() -> PathBuf {
+    std::env::var_os("LOCKSCOPE_VIEWERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/viewers"))
+}
+
+/// `dir/rel` under [`viewers`], or a failure naming the script that
+/// installs it.
+pub fn require_viewer(rel: &str, what: &str) -> PathBuf {
+    let p = viewers().join(rel);
+    assert!(
+        p.exists(),
+        "{what} is not installed ({} is missing): run scripts/test-viewers.sh \
+         (scripts/test.sh runs it; it needs npm, pip and their registries)",
+        p.display()
+    );
+    p
 }

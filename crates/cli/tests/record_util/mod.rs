@@ -1,7 +1,8 @@
 //! Helpers of the `record_*` integration tests: build a fixture, run it
 //! under `lockscope record`, parse the ground truth it printed, and
 //! compare it with the trace exactly.
-#![allow(dead_code)]
+// Each test file uses a part of these helpers (and of the re-exports).
+#![allow(dead_code, unused_imports)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -10,55 +11,17 @@ use std::process::{Command, Stdio};
 
 use lockscope_format::{phase, Event, Op, Record, Trace};
 
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+// The helpers every crate's tests share live in lockscope-test-support;
+// these names are the ones this module's users already call.
+pub use lockscope_test_support::{
+    build_c, shell_code, workspace_root as workspace, Scratch as TempDir,
+};
 
 /// A fresh directory for one test, removed when the test passes (kept
 /// for inspection when it fails: traces can be large, ~40 MB for 512
 /// threads).
-pub struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 pub fn temp(name: &str) -> TempDir {
-    let d = std::env::temp_dir().join(format!("lockscope-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    TempDir(d)
-}
-
-/// Compiles tests/programs/<name>.c with gcc into `dir`.
-pub fn build_c(name: &str, dir: &Path) -> PathBuf {
-    let src = workspace().join("tests/programs").join(format!("{name}.c"));
-    let out = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("gcc must be installed to build the fixtures");
-    assert!(st.success(), "gcc failed on {}", src.display());
-    out
+    lockscope_test_support::scratch_dir(&format!("test-{name}"))
 }
 
 /// Compiles tests/programs/<name>.rs with rustc into `dir`.
@@ -96,11 +59,6 @@ impl Run {
             )
         })
     }
-}
-
-pub fn shell_code(st: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 
 /// Runs `lockscope record [opts] -o DIR/trace.lstrace -- prog args`.

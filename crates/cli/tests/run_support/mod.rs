@@ -1,6 +1,7 @@
 //! Helpers of the `run_*` integration tests: build the preload library and
 //! the C fixtures, run a program under `lockscope run`.
-#![allow(dead_code)]
+// Each test file uses a part of these helpers (and of the re-exports).
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -11,16 +12,11 @@ pub const ALGORITHMS: [&str; 8] = [
 ];
 pub const WAITS: [&str; 2] = ["spin", "spin-then-park"];
 
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use lockscope_test_support::{workspace_root as workspace, Scratch};
 
-/// A fresh directory for one test.
-pub fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lockscope-run-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, removed when it passes.
+pub fn temp(name: &str) -> Scratch {
+    lockscope_test_support::scratch_dir(&format!("run-{name}"))
 }
 
 /// Builds (or brings up to date) the cdylib of `package` with the same
@@ -93,10 +89,7 @@ pub fn lockscope_run(opts: &[&str], prog: &Path, args: &[&str]) -> Output {
 }
 
 pub fn shell_code(o: &Output) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    o.status
-        .code()
-        .unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0))
+    lockscope_test_support::shell_code(o.status)
 }
 
 /// Runs PROG under every algorithm and waiting policy and checks that its
