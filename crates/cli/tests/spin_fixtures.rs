@@ -446,7 +446,8 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
             let trace = dir.path("t.lstrace");
             let truth = truth_of(&record(&bin, &[], &trace, env));
             let failed = num(&truth, "hlock failed_attempts");
-            assert!(failed > 1, "{}: no contention: {truth:?}", c.label);
+            // ROUNDS * SPINS busy loads at least, by the fixture's handshake.
+            assert!(failed >= 2000, "{}: {truth:?}", c.label);
             let t = Trace::open(&trace).unwrap();
             let evs: Vec<_> = t.events.values().flatten().collect();
             let loads = evs.iter().filter(|e| e.op == Op::AtomicLoad as u8).count() as u64;
