@@ -598,7 +598,11 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             _ => return,
         };
         let held = interp.held(st.thread);
-        if !outside && held.is_empty() {
+        // Only a plain access proves that accesses outside critical
+        // sections were recorded: atomics are recorded everywhere, in
+        // every mode.
+        if !outside && held.is_empty() && matches!(st.kind, StepKind::Memory(Op::Read | Op::Write))
+        {
             outside = true;
         }
         // A hand-made barrier's own counter and generation, touched under
@@ -1182,6 +1186,37 @@ mod tests {
         let r = analyze(&t, &mut d);
         assert_eq!(r.instances, 0, "{r:#?}");
         assert!(r.barriers.is_empty());
+    }
+
+    /// Default detailed mode records atomics everywhere but plain accesses
+    /// only inside critical sections: an atomic outside one must not make
+    /// redundancy look decidable (it did: every instance came out
+    /// redundant).
+    #[test]
+    fn issue13_atomics_outside_sections_leave_redundancy_undecided() {
+        let rmw = |time| Event {
+            time,
+            op: Op::AtomicRmw as u8,
+            flags: 2,
+            addr: 0x500,
+            site: 0x40,
+            ..Event::default()
+        };
+        let t = trace(vec![
+            vec![
+                rmw(1),
+                bar(2, phase::BEGIN, 0x10),
+                bar(5, phase::DONE, 0x10),
+            ],
+            vec![bar(4, phase::DONE, 0x10), rmw(6)],
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert!(!r.all_accesses, "{r:#?}");
+        assert_eq!((r.instances, r.redundant), (1, 0));
+        assert_eq!(r.barriers[0].instance_list[0].redundant, None);
+        let dw = crate::deadwrites::analyze(&t, &mut d);
+        assert!(!dw.all_accesses, "{dw:#?}");
     }
 
     #[test]
