@@ -31,7 +31,7 @@
 //! barrier from a mutex `m`, a condition variable `c` and a counter: each
 //! arriving thread locks `m` and counts itself; all but the last wait on
 //! `c`; the last one broadcasts `c`. They are recognised from the sync
-//! layer's steps (see [`recognise_hand_made`]): a condition variable is a
+//! layer's steps (`recognise_hand_made`): a condition variable is a
 //! barrier when
 //! - it is only ever broadcast (never `pthread_cond_signal`led), always
 //!   waited on with the same mutex, and no wait on it times out;
