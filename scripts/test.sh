@@ -29,6 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+scripts/test-viewers.sh  # speedscope app, Perfetto protos: the export tests open them (issue 11)
 cargo build --release --workspace
 cargo test --release --workspace "$@"
 

@@ -3,7 +3,10 @@
  * once, each doing K lock+unlock pairs (default 100) on a mutex shared by
  * all; joins them all.
  *
- *   short_threads [threads [pairs]]
+ *   short_threads [threads [pairs [alive]]]
+ *
+ * (alive: threads running at once, 1..16, default 16; 1 creates and joins
+ * them one after another.)
  *
  * Prints the exact counts:
  *   short_threads threads=N acquisitions=N*K seconds=S */
@@ -16,6 +19,7 @@
 static pthread_mutex_t shared = PTHREAD_MUTEX_INITIALIZER;
 static long pairs = 100;
 static unsigned long total;
+enum { ALIVE = 16 };
 
 static void *run(void *p) {
     (void)p;
@@ -30,18 +34,18 @@ static void *run(void *p) {
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000;
     if (argc > 2) pairs = atol(argv[2]);
-    if (n < 1 || n > 1000000 || pairs < 0) {
-        fprintf(stderr, "usage: short_threads [threads [pairs]]\n");
+    long alive = argc > 3 ? atol(argv[3]) : ALIVE;
+    if (n < 1 || n > 1000000 || pairs < 0 || alive < 1 || alive > ALIVE) {
+        fprintf(stderr, "usage: short_threads [threads [pairs [alive]]]\n");
         return 2;
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    enum { ALIVE = 16 };
     pthread_t th[ALIVE];
     long started = 0;
     while (started < n) {
         int k = 0;
-        for (; k < ALIVE && started < n; k++, started++) {
+        for (; k < alive && started < n; k++, started++) {
             if (pthread_create(&th[k], NULL, run, NULL) != 0) {
                 perror("pthread_create");
                 return 1;

@@ -1,7 +1,7 @@
 //! Speed benchmark of `lockscope report`'s analysis on a synthetic trace.
 //!
 //! ```text
-//! cargo run --release -p lockscope-analysis --example bench_report -- [EVENTS] [THREADS] [PATH]
+//! cargo run --release -p lockscope-analysis --example bench_report -- [EVENTS] [THREADS] [PATH] [replay]
 //! ```
 //!
 //! Writes a trace of EVENTS events (default 100 million) from THREADS
@@ -11,7 +11,10 @@
 //! model, report with symbolization off) in a child process and prints
 //! the elapsed time, events per second and the child's peak RSS. The
 //! analysis runs in a child so that the peak RSS is the analysis' own,
-//! not the generator's.
+//! not the generator's. With `replay` (issue 9), the child runs what
+//! `lockscope replay` does instead (build the replay program, spilling
+//! its actions, then the two simulations) and prints the same figures.
+//! A PATH that exists is used as it is (not generated again, not deleted).
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -191,6 +194,32 @@ fn analyze(path: &Path) {
     );
 }
 
+fn replay(path: &Path) {
+    use lockscope_analysis::{input, replay};
+    let t0 = Instant::now();
+    let meta = input::index(path, &mut |_, _| {}).expect("index");
+    let p = replay::build(path, &meta).expect("replay build");
+    let built = t0.elapsed().as_secs_f64();
+    let r = replay::report(&p, 0).expect("replay");
+    let dt = t0.elapsed().as_secs_f64();
+    println!(
+        "replay: {} events in {:.2} s wall (build {:.2} s, 2 simulations {:.2} s; {:.2} s CPU) \
+         = {:.1} M events/s; peak RSS {:.1} MiB; {} actions spilled in {:.0} MB; \
+         recorded {:.3} ms, replayed {:.3} ms",
+        meta.index.events(),
+        dt,
+        built,
+        dt - built,
+        cpu_seconds(),
+        meta.index.events() as f64 / dt / 1e6,
+        rss_peak_kb() as f64 / 1024.0,
+        r.actions,
+        p.spilled_bytes() as f64 / 1e6,
+        r.recorded_wall_ns as f64 / 1e6,
+        r.replayed_wall_ns as f64 / 1e6,
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--decode-only") {
@@ -229,6 +258,15 @@ fn main() {
         analyze(Path::new(&args[2]));
         return;
     }
+    if args.get(1).map(String::as_str) == Some("--replay") {
+        replay(Path::new(&args[2]));
+        return;
+    }
+    let mode = if args.get(4).map(String::as_str) == Some("replay") {
+        "--replay"
+    } else {
+        "--analyze"
+    };
     let events: u64 = args
         .get(1)
         .and_then(|s| s.parse().ok())
@@ -238,22 +276,25 @@ fn main() {
         .get(3)
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join(format!("lockscope-bench-{events}.lstrace")));
-    let t0 = Instant::now();
-    let n = generate(&path, events, threads);
-    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    println!(
-        "generated {n} events from {threads} threads in {:.1} s: {} ({:.0} MB, {:.2} bytes/event)",
-        t0.elapsed().as_secs_f64(),
-        path.display(),
-        bytes as f64 / 1e6,
-        bytes as f64 / n as f64
-    );
+    let existed = path.exists();
+    if !existed {
+        let t0 = Instant::now();
+        let n = generate(&path, events, threads);
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "generated {n} events from {threads} threads in {:.1} s: {} ({:.0} MB, {:.2} bytes/event)",
+            t0.elapsed().as_secs_f64(),
+            path.display(),
+            bytes as f64 / 1e6,
+            bytes as f64 / n as f64
+        );
+    }
     let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg("--analyze")
+        .arg(mode)
         .arg(&path)
         .status()
         .expect("run the analysis child");
-    if args.get(3).is_none() {
+    if args.get(3).is_none() && !existed {
         let _ = std::fs::remove_file(&path);
     }
     std::process::exit(st.code().unwrap_or(1));

@@ -26,18 +26,43 @@
 //! barrier call: a barrier that is always redundant when reached through
 //! one call path can be elided there, even when it is needed elsewhere.
 //!
+//! # Hand-made barriers (a mutex, a condition variable and a counter)
+//! Many programs (PARSEC's `parsec_barrier`, most textbooks) build a
+//! barrier from a mutex `m`, a condition variable `c` and a counter: each
+//! arriving thread locks `m` and counts itself; all but the last wait on
+//! `c`; the last one broadcasts `c`. They are recognised from the sync
+//! layer's steps (see [`recognise_hand_made`]): a condition variable is a
+//! barrier when
+//! - it is only ever broadcast (never `pthread_cond_signal`led), always
+//!   waited on with the same mutex, and no wait on it times out;
+//! - every broadcast is made while holding that mutex and releases at
+//!   least one thread waiting on it; each such broadcast is one instance,
+//!   whose participants are the broadcaster (the last arriver) and the
+//!   threads it released (their arrival is the start of their wait, a
+//!   spurious wake-up that waits again does not end it);
+//! - every instance has the same number of participants.
+//!
+//! The barrier's own bookkeeping (the counter, the generation) is read and
+//! written under its mutex by every participant on both sides of every
+//! instance: accesses made while holding a recognised barrier's mutex are
+//! left out of the epochs, or every instance would depend on the previous
+//! one through the counter. The calling context of a hand-made barrier
+//! call is the first caller outside the function that waits or
+//! broadcasts (the caller of `barrier_wait`), taken from the call path of
+//! the wait, or of the broadcaster's last access under the mutex.
+//!
 //! Redundancy needs every access: a trace recorded without
 //! `LOCKSCOPE_ALL_ACCESSES=1` holds only those inside critical sections,
 //! so the report leaves redundancy undecided and says why.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lockscope_format::{Op, Trace};
 use serde::Serialize;
 
 use crate::deadwrites::context_of;
 use crate::detailed::{hex, Detailed};
-use crate::sync::{for_each_trace_step, StepKind};
+use crate::sync::{for_each_trace_step, ObjId, StepKind};
 
 /// JSON schema identifier.
 pub const SCHEMA: &str = "lockscope.barriers/1";
@@ -178,8 +203,11 @@ pub struct LastArriver {
 pub struct Barrier {
     /// Its name (symbol, heap context or address).
     pub barrier: String,
-    /// Address, hex.
+    /// Address, hex (a hand-made barrier: its mutex's).
     pub address: String,
+    /// `pthread_barrier`, or `mutex+condvar` for a recognised hand-made
+    /// barrier.
+    pub kind: &'static str,
     /// Instances (rounds) seen.
     pub instances: u64,
     /// Most participants of an instance.
@@ -227,8 +255,229 @@ fn size_of(flags: u8, arg2: u64) -> u64 {
     }
 }
 
+/// A thread waiting on a candidate condition variable.
+struct Waiter {
+    arrive: u64,
+    wait_ns: u64,
+    site: u64,
+    stack: u32,
+    /// The instance (broadcast) that released it.
+    released: Option<usize>,
+}
+
+/// One broadcast of a candidate condition variable.
+struct Release {
+    /// The broadcaster: thread, time, site, call path.
+    by: (u32, u64, u64, u32),
+    /// Threads released.
+    expected: usize,
+    /// (thread, arrival, wait, site, call path, departure) of the released
+    /// threads that returned from their wait.
+    left: Vec<(u32, u64, u64, u64, u32, u64)>,
+}
+
+#[derive(Default)]
+struct CondState {
+    mutex: Option<u64>,
+    /// Disqualified: signalled, a timed-out wait, two mutexes, a
+    /// broadcast without the mutex or without a waiter.
+    not_barrier: bool,
+    waiting: HashMap<u32, Waiter>,
+    releases: Vec<Release>,
+}
+
+/// A crossing of a hand-made barrier, found by [`recognise_hand_made`].
+#[derive(Clone, Copy)]
+struct HandCrossing {
+    cond: u64,
+    round: u64,
+    arrive: u64,
+    wait_ns: u64,
+    site: u64,
+    stack: u32,
+}
+
+/// The hand-made barriers of a trace.
+#[derive(Default)]
+struct HandMade {
+    /// (thread, time of its releasing step) -> crossing: a released
+    /// thread's wait end, the broadcaster's broadcast.
+    crossings: HashMap<(u32, u64), HandCrossing>,
+    /// Barrier mutexes, (process, address).
+    mutexes: HashSet<(u32, u64)>,
+    /// (process, condition variable) -> its mutex.
+    conds: HashMap<(u32, u64), u64>,
+}
+
+/// The call site of a barrier function's caller: the first frame of the
+/// call path that is not in the function making the condition call
+/// (`site`); `site` itself when the path has none.
+fn caller_site(d: &mut Detailed, process: u32, site: u64, stack: u32) -> u64 {
+    let Some(frames) = d.stacks.get(&stack).cloned() else {
+        return site;
+    };
+    let inner = d.function(process, site);
+    for pc in frames {
+        if pc != site && d.function(process, pc) != inner {
+            return pc;
+        }
+    }
+    site
+}
+
+/// Recognises hand-made barriers (see the module doc for the rule).
+fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
+    let mut conds: HashMap<ObjId, CondState> = HashMap::new();
+    // thread -> (time, call path) of its last event with a call path
+    let mut last_path: HashMap<u32, (u64, u32)> = HashMap::new();
+    for_each_trace_step(t, false, |st, interp| {
+        let e = st.event;
+        match st.kind {
+            StepKind::CondWaitBegin { cond, mutex, .. } => {
+                let c = conds.entry(cond).or_default();
+                if c.mutex.is_some_and(|m| m != mutex.addr) {
+                    c.not_barrier = true;
+                }
+                c.mutex = Some(mutex.addr);
+                c.waiting.entry(st.thread).or_insert(Waiter {
+                    arrive: st.time,
+                    wait_ns: 0,
+                    site: e.site,
+                    stack: e.stack,
+                    released: None,
+                });
+            }
+            StepKind::CondWaitEnd {
+                cond,
+                wait_ns,
+                timed_out,
+                ..
+            } => {
+                let c = conds.entry(cond).or_default();
+                c.not_barrier |= timed_out;
+                if let Some(w) = c.waiting.get_mut(&st.thread) {
+                    w.wait_ns += wait_ns;
+                    if e.stack != 0 {
+                        w.stack = e.stack;
+                    }
+                    // Not released by a broadcast: a spurious wake-up, the
+                    // thread waits again within the same arrival.
+                    if let Some(k) = w.released {
+                        let w = c.waiting.remove(&st.thread).expect("present");
+                        if let Some(r) = c.releases.get_mut(k) {
+                            r.left
+                                .push((st.thread, w.arrive, w.wait_ns, w.site, w.stack, st.time));
+                        }
+                    }
+                }
+            }
+            StepKind::CondSignal { cond, broadcast } => {
+                let c = conds.entry(cond).or_default();
+                let holds = c.mutex.is_some_and(|m| {
+                    interp
+                        .held(st.thread)
+                        .iter()
+                        .any(|s| s.lock.addr == m && s.lock.process == cond.process)
+                });
+                let k = c.releases.len();
+                let mut n = 0;
+                for w in c.waiting.values_mut() {
+                    if w.released.is_none() {
+                        w.released = Some(k);
+                        n += 1;
+                    }
+                }
+                if !broadcast || !holds || n == 0 {
+                    c.not_barrier = true;
+                }
+                // The broadcaster's own path: the broadcast's, else that of
+                // its last access since it took the mutex.
+                let section_start = c.mutex.and_then(|m| {
+                    interp
+                        .held(st.thread)
+                        .iter()
+                        .find(|s| s.lock.addr == m)
+                        .map(|s| s.begin_ns)
+                });
+                let stack = if e.stack != 0 {
+                    e.stack
+                } else {
+                    match (last_path.get(&st.thread), section_start) {
+                        (Some(&(at, p)), Some(from)) if at >= from => p,
+                        _ => 0,
+                    }
+                };
+                c.releases.push(Release {
+                    by: (st.thread, st.time, e.site, stack),
+                    expected: n,
+                    left: Vec::new(),
+                });
+            }
+            _ => {}
+        }
+        if e.stack != 0 {
+            last_path.insert(st.thread, (st.time, e.stack));
+        }
+    });
+    let mut hm = HandMade::default();
+    // One call path per caller site, so that the waiters' paths (from the
+    // wait) and the broadcaster's (from an access) make one context.
+    let mut canon: HashMap<(u32, u64), u32> = HashMap::new();
+    let mut ids: Vec<ObjId> = conds.keys().copied().collect();
+    ids.sort_by_key(|c| (c.process, c.addr));
+    for cond in ids {
+        let c = &conds[&cond];
+        let Some(mutex) = c.mutex else { continue };
+        let n = c.releases.first().map_or(0, |r| r.expected);
+        if c.not_barrier
+            || n == 0
+            || c.releases
+                .iter()
+                .any(|r| r.expected != n || r.left.len() != n)
+        {
+            continue;
+        }
+        hm.mutexes.insert((cond.process, mutex));
+        hm.conds.insert((cond.process, cond.addr), mutex);
+        for (round, r) in c.releases.iter().enumerate() {
+            let round = round as u64;
+            let (by, at, site, stack) = r.by;
+            let caller = caller_site(d, cond.process, site, stack);
+            let stack = *canon.entry((cond.process, caller)).or_insert(stack);
+            hm.crossings.insert(
+                (by, at),
+                HandCrossing {
+                    cond: cond.addr,
+                    round,
+                    arrive: at,
+                    wait_ns: 0,
+                    site: caller,
+                    stack,
+                },
+            );
+            for &(thread, arrive, wait_ns, site, stack, left) in &r.left {
+                let caller = caller_site(d, cond.process, site, stack);
+                let stack = *canon.entry((cond.process, caller)).or_insert(stack);
+                hm.crossings.insert(
+                    (thread, left),
+                    HandCrossing {
+                        cond: cond.addr,
+                        round,
+                        arrive,
+                        wait_ns,
+                        site: caller,
+                        stack,
+                    },
+                );
+            }
+        }
+    }
+    hm
+}
+
 /// Runs the analysis over a trace (`d`, its detailed view, names things).
 pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
+    let hm = recognise_hand_made(t, d);
     let mut epochs: HashMap<u32, Vec<Epoch>> = HashMap::new();
     // (process, barrier, round) -> crossings
     let mut rounds: BTreeMap<(u32, u64, u64), Vec<Crossing>> = BTreeMap::new();
@@ -257,6 +506,26 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                 arrived.insert(st.thread, (st.time, e.site, e.stack));
                 return;
             }
+            StepKind::CondWaitEnd { cond, .. } | StepKind::CondSignal { cond, .. } => {
+                if let Some(h) = hm.crossings.get(&(st.thread, st.time)) {
+                    if h.cond == cond.addr && hm.conds.contains_key(&(cond.process, cond.addr)) {
+                        rounds
+                            .entry((cond.process, h.cond, h.round))
+                            .or_default()
+                            .push(Crossing {
+                                thread: st.thread,
+                                process: st.process,
+                                arrive: h.arrive,
+                                wait_ns: h.wait_ns,
+                                site: h.site,
+                                stack: h.stack,
+                                epoch: ep.len() - 1,
+                            });
+                        ep.push(Epoch::default());
+                    }
+                }
+                return;
+            }
             StepKind::BarrierDepart {
                 barrier,
                 round,
@@ -283,8 +552,18 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             }
             _ => return,
         };
-        if !outside && interp.held(st.thread).is_empty() {
+        let held = interp.held(st.thread);
+        if !outside && held.is_empty() {
             outside = true;
+        }
+        // A hand-made barrier's own counter and generation, touched under
+        // its mutex on both sides of every instance, are not data.
+        if !hm.mutexes.is_empty()
+            && held
+                .iter()
+                .any(|s| hm.mutexes.contains(&(s.lock.process, s.lock.addr)))
+        {
+            return;
         }
         let cur = ep.last_mut().expect("one epoch at least");
         let hi = e.addr.saturating_add(size.max(1));
@@ -469,9 +748,14 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                 .cmp(&a.wait_caused_ns)
                 .then(a.thread.cmp(&b.thread))
         });
+        let (name_addr, kind) = match hm.conds.get(&(process, addr)) {
+            Some(&mutex) => (mutex, "mutex+condvar"),
+            None => (addr, "pthread_barrier"),
+        };
         barriers.push(Barrier {
-            barrier: d.object(process, addr, 0),
-            address: hex(addr),
+            barrier: d.object(process, name_addr, 0),
+            address: hex(name_addr),
+            kind,
             instances: acc.instances,
             participants: acc.participants,
             wait_ns: acc.wait_ns,
@@ -567,14 +851,22 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
         )?;
     }
     if r.barriers.is_empty() {
-        writeln!(out, "  (no pthread_barrier_wait in the trace)")?;
+        writeln!(
+            out,
+            "  (no pthread_barrier_wait and no hand-made barrier in the trace)"
+        )?;
     }
     for b in &r.barriers {
         writeln!(
             out,
-            "\n{} ({}): {} instance(s), up to {} threads, {} waiting, {} redundant ({:.0}%)",
+            "\n{} ({}{}): {} instance(s), up to {} threads, {} waiting, {} redundant ({:.0}%)",
             b.barrier,
             b.address,
+            if b.kind == "mutex+condvar" {
+                ", mutex + condition variable"
+            } else {
+                ""
+            },
             b.instances,
             b.participants,
             ms(b.wait_ns),
@@ -693,6 +985,92 @@ mod tests {
             adv[0].starts_with("elide the barrier call at ?+0x20"),
             "{adv:?}"
         );
+    }
+
+    const M: u64 = 0xA0;
+    const C: u64 = 0xC0;
+    const CNT: u64 = 0xD0;
+
+    fn cond(time: u64, op: Op, flags: u8) -> Event {
+        Event {
+            time,
+            op: op as u8,
+            flags,
+            addr: C,
+            arg: M,
+            site: 0x30 + op as u64,
+            ..Event::default()
+        }
+    }
+
+    /// Two threads meet once at a hand-made barrier (mutex M, condition C,
+    /// counter CNT): t1 waits (with a spurious wake-up in between), t2
+    /// arrives last and releases it. t1 wrote 0x100 before; t2 reads
+    /// `after` after. `release` is the releasing call.
+    fn hand_made(after: u64, release: Op) -> Trace {
+        trace(vec![
+            vec![
+                wr(10, 0x100),
+                lock(20, M),
+                wr(21, CNT),
+                cond(22, Op::CondWait, phase::BEGIN),
+                cond(30, Op::CondWait, phase::DONE),
+                rd(31, CNT),
+                cond(32, Op::CondWait, phase::BEGIN),
+                cond(50, Op::CondWait, phase::DONE),
+                rd(51, CNT),
+                unlock(52, M),
+            ],
+            vec![
+                lock(40, M),
+                wr(41, CNT),
+                cond(42, release, phase::DONE),
+                unlock(43, M),
+                rd(60, after),
+            ],
+        ])
+    }
+
+    #[test]
+    fn issue13_hand_made_barrier_one_instance_across_a_spurious_wake_up() {
+        let t = hand_made(0x100, Op::CondBroadcast);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!((r.instances, r.redundant), (1, 0), "{r:#?}");
+        let b = &r.barriers[0];
+        assert_eq!((b.kind, b.participants), ("mutex+condvar", 2));
+        assert_eq!(b.address, "0xa0");
+        let i = &b.instance_list[0];
+        assert_eq!(i.last_arriver, 2);
+        // t1 arrived at its first wait (22), not at the spurious re-wait.
+        let w1 = i.waits.iter().find(|w| w.thread == 1).unwrap();
+        assert!(w1.wait_ns > 0, "{i:#?}");
+        assert!(
+            i.dependence
+                .as_deref()
+                .unwrap()
+                .contains("thread 1 wrote 0x100 before, thread 2 reads it after"),
+            "{i:#?}"
+        );
+    }
+
+    #[test]
+    fn issue13_hand_made_barrier_counter_is_not_a_dependence() {
+        // t2 wrote CNT before, t1 reads it after, under the barrier's
+        // mutex: the barrier's own bookkeeping. Nothing else crosses.
+        let t = hand_made(0x300, Op::CondBroadcast);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!((r.instances, r.redundant), (1, 1), "{r:#?}");
+    }
+
+    #[test]
+    fn issue13_signalled_condition_is_not_a_barrier() {
+        let t = hand_made(0x100, Op::CondSignal);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!(r.instances, 0, "{r:#?}");
+        assert!(r.barriers.is_empty());
     }
 
     #[test]

@@ -417,6 +417,24 @@ impl Detailed {
                     clock: sc.clock.map_or(0, |c| c.0),
                 });
             }
+            // A coalesced run (`AccessRepeat`, on by default): `arg` more
+            // of the plain access before it (kind 1 read, 2 write; 3 is an
+            // atomic load, not a plain access). The sets do not change;
+            // the access counts do. A run never spans a lock operation,
+            // so the open sections are the first access's.
+            StepKind::Memory(Op::AccessRepeat) if matches!(e.arg2, 1 | 2) => {
+                for o in &sc.open {
+                    let s = &mut self.sections[o.idx];
+                    if e.arg2 == 2 {
+                        s.wrops += e.arg;
+                    } else {
+                        s.rdops += e.arg;
+                    }
+                }
+                if sc.open.is_empty() {
+                    self.outside_accesses += e.arg;
+                }
+            }
             StepKind::Memory(Op::ReleaseValue) => {
                 let size = if e.flags == 0 {
                     e.arg2
@@ -560,8 +578,8 @@ impl Detailed {
         if let Some(s) = self.object_cache.get(&(process, addr)) {
             return s.clone();
         }
-        // `Symbolizer::data` gives `name` or `name+0xoff`.
-        let parts = match self.sym.data(process, addr) {
+        // `Symbolizer::data_indexed` gives `name` or `name+0xoff`.
+        let parts = match self.sym.data_indexed(process, addr) {
             Some(s) => match s.rsplit_once("+0x") {
                 Some((name, off)) => match u64::from_str_radix(off, 16) {
                     Ok(off) => (name.to_string(), off),
@@ -712,6 +730,35 @@ mod tests {
     use super::testutil::*;
     use super::*;
     use lockscope_format::phase;
+
+    #[test]
+    fn issue13_coalesced_repeats_count_as_accesses_not_locations() {
+        let rep = |time: u64, a: u64, n: u64, kind: u64| Event {
+            time,
+            op: Op::AccessRepeat as u8,
+            flags: 4,
+            addr: a,
+            arg: n,
+            arg2: kind,
+            ..Event::default()
+        };
+        let t = trace(vec![vec![
+            lock(10, 0xA),
+            rd(11, 0x100),
+            rep(12, 0x100, 5, 1),
+            wr(13, 0x200),
+            rep(14, 0x200, 3, 2),
+            unlock(15, 0xA),
+            rd(16, 0x400),
+            rep(17, 0x400, 2, 1),
+        ]]);
+        let d = Detailed::from_trace(&t, false);
+        let a = &d.sections[0];
+        assert_eq!((a.rdops, a.wrops), (6, 4));
+        assert_eq!(a.reads.len() + a.writes.len(), 2);
+        assert_eq!(d.outside_accesses, 3);
+        assert_eq!(d.accesses.len(), 3);
+    }
 
     #[test]
     fn sections_collect_sets_nested_and_release_values() {

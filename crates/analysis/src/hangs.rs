@@ -136,8 +136,9 @@ struct ThreadState {
     exited: bool,
 }
 
-/// (process, cond, waiter thread, waiter site, signaller (thread, site)).
-pub type CondBlameKey = (u32, u64, u32, u64, Option<(u32, u64)>);
+/// (process, cond, waiter thread, waiter site, waiter's call path id or
+/// 0, signaller (thread, site)).
+pub type CondBlameKey = (u32, u64, u32, u64, u32, Option<(u32, u64)>);
 
 /// The tracker: feed every event in time order, then [`Tracker::finish`].
 #[derive(Default)]
@@ -263,7 +264,7 @@ impl Tracker {
                 .map(|s| (s.0, s.1));
             let c = self
                 .cond_blame
-                .entry((th.process, e.addr, thread, b.site, sig))
+                .entry((th.process, e.addr, thread, b.site, b.stack, sig))
                 .or_default();
             c.0 += e.time.saturating_sub(b.since);
             c.1 += 1;
@@ -336,26 +337,34 @@ impl Tracker {
                 f.open_holds.push((id, h.clone()));
             }
         }
-        // Wait-for graph at the end: a waiter -> the thread it waits for.
-        let holder_of = |process: u32, addr: u64| -> Option<(u32, Held)> {
-            self.threads.iter().find_map(|(&id, t)| {
-                (t.process == process)
-                    .then(|| t.held.iter().find(|h| h.addr == addr))
-                    .flatten()
-                    .map(|h| (id, h.clone()))
-            })
+        // Wait-for graph at the end: a waiter -> the threads it waits for
+        // (every holder of the lock: a rwlock read-held by several threads
+        // is released only when all of them let it go).
+        let holders_of = |process: u32, addr: u64| -> Vec<(u32, Held)> {
+            self.threads
+                .iter()
+                .filter(|(_, t)| t.process == process)
+                .filter_map(|(&id, t)| {
+                    t.held
+                        .iter()
+                        .find(|h| h.addr == addr)
+                        .map(|h| (id, h.clone()))
+                })
+                .collect()
         };
-        let mut next: BTreeMap<u32, DeadlockStep> = BTreeMap::new();
+        let mut next: BTreeMap<u32, Vec<DeadlockStep>> = BTreeMap::new();
         for w in &f.open_waits {
             let th = &self.threads[&w.thread];
-            let step = match w.kind {
-                WaitKind::Lock => holder_of(th.process, w.addr)
+            let steps: Vec<DeadlockStep> = match w.kind {
+                WaitKind::Lock => holders_of(th.process, w.addr)
+                    .into_iter()
                     .filter(|(h, _)| *h != w.thread)
                     .map(|(h, held)| DeadlockStep {
                         wait: w.clone(),
                         holder: h,
                         held: Some(held),
-                    }),
+                    })
+                    .collect(),
                 WaitKind::Join => self
                     .threads
                     .iter()
@@ -365,32 +374,20 @@ impl Tracker {
                         wait: w.clone(),
                         holder: h,
                         held: None,
-                    }),
-                _ => None,
+                    })
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
             };
-            if let Some(s) = step {
-                next.insert(w.thread, s);
+            if !steps.is_empty() {
+                next.insert(w.thread, steps);
             }
         }
-        // Each thread waits for at most one other: cycles are found by
-        // walking from each thread; a cycle is reported once, from its
-        // lowest thread id.
+        // A cycle is reported once, from its lowest thread id: a depth-first
+        // walk from each thread through threads with higher ids only.
         for &start in next.keys() {
-            let mut path = vec![start];
-            let mut cur = start;
-            while let Some(s) = next.get(&cur) {
-                cur = s.holder;
-                if cur == start {
-                    if path.iter().all(|&t| t >= start) {
-                        f.deadlocks
-                            .push(path.iter().map(|t| next[t].clone()).collect());
-                    }
-                    break;
-                }
-                if path.contains(&cur) || path.len() > next.len() {
-                    break;
-                }
-                path.push(cur);
+            if let Some(cycle) = cycle_from(&next, start) {
+                f.deadlocks.push(cycle);
             }
         }
         // Lock-order inversions: pairs ordered both ways (cycles of two,
@@ -423,6 +420,42 @@ impl Tracker {
     pub fn process_of(&self, thread: u32) -> Option<u32> {
         self.threads.get(&thread).map(|t| t.process)
     }
+}
+
+/// A wait-for cycle through `start` and threads with higher ids only, as
+/// the steps taken (first found; the graph holds only threads blocked at
+/// the end, so it is small).
+fn cycle_from(next: &BTreeMap<u32, Vec<DeadlockStep>>, start: u32) -> Option<Vec<DeadlockStep>> {
+    // Iterative DFS: the path's steps and, per depth, the next edge to try.
+    let mut path: Vec<DeadlockStep> = Vec::new();
+    let mut cursor: Vec<usize> = vec![0];
+    let mut on_path: Vec<u32> = vec![start];
+    let mut dead: std::collections::BTreeSet<u32> = Default::default();
+    while let Some(&i) = cursor.last() {
+        let at = *on_path.last()?;
+        let edges = next.get(&at).map_or(&[][..], Vec::as_slice);
+        let Some(step) = edges.get(i) else {
+            // Every edge of `at` tried: no cycle through it from here.
+            dead.insert(at);
+            cursor.pop();
+            on_path.pop();
+            path.pop();
+            continue;
+        };
+        *cursor.last_mut()? += 1;
+        let h = step.holder;
+        if h == start {
+            path.push(step.clone());
+            return Some(path);
+        }
+        if h < start || on_path.contains(&h) || dead.contains(&h) {
+            continue;
+        }
+        path.push(step.clone());
+        on_path.push(h);
+        cursor.push(0);
+    }
+    None
 }
 
 /// Runs the tracker over a whole trace (its own time-ordered pass, so
@@ -568,6 +601,31 @@ mod tests {
         assert!(f.deadlocks.is_empty());
     }
 
+    /// A rwlock read-held by two threads: the writer waiting for it
+    /// waits for both, and the cycle runs through the reader that waits
+    /// for the writer's mutex, whichever reader the lock's holders list
+    /// first.
+    #[test]
+    fn issue10_rwlock_readers_close_a_cycle_through_any_of_them() {
+        let rw = 0xd0;
+        for (r1, r2) in [(2, 3), (3, 2)] {
+            let mut t = tracker();
+            t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
+            t.event(r1, &ev(2, Op::RwRdlock, phase::DONE, rw, 0x2));
+            t.event(r2, &ev(3, Op::RwRdlock, phase::DONE, rw, 0x3));
+            t.event(1, &ev(4, Op::RwWrlock, phase::BEGIN, rw, 0x4));
+            t.event(r2, &ev(5, Op::MutexLock, phase::BEGIN, A, 0x5));
+            let f = t.finish();
+            assert_eq!(f.deadlocks.len(), 1, "readers {r1} {r2}");
+            let d = &f.deadlocks[0];
+            let steps: Vec<(u32, u64, u32)> = d
+                .iter()
+                .map(|s| (s.wait.thread, s.wait.addr, s.holder))
+                .collect();
+            assert_eq!(steps, [(1, rw, r2), (r2, A, 1)]);
+        }
+    }
+
     /// A condition wait is charged to the thread whose signal ended it;
     /// one that timed out with no signal, to nobody.
     #[test]
@@ -592,8 +650,8 @@ mod tests {
         assert_eq!(
             f.cond_blame,
             vec![
-                ((1, c, 1, 0x2, Some((2, 0x5))), (58, 1)),
-                ((1, c, 1, 0x3, None), (30, 1)),
+                ((1, c, 1, 0x2, 0, Some((2, 0x5))), (58, 1)),
+                ((1, c, 1, 0x3, 0, None), (30, 1)),
             ]
         );
     }

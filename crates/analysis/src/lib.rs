@@ -17,6 +17,7 @@ pub mod advice;
 pub mod barriers;
 pub mod critical;
 pub mod deadwrites;
+pub mod debuginfod;
 pub mod detailed;
 mod error;
 pub mod gpu;

@@ -73,6 +73,10 @@ impl Culprit {
     };
 }
 
+/// Key of [`Model::blame`]: (object, waiter thread, waiter site, waiter's
+/// call path id or 0, culprit).
+pub type BlameKey = (u32, u32, u32, u32, Culprit);
+
 /// Per (lock, thread) counters.
 #[derive(Clone, Debug, Default)]
 pub struct LockThread {
@@ -363,8 +367,11 @@ pub struct Model {
     pub lock_threads: Vec<LockThread>,
     /// Per (object, call path id); path 0 = none recorded.
     pub by_path: FastMap<(u32, u32), SiteStats>,
-    /// Blame: (object, waiter thread, waiter site, culprit) -> (ns, waits).
-    pub blame: FastMap<(u32, u32, u32, Culprit), (u64, u64)>,
+    /// Blame: (object, waiter thread, waiter site, waiter's call path id
+    /// or 0, culprit) -> (ns, waits). The path names the waiter's own
+    /// frame when its site is runtime code (an out-of-line
+    /// `std::mutex::lock()` at -O0 is the site of every caller).
+    pub blame: FastMap<BlameKey, (u64, u64)>,
     /// Barrier / cond / sem / futex waits per (object, thread): (waits, ns).
     pub obj_waits: FastMap<(u32, u32), (u64, u64)>,
     /// Barrier blame: (barrier object, last-arriver thread) -> ns.
@@ -878,7 +885,7 @@ impl Model {
             Vec::new()
         };
         if waited {
-            self.commit_blame(oi, ti as u32, site, wait_ns, &charges);
+            self.commit_blame(oi, ti as u32, (site, e.stack), wait_ns, &charges);
         }
         let o = &mut self.objs[oi as usize];
         o.wait.record(wait_ns);
@@ -936,7 +943,7 @@ impl Model {
                 .take_waiter(ti as u32)
                 .map(|w| w.charges)
                 .unwrap_or_default();
-            self.commit_blame(oi, ti as u32, site, wait_ns, &charges);
+            self.commit_blame(oi, ti as u32, (site, e.stack), wait_ns, &charges);
         }
         let o = &mut self.objs[oi as usize];
         o.wait.record(wait_ns);
@@ -996,7 +1003,7 @@ impl Model {
         &mut self,
         oi: u32,
         waiter: u32,
-        waiter_site: u32,
+        (waiter_site, waiter_stack): (u32, u32),
         wait_ns: u64,
         charges: &[(Culprit, u64)],
     ) {
@@ -1007,7 +1014,7 @@ impl Model {
             if wait_ns > 0 {
                 let b = self
                     .blame
-                    .entry((oi, waiter, waiter_site, Culprit::NONE))
+                    .entry((oi, waiter, waiter_site, waiter_stack, Culprit::NONE))
                     .or_default();
                 b.0 += wait_ns;
                 b.1 += 1;
@@ -1022,7 +1029,10 @@ impl Model {
                 ((u128::from(ns) * u128::from(wait_ns)) / u128::from(raw)) as u64
             };
             left -= part.min(left);
-            let b = self.blame.entry((oi, waiter, waiter_site, c)).or_default();
+            let b = self
+                .blame
+                .entry((oi, waiter, waiter_site, waiter_stack, c))
+                .or_default();
             b.0 += part;
             b.1 += 1;
         }
@@ -1037,7 +1047,7 @@ impl Model {
         let o = &mut self.objs[oi as usize];
         o.settle(t);
         if let Some(j) = o.holders.iter().rposition(|x| x.thread == ti as u32) {
-            o.holders.remove(j);
+            crate::sync::take_at(&mut o.holders, j);
         }
         o.hold.record(hold);
         self.lock_threads[r.lt as usize].hold_ns += hold;
@@ -1092,7 +1102,13 @@ impl Model {
             Some((c, t)) if t >= raw_begin && c.thread != ti as u32 => c,
             _ => Culprit::NONE,
         };
-        self.commit_blame(fi, ti as u32, site, wait, &[(culprit, wait.max(1))]);
+        self.commit_blame(
+            fi,
+            ti as u32,
+            (site, e.stack),
+            wait,
+            &[(culprit, wait.max(1))],
+        );
         let lti = self.lt(fi, ti as u32);
         let ssi = self.ss(fi, site);
         let o = &mut self.objs[fi as usize];

@@ -26,17 +26,27 @@
 //! run after run. A replay that would deadlock (a release lost by the
 //! recorder) grants the oldest blocked acquisition and counts it.
 //!
-//! # Limits
-//! The programs are held in memory (about 24 bytes per synchronization
-//! event); the replay is not streaming yet.
+//! # Memory
+//! [`build`] streams the trace's steps once and spills each thread's
+//! actions to an unlinked temporary file ([`store`]); a simulation reads
+//! them back through one cursor per thread. What stays in memory grows
+//! with the number of threads, locks, call sites and objects, plus one bit
+//! per lock acquisition and one per signal: not with the trace's events.
+//! [`build_in_memory`] keeps the actions in memory instead (the reference
+//! the spilled replay is tested against, and small traces).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::io;
 use std::path::Path;
+
+use rustc_hash::FxHashMap;
 
 use crate::input::Meta;
 use crate::sync::{for_each_step, BlockedOn, ObjId, SegKind, Step, StepKind};
 use crate::AnalysisError;
+
+mod store;
 
 /// JSON schema name of [`ReplayReport`].
 pub const SCHEMA: &str = "lockscope.replay/1";
@@ -132,12 +142,44 @@ pub struct ThreadProgram {
     pub end: u64,
     /// Started by a `Spawn` of its creator (else at its recorded start).
     pub spawned: bool,
-    /// The actions.
-    pub actions: Vec<Action>,
+}
+
+/// Where a program's actions are.
+#[derive(Debug)]
+enum Store {
+    Mem(Vec<Vec<Action>>),
+    Spill(store::Stored),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Mem(Vec::new())
+    }
+}
+
+/// One thread's actions, in program order ([`Program::actions`]).
+pub struct Actions<'a>(ActionsInner<'a>);
+
+enum ActionsInner<'a> {
+    Mem(std::slice::Iter<'a, Action>),
+    Spill(store::Reader<'a>),
+}
+
+impl Iterator for Actions<'_> {
+    type Item = Action;
+    fn next(&mut self) -> Option<Action> {
+        match &mut self.0 {
+            ActionsInner::Mem(it) => it.next().copied(),
+            ActionsInner::Spill(r) => {
+                let (buf, pos) = r.data()?;
+                Some(store::decode(buf, pos))
+            }
+        }
+    }
 }
 
 /// A whole replayable run.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Program {
     /// Threads, densely indexed.
     pub threads: Vec<ThreadProgram>,
@@ -151,9 +193,60 @@ pub struct Program {
     pub cpus: u32,
     /// Recorder overhead removed from the compute segments, ns.
     pub overhead_ns: u64,
+    /// Per lock: recorded acquisitions (turns).
+    pub turns: Vec<u64>,
+    /// Per lock: a bit per turn, set when it was a shared (reader)
+    /// acquisition.
+    shared_turns: Vec<Vec<u64>>,
+    actions: Store,
 }
 
 impl Program {
+    /// The actions of thread `t` (index in [`Program::threads`]), read
+    /// back from the spill file when the program was built by [`build`].
+    /// A read error ends the sequence early and is reported by
+    /// [`Program::take_error`].
+    pub fn actions(&self, t: usize) -> Actions<'_> {
+        Actions(match &self.actions {
+            Store::Mem(v) => ActionsInner::Mem(v.get(t).map_or(&[][..], |a| &a[..]).iter()),
+            Store::Spill(st) => ActionsInner::Spill(st.reader(t)),
+        })
+    }
+
+    /// Number of actions of all threads.
+    pub fn action_count(&self) -> u64 {
+        match &self.actions {
+            Store::Mem(v) => v.iter().map(|a| a.len() as u64).sum(),
+            Store::Spill(st) => (0..self.threads.len()).map(|t| st.count(t)).sum(),
+        }
+    }
+
+    /// Bytes of the spill file (0 for an in-memory program).
+    pub fn spilled_bytes(&self) -> u64 {
+        match &self.actions {
+            Store::Mem(_) => 0,
+            Store::Spill(st) => st.bytes(),
+        }
+    }
+
+    /// The first error reading the spill file back since the last call:
+    /// a simulation that met one ended threads early, its result is void.
+    pub fn take_error(&self) -> Option<io::Error> {
+        match &self.actions {
+            Store::Mem(_) => None,
+            Store::Spill(st) => st.take_error(),
+        }
+    }
+
+    /// `Err` if reading the spill file back failed since the last check
+    /// (the simulations since then are void).
+    pub fn check(&self) -> Result<(), AnalysisError> {
+        match self.take_error() {
+            Some(e) => Err(spill_error(e)),
+            None => Ok(()),
+        }
+    }
+
     /// Recorded wall time: first start to last end.
     pub fn recorded_wall(&self) -> u64 {
         let start = self.threads.iter().map(|t| t.start).min().unwrap_or(0);
@@ -162,29 +255,55 @@ impl Program {
     }
 }
 
+/// Where the builder puts actions and compute intervals.
+enum Sink {
+    Mem {
+        actions: Vec<Vec<Action>>,
+        /// Recorded compute intervals: (start, end, thread, action index).
+        ivs: Vec<(u64, u64, u32, u32)>,
+    },
+    Spill {
+        actions: store::Streams,
+        /// Per thread: (start, length, action index), varints.
+        ivs: store::Streams,
+        error: Option<io::Error>,
+    },
+}
+
+impl Default for Sink {
+    fn default() -> Self {
+        Sink::Mem {
+            actions: Vec::new(),
+            ivs: Vec::new(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Builder {
     p: Program,
-    thread_ix: HashMap<u32, u32>,
-    tid_ix: HashMap<(u32, u32), u32>,
-    lock_ix: HashMap<ObjId, u32>,
-    lock_seq: Vec<u64>,
-    section_ix: HashMap<SectionKey, u32>,
+    sink: Sink,
+    thread_ix: FxHashMap<u32, u32>,
+    tid_ix: FxHashMap<(u32, u32), u32>,
+    lock_ix: FxHashMap<ObjId, u32>,
+    section_ix: FxHashMap<SectionKey, u32>,
     /// Per thread: stack of open sections (lock, section key).
     open: Vec<Vec<(u32, u32)>>,
     started: Vec<bool>,
     /// Last signal per (class, object): (id, time, thread).
-    last_signal: HashMap<(u8, ObjId), (u32, u64, u32)>,
-    arrivals: HashMap<(ObjId, u64, u32), (u32, u64)>,
+    last_signal: FxHashMap<(u8, ObjId), (u32, u64, u32)>,
+    /// Barrier arrivals: (barrier, round, thread) -> (signal id, time).
+    arrivals: BTreeMap<(ObjId, u64, u32), (u32, u64)>,
     /// Last release per lock: (raw time, thread).
     last_release: Vec<(u64, u32)>,
-    /// Recorded compute intervals: (start, end, thread, action index).
-    ivs: Vec<(u64, u64, u32, u32)>,
 }
 
 impl Builder {
-    fn new(meta: &Meta) -> Self {
-        let mut b = Builder::default();
+    fn new(meta: &Meta, sink: Sink) -> Self {
+        let mut b = Builder {
+            sink,
+            ..Builder::default()
+        };
         let mut threads: Vec<_> = meta.threads.values().collect();
         threads.sort_by_key(|t| t.id);
         for t in threads {
@@ -225,10 +344,21 @@ impl Builder {
         let n = self.p.locks.len() as u32;
         *self.lock_ix.entry(id).or_insert_with(|| {
             self.p.locks.push(id);
-            self.lock_seq.push(0);
+            self.p.turns.push(0);
+            self.p.shared_turns.push(Vec::new());
             self.last_release.push((0, u32::MAX));
             n
         })
+    }
+
+    /// The next turn of lock `l` (its position in the recorded order).
+    fn turn(&mut self, l: u32, shared: bool) -> u64 {
+        let seq = self.p.turns[l as usize];
+        self.p.turns[l as usize] += 1;
+        if shared {
+            set_bit(&mut self.p.shared_turns[l as usize], seq);
+        }
+        seq
     }
 
     fn section(&mut self, key: SectionKey) -> u32 {
@@ -250,8 +380,7 @@ impl Builder {
 
     fn acquire(&mut self, ti: u32, s: &Step<'_>, lock: ObjId, site: u64, shared: bool) {
         let l = self.lock(lock);
-        let seq = self.lock_seq[l as usize];
-        self.lock_seq[l as usize] += 1;
+        let seq = self.turn(l, shared);
         let cs = self.section(SectionKey { lock: l, site });
         self.open[ti as usize].push((l, cs));
         // A woken waiter takes a while to run: the time from the release
@@ -266,13 +395,16 @@ impl Builder {
         } else {
             0
         };
-        self.p.threads[ti as usize].actions.push(Action::Acquire {
-            lock: l,
-            seq,
-            shared,
-            cs,
-            handoff,
-        });
+        self.push(
+            ti,
+            Action::Acquire {
+                lock: l,
+                seq,
+                shared,
+                cs,
+                handoff,
+            },
+        );
     }
 
     fn release(&mut self, ti: u32, lock: ObjId, t: u64) {
@@ -282,13 +414,53 @@ impl Builder {
         if let Some(i) = open.iter().rposition(|o| o.0 == l) {
             open.remove(i);
         }
-        self.p.threads[ti as usize]
-            .actions
-            .push(Action::Release { lock: l });
+        self.push(ti, Action::Release { lock: l });
     }
 
     fn push(&mut self, ti: u32, a: Action) {
-        self.p.threads[ti as usize].actions.push(a);
+        match &mut self.sink {
+            Sink::Mem { actions, .. } => {
+                if actions.len() <= ti as usize {
+                    actions.resize_with(ti as usize + 1, Vec::new);
+                }
+                actions[ti as usize].push(a);
+            }
+            Sink::Spill { actions, error, .. } => {
+                if let Err(e) = actions.push(ti as usize, |b| store::encode(&a, b)) {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// Actions of thread `ti` so far.
+    fn action_count(&self, ti: u32) -> u32 {
+        match &self.sink {
+            Sink::Mem { actions, .. } => actions.get(ti as usize).map_or(0, |a| a.len() as u32),
+            Sink::Spill { actions, .. } => actions.count(ti as usize) as u32,
+        }
+    }
+
+    /// A recorded compute interval of thread `ti` whose work is its
+    /// next action (see [`Builder::cpu_shares`]).
+    fn interval(&mut self, ti: u32, start: u64, end: u64) {
+        let at = self.action_count(ti);
+        match &mut self.sink {
+            Sink::Mem { ivs, .. } => ivs.push((start, end, ti, at)),
+            Sink::Spill { ivs, error, .. } => {
+                // Empty ones get no CPU share: not needed.
+                if end > start {
+                    let r = ivs.push(ti as usize, |b| {
+                        store::put(b, start);
+                        store::put(b, end - start);
+                        store::put(b, u64::from(at));
+                    });
+                    if let Err(e) = r {
+                        error.get_or_insert(e);
+                    }
+                }
+            }
+        }
     }
 
     /// A wait that ended at `s`: on `cause` (signal id, time, thread) if
@@ -309,7 +481,10 @@ impl Builder {
     }
 
     fn step(&mut self, s: &Step<'_>) {
-        let ti = self.thread(s.thread, s.process, 0, format!("thread#{}", s.thread));
+        let ti = match self.thread_ix.get(&s.thread) {
+            Some(&i) => i,
+            None => self.thread(s.thread, s.process, 0, format!("thread#{}", s.thread)),
+        };
         let seg = s.segment;
         if !self.started[ti as usize] {
             self.started[ti as usize] = true;
@@ -325,9 +500,7 @@ impl Builder {
                 // offset into it.
                 self.push(ti, Action::Spawn { child, offset });
             }
-            let at = self.p.threads[ti as usize].actions.len() as u32;
-            self.ivs
-                .push((s.time.saturating_sub(seg.raw_ns), s.time, ti, at));
+            self.interval(ti, s.time.saturating_sub(seg.raw_ns), s.time);
             if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) = (seg.kind, s.kind) {
                 let l = self.lock(lock);
                 self.push(
@@ -374,8 +547,7 @@ impl Builder {
                 // The re-acquisition is in the mutex's recorded order; its
                 // wait is part of the condition wait's segment.
                 let l = self.lock(section.lock);
-                let seq = self.lock_seq[l as usize];
-                self.lock_seq[l as usize] += 1;
+                let seq = self.turn(l, false);
                 let cs = self.section(SectionKey {
                     lock: l,
                     site: section.site,
@@ -515,94 +687,289 @@ impl Builder {
         self.push(ti, Action::Signal(id));
     }
 
-    fn finish(mut self) -> Program {
+    fn finish(mut self) -> Result<Program, AnalysisError> {
         // Signal ids: thread ends first, then the others.
         let base = self.p.threads.len() as u32;
-        for t in &mut self.p.threads {
-            for a in &mut t.actions {
-                match a {
-                    Action::Signal(id) | Action::WaitFor { id, .. } if *id & SIGNAL_BIT != 0 => {
-                        *id = (*id & !SIGNAL_BIT) + base;
-                    }
-                    _ => {}
-                }
-            }
-        }
         self.p.signals += base;
-        self.cpu_shares();
-        self.p
-    }
-
-    /// Recorded compute segments are wall time: while more threads were
-    /// runnable than the recording machine had CPUs, each ran only part of
-    /// the time. Converts each segment to the CPU work it did, assuming
-    /// the CPUs were shared evenly (processor sharing) among the threads
-    /// in a compute segment at each moment; the replay shares its CPUs the
-    /// same way, so an unchanged run replays as recorded.
-    fn cpu_shares(&mut self) {
         let n = u64::from(self.p.cpus);
-        if n == 0 || self.ivs.is_empty() {
-            return;
-        }
-        let mut pts: Vec<(u64, i64)> = Vec::with_capacity(self.ivs.len() * 2);
-        for &(a, b, _, _) in &self.ivs {
-            if b > a {
-                pts.push((a, 1));
-                pts.push((b, -1));
-            }
-        }
-        // Ends before starts at the same instant.
-        pts.sort_unstable();
-        let mut curve: Vec<(u64, f64)> = Vec::new();
-        let (mut k, mut acc) = (0i64, 0f64);
-        let mut last = pts.first().map_or(0, |p| p.0);
-        for (t, d) in pts {
-            if t > last {
-                let share = if k as u64 <= n {
-                    1.0
-                } else {
-                    n as f64 / k as f64
-                };
-                acc += (t - last) as f64 * share;
-                last = t;
-            }
-            if curve.last().is_none_or(|c| c.0 != t) {
-                curve.push((t, acc));
-            }
-            k += d;
-        }
-        let at = |t: u64| -> f64 {
-            match curve.binary_search_by_key(&t, |c| c.0) {
-                Ok(i) => curve[i].1,
-                Err(_) => 0.0,
-            }
-        };
-        for &(a, b, ti, ai) in &self.ivs {
-            if b <= a {
-                continue;
-            }
-            let share = ((at(b) - at(a)) / (b - a) as f64).clamp(0.0, 1.0);
-            match self.p.threads[ti as usize].actions.get_mut(ai as usize) {
-                Some(Action::Compute { ns, oh, .. }) => {
-                    *ns = (*ns as f64 * share).round() as u64;
-                    *oh = (f64::from(*oh) * share).round() as u32;
+        match std::mem::take(&mut self.sink) {
+            Sink::Mem {
+                mut actions,
+                mut ivs,
+            } => {
+                for a in actions.iter_mut().flatten() {
+                    remap_signal(a, base);
                 }
-                Some(Action::UnlockWork { ns, .. }) => {
-                    *ns = (*ns as f64 * share).round() as u64;
+                if n > 0 {
+                    cpu_shares_sorted(n, &mut ivs, &mut actions);
                 }
-                _ => {}
+                self.p.actions = Store::Mem(actions);
             }
+            Sink::Spill {
+                actions,
+                ivs,
+                error,
+            } => {
+                if let Some(e) = error {
+                    return Err(spill_error(e));
+                }
+                let threads = self.p.threads.len();
+                let stored = (|| {
+                    let raw = actions.finish()?;
+                    let ivs = ivs.finish()?;
+                    cpu_shares_merged(n, threads, base, &raw, &ivs)
+                })()
+                .map_err(spill_error)?;
+                self.p.actions = Store::Spill(stored);
+            }
+        }
+        Ok(self.p)
+    }
+}
+
+fn spill_error(e: io::Error) -> AnalysisError {
+    AnalysisError::Io {
+        path: "replay spill file".into(),
+        source: e,
+    }
+}
+
+/// Signal ids counted from [`SIGNAL_BIT`] while building come after the
+/// `base` thread ends.
+fn remap_signal(a: &mut Action, base: u32) {
+    match a {
+        Action::Signal(id) | Action::WaitFor { id, .. } if *id & SIGNAL_BIT != 0 => {
+            *id = (*id & !SIGNAL_BIT) + base;
+        }
+        _ => {}
+    }
+}
+
+/// Scales a compute action by the CPU share its thread had.
+fn apply_share(a: &mut Action, share: f64) {
+    match a {
+        Action::Compute { ns, oh, .. } => {
+            *ns = (*ns as f64 * share).round() as u64;
+            *oh = (f64::from(*oh) * share).round() as u32;
+        }
+        Action::UnlockWork { ns, .. } => {
+            *ns = (*ns as f64 * share).round() as u64;
+        }
+        _ => {}
+    }
+}
+
+/// The CPU share of a compute interval on `n` CPUs.
+///
+/// Recorded compute segments are wall time: while more threads were
+/// runnable than the recording machine had CPUs, each ran only part of
+/// the time. Each segment is converted to the CPU work it did, assuming
+/// the CPUs were shared evenly (processor sharing) among the threads in a
+/// compute segment at each moment; the replay shares its CPUs the same
+/// way, so an unchanged run replays as recorded.
+///
+/// `acc` integrates the share `min(1, n / k)` over time, `k` the number
+/// of intervals open; a segment's share is the integral over it divided
+/// by its length. Two implementations: [`cpu_shares_sorted`] (in memory,
+/// all interval ends sorted) and [`cpu_shares_merged`] (streaming, a
+/// merge of the per-thread interval streams); both add the same terms in
+/// the same order, so they give bit-identical shares (tested).
+struct ShareCurve {
+    n: u64,
+    k: u64,
+    acc: f64,
+    last: Option<u64>,
+}
+
+impl ShareCurve {
+    fn new(n: u64) -> Self {
+        ShareCurve {
+            n,
+            k: 0,
+            acc: 0.0,
+            last: None,
+        }
+    }
+    /// Advances to `t` (an interval end or start) and returns the
+    /// integral up to it.
+    fn at(&mut self, t: u64) -> f64 {
+        let last = *self.last.get_or_insert(t);
+        if t > last {
+            let share = if self.k <= self.n {
+                1.0
+            } else {
+                self.n as f64 / self.k as f64
+            };
+            self.acc += (t - last) as f64 * share;
+            self.last = Some(t);
+        }
+        self.acc
+    }
+}
+
+fn share_of(a: u64, b: u64, acc_a: f64, acc_b: f64) -> f64 {
+    ((acc_b - acc_a) / (b - a) as f64).clamp(0.0, 1.0)
+}
+
+fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Vec<Action>]) {
+    let mut pts: Vec<(u64, i64)> = Vec::with_capacity(ivs.len() * 2);
+    for &(a, b, _, _) in ivs.iter() {
+        if b > a {
+            pts.push((a, 1));
+            pts.push((b, -1));
+        }
+    }
+    pts.sort_unstable();
+    let mut curve: Vec<(u64, f64)> = Vec::new();
+    let mut c = ShareCurve::new(n);
+    for (t, d) in pts {
+        let acc = c.at(t);
+        if curve.last().is_none_or(|x| x.0 != t) {
+            curve.push((t, acc));
+        }
+        c.k = (c.k as i64 + d) as u64;
+    }
+    let at = |t: u64| -> f64 {
+        match curve.binary_search_by_key(&t, |c| c.0) {
+            Ok(i) => curve[i].1,
+            Err(_) => 0.0,
+        }
+    };
+    for &(a, b, ti, ai) in ivs.iter() {
+        if b <= a {
+            continue;
+        }
+        let share = share_of(a, b, at(a), at(b));
+        if let Some(x) = actions
+            .get_mut(ti as usize)
+            .and_then(|v| v.get_mut(ai as usize))
+        {
+            apply_share(x, share);
         }
     }
 }
 
+/// Rewrites the raw spilled actions into the final ones: signal ids
+/// remapped, compute work scaled by its CPU share. The shares come from a
+/// merge, in time order, of every thread's interval stream (each is
+/// time-ordered: a thread's intervals follow each other), holding one
+/// interval per thread: what [`cpu_shares_sorted`] computes with a sort of
+/// every interval end.
+fn cpu_shares_merged(
+    n: u64,
+    threads: usize,
+    base: u32,
+    raw: &store::Stored,
+    ivs: &store::Stored,
+) -> io::Result<store::Stored> {
+    let mut out = store::Streams::new()?;
+    let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| raw.reader(t)).collect();
+    // Copies thread t's actions until it has `upto` (all if None), the
+    // last one scaled by `share`.
+    let mut copy =
+        |out: &mut store::Streams, t: usize, upto: Option<(u64, f64)>| -> io::Result<()> {
+            loop {
+                let written = out.count(t);
+                if upto.is_some_and(|(at, _)| written > at) {
+                    return Ok(());
+                }
+                let Some((buf, pos)) = readers[t].data() else {
+                    return Ok(());
+                };
+                let mut a = store::decode(buf, pos);
+                remap_signal(&mut a, base);
+                if let Some((at, share)) = upto {
+                    if written == at {
+                        apply_share(&mut a, share);
+                    }
+                }
+                out.push(t, |b| store::encode(&a, b))?;
+            }
+        };
+    if n > 0 {
+        // Per thread: the interval being merged (start, end, action
+        // index), whether its start was passed, and the integral there.
+        let mut cur: Vec<Option<(u64, u64, u64)>> = vec![None; threads];
+        let mut acc_a = vec![0f64; threads];
+        let mut iv_readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
+        let mut next_iv = |t: usize| -> Option<(u64, u64, u64)> {
+            let (buf, pos) = iv_readers[t].data()?;
+            let a = store::get(buf, pos);
+            let len = store::get(buf, pos);
+            let at = store::get(buf, pos);
+            Some((a, a + len, at))
+        };
+        // (point time, thread, is end); the order of points at one
+        // instant does not change the integral.
+        let mut heap: BinaryHeap<Reverse<(u64, u32, bool)>> = BinaryHeap::new();
+        for (t, c) in cur.iter_mut().enumerate() {
+            *c = next_iv(t);
+            if let Some((a, _, _)) = *c {
+                heap.push(Reverse((a, t as u32, false)));
+            }
+        }
+        let mut curve = ShareCurve::new(n);
+        while let Some(Reverse((p, t, is_end))) = heap.pop() {
+            let acc = curve.at(p);
+            let t = t as usize;
+            let Some((a, b, at)) = cur[t] else { continue };
+            if !is_end {
+                acc_a[t] = acc;
+                curve.k += 1;
+                heap.push(Reverse((b, t as u32, true)));
+                continue;
+            }
+            curve.k -= 1;
+            copy(&mut out, t, Some((at, share_of(a, b, acc_a[t], acc))))?;
+            cur[t] = next_iv(t);
+            if let Some((a, _, _)) = cur[t] {
+                heap.push(Reverse((a, t as u32, false)));
+            }
+        }
+    }
+    for t in 0..threads {
+        copy(&mut out, t, None)?;
+    }
+    if let Some(e) = raw.take_error().or_else(|| ivs.take_error()) {
+        return Err(e);
+    }
+    out.finish()
+}
+
+fn bit(v: &[u64], k: u64) -> bool {
+    v.get((k / 64) as usize)
+        .is_some_and(|w| w >> (k % 64) & 1 != 0)
+}
+
+fn set_bit(v: &mut Vec<u64>, k: u64) {
+    let i = (k / 64) as usize;
+    if v.len() <= i {
+        v.resize(i + 1, 0);
+    }
+    v[i] |= 1 << (k % 64);
+}
+
 const SIGNAL_BIT: u32 = 1 << 31;
 
-/// Builds the replayable program of a trace file (streaming its steps).
+/// Builds the replayable program of a trace file, streaming its steps and
+/// spilling the actions to a temporary file (bounded memory, see the
+/// module doc).
 pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
-    let mut b = Builder::new(meta);
+    let sink = Sink::Spill {
+        actions: store::Streams::new().map_err(spill_error)?,
+        ivs: store::Streams::new().map_err(spill_error)?,
+        error: None,
+    };
+    let mut b = Builder::new(meta, sink);
     for_each_step(path, meta, true, |s, _| b.step(s))?;
-    Ok(b.finish())
+    b.finish()
+}
+
+/// [`build`] with the actions held in memory (about 32 bytes per action).
+pub fn build_in_memory(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
+    let mut b = Builder::new(meta, Sink::default());
+    for_each_step(path, meta, true, |s, _| b.step(s))?;
+    b.finish()
 }
 
 /// A change to the recorded run.
@@ -673,9 +1040,14 @@ struct LockState {
     waiting: BTreeMap<u64, (u32, bool)>,
     /// Turns above `next` already granted (readers that went ahead).
     granted: std::collections::BTreeSet<u64>,
-    /// Per turn: the lowest exclusive turn at or after it (`u64::MAX`
-    /// if none).
-    next_writer: Vec<u64>,
+    /// A bit per turn: shared (reader) acquisition.
+    shared: Vec<u64>,
+    /// Number of turns.
+    turns: u64,
+    /// (from, lowest exclusive turn at or after it): the last answer of
+    /// [`LockState::next_writer`], asked again and again while a run of
+    /// readers waits.
+    nw_cache: std::cell::Cell<(u64, u64)>,
 }
 
 impl LockState {
@@ -687,15 +1059,35 @@ impl LockState {
             return false;
         }
         if shared {
-            let w = self
-                .next_writer
-                .get(self.next as usize)
-                .copied()
-                .unwrap_or(u64::MAX);
+            let w = self.next_writer(self.next);
             k < w || k == self.next
         } else {
             k == self.next && self.readers == 0
         }
+    }
+
+    /// The lowest exclusive turn at or after `from` (`u64::MAX` if none).
+    fn next_writer(&self, from: u64) -> u64 {
+        let (f, w) = self.nw_cache.get();
+        if f == from {
+            return w;
+        }
+        let mut i = (from / 64) as usize;
+        let mut mask = !0u64 << (from % 64);
+        let w = loop {
+            if (i as u64) * 64 >= self.turns {
+                break u64::MAX;
+            }
+            let excl = !self.shared.get(i).copied().unwrap_or(0) & mask;
+            if excl != 0 {
+                let k = i as u64 * 64 + u64::from(excl.trailing_zeros());
+                break if k < self.turns { k } else { u64::MAX };
+            }
+            i += 1;
+            mask = !0;
+        };
+        self.nw_cache.set((from, w));
+        w
     }
 }
 
@@ -751,9 +1143,12 @@ pub fn simulate_logged(
         }),
     };
     let mut open: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); if log { n } else { 0 }];
-    let mut pc = vec![0usize; n];
-    let mut done: Vec<Option<u64>> = vec![None; p.signals as usize];
-    let mut sig_waiters: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+    // Per thread: its actions, the next one first.
+    let mut pc: Vec<std::iter::Peekable<Actions<'_>>> =
+        (0..n).map(|t| p.actions(t).peekable()).collect();
+    // A bit per signal id: it happened.
+    let mut done: Vec<u64> = vec![0; (p.signals as usize).div_ceil(64)];
+    let mut sig_waiters: FxHashMap<u32, Vec<(u32, u64)>> = FxHashMap::default();
     let mut lock_blocked: Vec<Option<u64>> = vec![None; n];
     let mut unlock_woke = vec![false; n];
     let mut res = SimResult {
@@ -778,22 +1173,17 @@ pub fn simulate_logged(
             *r = true;
         }
     }
-    let mut modes: Vec<Vec<bool>> = vec![Vec::new(); p.locks.len()];
-    for t in &p.threads {
-        for a in &t.actions {
-            if let Action::Acquire {
-                lock,
-                seq,
-                shared,
-                cs,
-                ..
-            } = *a
-            {
-                let m = &mut modes[lock as usize];
-                if m.len() <= seq as usize {
-                    m.resize(seq as usize + 1, false);
+    // Per lock, a bit per turn: shared. As recorded, plus the sections
+    // the scenario makes readers (found by reading the actions once).
+    let mut modes: Vec<Vec<u64>> = p.shared_turns.clone();
+    if !sc.readers.is_empty() {
+        for t in 0..n {
+            for a in p.actions(t) {
+                if let Action::Acquire { lock, seq, cs, .. } = a {
+                    if reader.get(cs as usize).copied().unwrap_or(false) {
+                        set_bit(&mut modes[lock as usize], seq);
+                    }
                 }
-                m[seq as usize] = shared || reader.get(cs as usize).copied().unwrap_or(false);
             }
         }
     }
@@ -808,7 +1198,7 @@ pub fn simulate_logged(
         for (&l, deps) in &u.deps {
             if let Some(f) = free.get_mut(l as usize) {
                 *f = Some(FreeLock {
-                    released: vec![false; deps.len().max(modes[l as usize].len())],
+                    released: vec![false; deps.len().max(p.turns[l as usize] as usize)],
                     waiters: BTreeMap::new(),
                 });
                 rw_changed[l as usize] = true;
@@ -816,28 +1206,26 @@ pub fn simulate_logged(
         }
     }
     if sc.record_sections {
-        res.section_times = modes
+        res.section_times = p
+            .turns
             .iter()
-            .map(|m| vec![(u64::MAX, u64::MAX); m.len()])
+            .map(|&m| vec![(u64::MAX, u64::MAX); m as usize])
             .collect();
     }
     // Per thread: turns held, innermost last (lock, turn).
     let mut held: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut locks: Vec<LockState> = modes
-        .iter()
-        .map(|m| {
-            let mut next_writer = vec![u64::MAX; m.len() + 1];
-            for i in (0..m.len()).rev() {
-                next_writer[i] = if m[i] { next_writer[i + 1] } else { i as u64 };
-            }
-            LockState {
-                next: 0,
-                exclusive: false,
-                readers: 0,
-                waiting: BTreeMap::new(),
-                granted: Default::default(),
-                next_writer,
-            }
+        .into_iter()
+        .zip(&p.turns)
+        .map(|(shared, &turns)| LockState {
+            next: 0,
+            exclusive: false,
+            readers: 0,
+            waiting: BTreeMap::new(),
+            granted: Default::default(),
+            shared,
+            turns,
+            nw_cache: std::cell::Cell::new((u64::MAX, u64::MAX)),
         })
         .collect();
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
@@ -872,12 +1260,11 @@ pub fn simulate_logged(
             lg.starts[ti_us] = lg.starts[ti_us].min(now);
         }
         if computed {
-            pc[ti_us] += 1;
+            pc[ti_us].next();
         }
         // Run the thread until it has to wait.
-        let th = &p.threads[ti_us];
         loop {
-            let Some(&a) = th.actions.get(pc[ti_us]) else {
+            let Some(&a) = pc[ti_us].peek() else {
                 if !finished[ti_us] {
                     finished[ti_us] = true;
                     left -= 1;
@@ -902,14 +1289,14 @@ pub fn simulate_logged(
                         _ => compute_ns(&a, &scale, sc.keep_overhead),
                     };
                     if ns == 0 {
-                        pc[ti_us] += 1;
+                        pc[ti_us].next();
                         continue;
                     }
                     sim.compute(ti, ns);
                     break;
                 }
                 Action::Sleep(ns) => {
-                    pc[ti_us] += 1;
+                    pc[ti_us].next();
                     sim.at(now + ns, ti);
                     break;
                 }
@@ -922,7 +1309,7 @@ pub fn simulate_logged(
                 } => {
                     let shared = shared || reader.get(cs as usize).copied().unwrap_or(false);
                     if removed[lock as usize] {
-                        pc[ti_us] += 1;
+                        pc[ti_us].next();
                         continue;
                     }
                     if let Some(t) = res
@@ -950,7 +1337,7 @@ pub fn simulate_logged(
                             }
                             break;
                         }
-                        pc[ti_us] += 1;
+                        pc[ti_us].next();
                         held[ti_us].push((lock, k));
                         if log {
                             open[ti_us].push((lock, cs, now));
@@ -968,7 +1355,7 @@ pub fn simulate_logged(
                     let l = &mut locks[lock as usize];
                     if l.can_grant(k, shared) {
                         grant(l, k, shared);
-                        pc[ti_us] += 1;
+                        pc[ti_us].next();
                         held[ti_us].push((lock, k));
                         if log {
                             if let Action::Acquire { cs, .. } = a {
@@ -994,7 +1381,7 @@ pub fn simulate_logged(
                     break;
                 }
                 Action::Release { lock } => {
-                    pc[ti_us] += 1;
+                    pc[ti_us].next();
                     if removed[lock as usize] {
                         continue;
                     }
@@ -1040,19 +1427,19 @@ pub fn simulate_logged(
                     unlock_woke[ti_us] = wake_next(l, &mut sim);
                 }
                 Action::Signal(id) => {
-                    pc[ti_us] += 1;
+                    pc[ti_us].next();
                     signal(id, &mut done, &mut sig_waiters, &mut sim);
                 }
                 Action::WaitFor { id, latency } => {
-                    pc[ti_us] += 1;
-                    if done.get(id as usize).copied().flatten().is_some() {
+                    pc[ti_us].next();
+                    if bit(&done, u64::from(id)) {
                         continue;
                     }
                     sig_waiters.entry(id).or_default().push((ti, latency));
                     break;
                 }
                 Action::Spawn { child, offset } => {
-                    pc[ti_us] += 1;
+                    pc[ti_us].next();
                     sim.at(now + offset, child);
                     if let Some(lg) = &mut sim.log {
                         lg.spawns[child as usize] = Some((now + offset, ti));
@@ -1197,16 +1584,9 @@ fn wake_next(l: &mut LockState, sim: &mut Sim) -> bool {
     woke
 }
 
-fn signal(
-    id: u32,
-    done: &mut [Option<u64>],
-    waiters: &mut HashMap<u32, Vec<(u32, u64)>>,
-    sim: &mut Sim,
-) {
-    if let Some(d) = done.get_mut(id as usize) {
-        if d.is_none() {
-            *d = Some(sim.now);
-        }
+fn signal(id: u32, done: &mut [u64], waiters: &mut FxHashMap<u32, Vec<(u32, u64)>>, sim: &mut Sim) {
+    if let Some(w) = done.get_mut((id / 64) as usize) {
+        *w |= 1 << (id % 64);
     }
     if let Some(ws) = waiters.remove(&id) {
         for (w, latency) in ws {
@@ -1306,20 +1686,29 @@ pub struct ReplayReport {
 
 /// Replays a program on `cpus` CPUs (0: the recording machine's) as
 /// recorded.
-pub fn report(p: &Program, cpus: u32) -> ReplayReport {
+pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
     let cpus = effective_cpus(p, cpus);
-    let r = simulate(
-        p,
-        cpus,
-        &Scenario {
-            keep_overhead: true,
-            ..Scenario::default()
-        },
-    );
-    let unrecorded = simulate(p, cpus, &Scenario::default());
+    // The two simulations are independent: run them side by side (each
+    // reads the spill file through its own cursors).
+    let (r, unrecorded) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            simulate(
+                p,
+                cpus,
+                &Scenario {
+                    keep_overhead: true,
+                    ..Scenario::default()
+                },
+            )
+        });
+        let unrecorded = simulate(p, cpus, &Scenario::default());
+        (h.join(), unrecorded)
+    });
+    let r = r.map_err(|_| AnalysisError::Config("the replay's simulation thread failed".into()))?;
+    p.check()?;
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
     let recorded = p.recorded_wall();
-    ReplayReport {
+    Ok(ReplayReport {
         schema: SCHEMA,
         cpus,
         recorded_wall_ns: recorded,
@@ -1332,7 +1721,7 @@ pub fn report(p: &Program, cpus: u32) -> ReplayReport {
         unrecorded_wall_ns: unrecorded.wall_ns,
         overhead_ns: p.overhead_ns,
         forced_grants: r.forced,
-        actions: p.threads.iter().map(|t| t.actions.len() as u64).sum(),
+        actions: p.action_count(),
         threads: p
             .threads
             .iter()
@@ -1345,7 +1734,7 @@ pub fn report(p: &Program, cpus: u32) -> ReplayReport {
                 replayed_end_ns: e,
             })
             .collect(),
-    }
+    })
 }
 
 /// `cpus`, or the recording machine's when 0 (or, unknown, the number of

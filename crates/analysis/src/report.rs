@@ -778,6 +778,10 @@ struct Names<'a> {
     /// Call paths of each lock by their innermost return address: (lock,
     /// pc) -> stacks.
     lock_paths: HashMap<(u32, u64), Vec<u32>>,
+    /// The call paths each thread recorded on each lock, by innermost
+    /// return address: (lock, thread, pc) -> stacks (from its waits and
+    /// the sections it was blamed for).
+    thread_paths: HashMap<(u32, u32, u64), Vec<u32>>,
 }
 
 impl Names<'_> {
@@ -831,12 +835,18 @@ impl Names<'_> {
         loc
     }
     /// The shown name of site `s` of lock `oi` where the event's own call
-    /// path is not at hand (a waiter's site in blame, a first use): as
-    /// [`Self::site_view`], and when the return address is runtime code,
-    /// the user frame that all of the lock's recorded call paths through
-    /// that address agree on (several different ones: none is right for
-    /// every event, and the runtime frame stays).
+    /// path is not at hand (a first use): as [`Self::site_view`], and when
+    /// the return address is runtime code, the user frame that all of the
+    /// lock's recorded call paths through that address agree on (several
+    /// different ones: none is right for every event, and the runtime
+    /// frame stays).
     fn site_str(&mut self, oi: u32, s: u32) -> String {
+        self.site_str_of(oi, None, s)
+    }
+    /// As [`Self::site_str`] for an event of thread `thread`: when the
+    /// lock's paths disagree, the paths that this thread recorded through
+    /// the address (its waits) decide, if they agree.
+    fn site_str_of(&mut self, oi: u32, thread: Option<u32>, s: u32) -> String {
         if s == u32::MAX {
             return NO_HOLDER.into();
         }
@@ -844,29 +854,47 @@ impl Names<'_> {
         if let Some(v) = self.view(&raw) {
             return v.short();
         }
-        let o = &self.model.objs[oi as usize];
-        let process = o.process;
         let pc = self.model.sites[s as usize].1;
-        let stacks = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        let all = self.lock_paths.get(&(oi, pc)).cloned().unwrap_or_default();
+        if let Some(name) = self.agreed(oi, &all) {
+            return name;
+        }
+        if let Some(t) = thread {
+            let own = self
+                .thread_paths
+                .get(&(oi, t, pc))
+                .cloned()
+                .unwrap_or_default();
+            if let Some(name) = self.agreed(oi, &own) {
+                return name;
+            }
+        }
+        raw.short()
+    }
+    /// The user frame that every call path of `stacks` names, if they all
+    /// have one and it is the same.
+    fn agreed(&mut self, oi: u32, stacks: &[u32]) -> Option<String> {
+        let process = self.model.objs[oi as usize].process;
         let mut agreed: Option<String> = None;
-        for st in stacks {
-            let Some(v) = self.path_user_frame(process, st) else {
-                return raw.short();
-            };
-            let name = v.short();
+        for &st in stacks {
+            let name = self.path_user_frame(process, st)?.short();
             match &agreed {
-                Some(a) if *a != name => return raw.short(),
+                Some(a) if *a != name => return None,
                 _ => agreed = Some(name),
             }
         }
-        agreed.unwrap_or_else(|| raw.short())
+        agreed
     }
-    fn site_str_via(&mut self, oi: u32, s: u32, stack: u32) -> String {
+    /// The shown name of site `s` of an event of `thread` on lock `oi`
+    /// whose call path is `stack` (0: none recorded, as for an uncontended
+    /// acquisition): the path's user frame when the site is runtime code,
+    /// else as [`Self::site_str_of`].
+    fn site_str_via(&mut self, oi: u32, thread: u32, s: u32, stack: u32) -> String {
         if s == u32::MAX {
             return NO_HOLDER.into();
         }
         if stack == 0 {
-            return self.site_str(oi, s);
+            return self.site_str_of(oi, Some(thread), s);
         }
         let process = self.model.objs[oi as usize].process;
         self.site_view(s, process, stack).short()
@@ -936,6 +964,41 @@ impl Names<'_> {
         let o = &self.model.objs[oi as usize];
         let (p, a) = (o.process, o.addr);
         self.sym.data(p, a).unwrap_or_else(|| format!("{a:#x}"))
+    }
+}
+
+/// Sites that are different inlining chains but print the same (`drop_gil
+/// (ceval_gil.h:162) in PyEval_SaveThread (ceval.c:526)`, inlined into
+/// several callers) get the first caller that tells them apart:
+/// `... < os_stat_impl (posixmodule.c:2897)`, or `< (no caller)` for the
+/// chain that ends first.
+fn disambiguate_sites(sites: &mut [SiteOut]) {
+    let mut by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, s) in sites.iter().enumerate() {
+        by_name.entry(s.name.clone()).or_default().push(i);
+    }
+    for group in by_name.values().filter(|g| g.len() > 1) {
+        // `inlined[0]` is already in the name (` in caller`).
+        let first = sites[group[0]].inlined.len().min(1);
+        let longest = group
+            .iter()
+            .map(|&i| sites[i].inlined.len())
+            .max()
+            .unwrap_or(0);
+        let k = (first..longest).find(|&k| {
+            let x = sites[group[0]].inlined.get(k);
+            group.iter().any(|&i| sites[i].inlined.get(k) != x)
+        });
+        let Some(k) = k else {
+            continue;
+        };
+        for &i in group {
+            let tail = match sites[i].inlined.get(k) {
+                Some(f) => f.clone(),
+                None => "(no caller)".to_string(),
+            };
+            sites[i].name = format!("{} < {tail}", sites[i].name);
+        }
     }
 }
 
@@ -1037,14 +1100,32 @@ pub fn build_report_with(
         code: HashMap::new(),
         frames_all: cfg.frames_all,
         lock_paths: HashMap::new(),
+        thread_paths: HashMap::new(),
+    };
+    let first_pc = |stack: u32| {
+        meta.stacks
+            .get(&stack)
+            .and_then(|s| s.frames.first().copied())
     };
     for &(oi, stack) in model.by_path.keys() {
-        if let Some(&pc) = meta.stacks.get(&stack).and_then(|s| s.frames.first()) {
+        if let Some(pc) = first_pc(stack) {
             names.lock_paths.entry((oi, pc)).or_default().push(stack);
         }
     }
-    for v in names.lock_paths.values_mut() {
+    for &(oi, wthread, _, wstack, c) in model.blame.keys() {
+        for (t, st) in [(wthread, wstack), (c.thread, c.stack)] {
+            if let Some(pc) = first_pc(st).filter(|_| st != 0 && t != u32::MAX) {
+                names.thread_paths.entry((oi, t, pc)).or_default().push(st);
+            }
+        }
+    }
+    for v in names
+        .lock_paths
+        .values_mut()
+        .chain(names.thread_paths.values_mut())
+    {
         v.sort_unstable();
+        v.dedup();
     }
     let mut full = full_report(meta, model, &mut names, cfg);
     full.recommendations = crate::advice::advise(
@@ -1205,13 +1286,15 @@ fn hang_rows(
             continue;
         };
         let mut blame: Vec<CondBlameOut> = Vec::new();
-        for &((p, a, wt, ws, sig), (ns, n)) in &f.cond_blame {
+        for &((p, a, wt, ws, wstack, sig), (ns, n)) in &f.cond_blame {
             if a != addr || pid_of(meta, p) != c.pid {
                 continue;
             }
-            blame.push(CondBlameOut {
+            let row = CondBlameOut {
                 waiter_tid: tid_of(wt),
-                waiter_site: names.pc_str(p, ws, 0),
+                // Its own call path names the waiter's user frame when the
+                // wait is called from runtime code (std::condition_variable).
+                waiter_site: names.pc_str(p, ws, wstack),
                 signaller_tid: sig.map(|(t, _)| tid_of(t)),
                 signaller_site: match sig {
                     Some((_, site)) => names.pc_str(p, site, 0),
@@ -1219,7 +1302,27 @@ fn hang_rows(
                 },
                 wait_ns: ns,
                 waits: n,
-            });
+            };
+            // Paths that name the same site are one row.
+            match blame.iter_mut().find(|b| {
+                (
+                    b.waiter_tid,
+                    &b.waiter_site,
+                    b.signaller_tid,
+                    &b.signaller_site,
+                ) == (
+                    row.waiter_tid,
+                    &row.waiter_site,
+                    row.signaller_tid,
+                    &row.signaller_site,
+                )
+            }) {
+                Some(b) => {
+                    b.wait_ns += row.wait_ns;
+                    b.waits += row.waits;
+                }
+                None => blame.push(row),
+            }
         }
         blame.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
         r.cond_locks.push(CondLockOut {
@@ -1527,6 +1630,7 @@ fn lock_out(
         }
     }
     let mut sites: Vec<SiteOut> = merged.into_values().collect();
+    disambiguate_sites(&mut sites);
     sites.sort_by(|a, b| {
         (b.wait_ns, b.acquisitions, &a.location).cmp(&(a.wait_ns, a.acquisitions, &b.location))
     });
@@ -1685,20 +1789,22 @@ type BlameKey = (u32, u32, String, Option<u32>, String, Vec<String>);
 fn blame_rows(meta: &Meta, model: &Model, names: &mut Names) -> Vec<BlameOut> {
     // Value: wait, waits, waiter thread index, holder thread index.
     let mut rows: BTreeMap<BlameKey, (u64, u64, u32, Option<u32>)> = BTreeMap::new();
-    for (&(oi, wthread, wsite, c), &(ns, n)) in &model.blame {
+    for (&(oi, wthread, wsite, wstack, c), &(ns, n)) in &model.blame {
         if ns == 0 {
             continue;
         }
         let process = model.objs[oi as usize].process;
         let wtid = model.threads.get(wthread as usize).map_or(0, |t| t.tid);
-        let ws = names.site_str(oi, wsite);
+        // The waiter's own call path names its user frame when the site
+        // is runtime code; without one, the lock's paths must agree.
+        let ws = names.site_str_via(oi, wthread, wsite, wstack);
         let (hthread, htid, hs, hp) = if c == Culprit::NONE {
             (None, None, NO_HOLDER.to_string(), Vec::new())
         } else {
             (
                 Some(c.thread),
                 model.threads.get(c.thread as usize).map(|t| t.tid),
-                names.site_str_via(oi, c.site, c.stack),
+                names.site_str_via(oi, c.thread, c.site, c.stack),
                 names.path(process, c.stack),
             )
         };
@@ -2032,5 +2138,49 @@ fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
         semaphores,
         recommendations,
         ..full
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::Frame;
+
+    fn loc(offset: u64, chain: &[(&str, u32)]) -> Location {
+        Location {
+            module: "python3.11".into(),
+            offset,
+            frames: chain
+                .iter()
+                .map(|&(f, line)| Frame {
+                    function: Some(f.into()),
+                    file: Some(format!("/src/{f}.c")),
+                    line: Some(line),
+                })
+                .collect(),
+        }
+    }
+
+    /// Issue 10 item 1: one inlined helper reached from several callers
+    /// prints the same `f (..) in g (..)`; the rows get the first caller
+    /// that differs, and a row with a distinct name is left alone.
+    #[test]
+    fn issue10_sites_that_print_alike_get_their_distinct_caller() {
+        let a = loc(1, &[("drop_gil", 162), ("save", 526), ("listdir", 4187)]);
+        let b = loc(2, &[("drop_gil", 162), ("save", 526)]);
+        let c = loc(3, &[("drop_gil", 162), ("save", 526), ("stat", 2527)]);
+        let d = loc(4, &[("take_gil", 238)]);
+        let mut sites: Vec<SiteOut> = [&a, &b, &c, &d].iter().map(|l| site_out(l, l)).collect();
+        disambiguate_sites(&mut sites);
+        let names: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < listdir (listdir.c:4187)",
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < (no caller)",
+                "drop_gil (drop_gil.c:162) in save (save.c:526) < stat (stat.c:2527)",
+                "take_gil (take_gil.c:238)",
+            ]
+        );
     }
 }

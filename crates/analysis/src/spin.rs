@@ -90,6 +90,15 @@ struct MemOp {
     /// Value written (stores, read-modify-writes), when known.
     after: Option<u64>,
     site: u64,
+    /// Identical repeats of this operation that follow it, recorded as
+    /// one `AccessRepeat` (`LOCKSCOPE_COALESCE`): same thread, address,
+    /// kind and (loads) value, nothing else of the thread's recorded in
+    /// between. Each repeat is one more attempt that found what this one
+    /// found.
+    repeats: u64,
+    /// Time of the thread's previous event (any kind; 0 for its first):
+    /// the operation ran after it.
+    prev_time: u64,
 }
 
 /// One acquisition and its release, for the tests and the lockset.
@@ -286,8 +295,21 @@ fn mem_op(thread: u32, idx: usize, e: &Event, values: bool) -> Option<(u64, MemO
             before,
             after,
             site: e.site,
+            repeats: 0,
+            prev_time: 0,
         },
     ))
+}
+
+/// The access kind an `AccessRepeat` repeats (its `arg2`: 1 plain read,
+/// 2 plain write, 3 atomic load; see docs/detailed.md).
+fn repeated_op(e: &Event) -> Option<Op> {
+    match e.arg2 {
+        1 => Some(Op::Read),
+        2 => Some(Op::Write),
+        3 => Some(Op::AtomicLoad),
+        _ => None,
+    }
 }
 
 /// Outcome of the detection for one candidate.
@@ -518,10 +540,29 @@ fn detect(ops: &[MemOp]) -> Verdict {
     // Episodes per thread, in program order.
     let mut role: HashMap<usize, bool> = HashMap::new(); // op -> is acquisition
     let mut rel_of: HashMap<usize, usize> = HashMap::new();
-    for &(a, r) in &changes {
+    // When each release happened. Its stamp is taken after it ran and can
+    // be late by as long as the thread was preempted in between (tens of
+    // ms on a loaded machine); in the word's order (`changes`), it ran
+    // before the next acquisition, which had run when that one was
+    // stamped, and after the thread's previous event. The stamp is
+    // clamped into that window, so a late stamp neither inflates the hold
+    // nor makes it overlap the next owner's.
+    let mut rel_time: HashMap<usize, u64> = HashMap::new();
+    for (k, &(a, r)) in changes.iter().enumerate() {
         role.insert(a, true);
         role.insert(r, false);
         rel_of.insert(a, r);
+        let next_acq = changes
+            .get(k + 1)
+            .map(|&(n, _)| n)
+            .or(open_acq)
+            .map_or(u64::MAX, |n| ops[n].time);
+        let t = ops[r]
+            .time
+            .min(next_acq)
+            .max(ops[r].prev_time)
+            .max(ops[a].time);
+        rel_time.insert(r, t);
     }
     if let Some(a) = open_acq {
         role.insert(a, true);
@@ -549,7 +590,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
                         attempt: first.map_or(o.time, |f| f.0).min(o.time),
                         attempt_idx: first.map_or(o.idx, |f| f.1),
                         acquired: o.time,
-                        released: rel.map(|r| ops[r].time),
+                        released: rel.map(|r| rel_time.get(&r).copied().unwrap_or(ops[r].time)),
                         failed,
                         failed_rmw,
                         site: o.site,
@@ -568,9 +609,11 @@ fn detect(ops: &[MemOp]) -> Verdict {
                     first.get_or_insert((o.time, o.idx));
                     last_attempt = Some(o.kind);
                     if found[i] == busy {
-                        failed += 1;
+                        // Coalesced repeats found the same value (a load
+                        // repeats only with an identical value read).
+                        failed += 1 + o.repeats;
                         if o.kind == Kind::Rmw {
-                            failed_rmw += 1;
+                            failed_rmw += 1 + o.repeats;
                         }
                     }
                 }
@@ -736,13 +779,38 @@ pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
     // other) plus plain accesses of the candidates.
     let mut ops: BTreeMap<u64, Vec<MemOp>> = BTreeMap::new();
     for (&tid, evs) in &t.events {
+        // The thread's last plain access or atomic load (the only
+        // operations the runtime coalesces), and where it went in `ops`:
+        // an `AccessRepeat` repeats it (any other access, atomic or
+        // synchronization call of the thread ends a run first).
+        let mut last: Option<(u64, Op, Option<usize>)> = None;
         for (i, e) in evs.iter().enumerate() {
-            let plain = matches!(e.op(), Some(Op::Read | Op::Write));
-            if plain && !cands.contains(&e.addr) {
+            let op = e.op();
+            if op == Some(Op::AccessRepeat) {
+                if let Some((addr, kind, Some(pos))) = last {
+                    if addr == e.addr && repeated_op(e) == Some(kind) {
+                        if let Some(m) = ops.get_mut(&addr).and_then(|v| v.get_mut(pos)) {
+                            m.repeats = m.repeats.saturating_add(e.arg);
+                        }
+                    }
+                }
                 continue;
             }
-            if let Some((a, m)) = mem_op(tid, i, e, values) {
-                ops.entry(a).or_default().push(m);
+            let repeatable = matches!(op, Some(Op::Read | Op::Write | Op::AtomicLoad));
+            let plain = matches!(op, Some(Op::Read | Op::Write));
+            if plain && !cands.contains(&e.addr) {
+                last = op.map(|o| (e.addr, o, None));
+                continue;
+            }
+            if let Some((a, mut m)) = mem_op(tid, i, e, values) {
+                m.prev_time = i.checked_sub(1).map_or(0, |p| evs[p].time);
+                let v = ops.entry(a).or_default();
+                v.push(m);
+                last = op
+                    .filter(|_| repeatable)
+                    .map(|o| (e.addr, o, Some(v.len() - 1)));
+            } else if op.is_some_and(|o| o.is_atomic() || repeatable) {
+                last = None;
             }
         }
     }
@@ -1284,8 +1352,9 @@ pub fn annotate(t: &Trace, r: &SpinReport) -> Trace {
             let spinning_only = evs.get(window.clone()).is_some_and(|w| {
                 w.iter().all(|e| {
                     e.addr == l.addr
-                        && e.op()
-                            .is_some_and(|o| o.is_atomic() || matches!(o, Op::Read | Op::Write))
+                        && e.op().is_some_and(|o| {
+                            o.is_atomic() || matches!(o, Op::Read | Op::Write | Op::AccessRepeat)
+                        })
                 })
             });
             if h.failed > 0 && spinning_only {
@@ -1312,7 +1381,10 @@ pub fn annotate(t: &Trace, r: &SpinReport) -> Trace {
                 ));
             }
             if let (Some(ri), Some(rt)) = (h.rel_idx, h.released) {
-                ed.after
+                // Before the releasing store: `rt` may be earlier than its
+                // stamp (see `detect`), never earlier than the event
+                // before it, so the thread's times stay in order.
+                ed.before
                     .entry(ri)
                     .or_default()
                     .push(mk(rt, Op::SpinUnlock, phase::DONE, &at(ri)));
@@ -1552,6 +1624,79 @@ mod tests {
     }
 
     #[test]
+    fn issue12_atomic_flag_release_stamped_after_the_next_hold_is_ordered() {
+        // `atomic_flag::clear` of thread 1 (an atomic store, recorded with
+        // the value it found) is stamped after thread 2 acquired and
+        // released and thread 3 acquired: the found values still give
+        // the only lock order, with exact counts, and the release is put
+        // no later than thread 2's acquisition, which followed it.
+        let r = run(vec![
+            vec![xchg(10, L, 0, 1), store(40, L, 1, 0)],
+            vec![xchg(12, L, 1, 1), xchg(15, L, 0, 1), store(20, L, 1, 0)],
+            vec![xchg(14, L, 1, 1), xchg(22, L, 0, 1), store(30, L, 1, 0)],
+        ]);
+        let l = one(&r);
+        assert!(r.rejected.is_empty(), "{r:#?}");
+        assert_eq!((l.acquisitions, l.releases, l.failed_attempts), (3, 3, 2));
+        assert_eq!(
+            l.holds
+                .iter()
+                .map(|h| (h.thread, h.acquired, h.released))
+                .collect::<Vec<_>>(),
+            vec![(1, 10, Some(15)), (2, 15, Some(20)), (3, 22, Some(30))]
+        );
+    }
+
+    /// `AccessRepeat` of `n` repeats of an access of `kind` (1 read,
+    /// 2 write, 3 atomic load), stamped with the last repeat's time.
+    fn repeat(time: u64, a: u64, n: u64, kind: u64) -> Event {
+        at(time, Op::AccessRepeat, 4, a, n, kind)
+    }
+
+    #[test]
+    fn issue13_coalesced_busy_loads_count_every_repeat() {
+        // The same test-test-and-set run as above, coalesced: thread 2's
+        // two busy loads are one load and one repeat; a repeat of another
+        // location's read in between counts nothing.
+        let other = 0x2000;
+        let r = run(vec![
+            vec![load(5, L, 0), xchg(6, L, 0, 1), store(16, L, 1, 0)],
+            vec![
+                load(8, L, 1),
+                repeat(10, L, 1, 3),
+                at(11, Op::Read, 4, other, 0, 0),
+                repeat(12, other, 500, 1),
+                load(13, L, 1),
+                repeat(15, L, 40, 3),
+                load(17, L, 0),
+                xchg(18, L, 0, 1),
+                store(25, L, 1, 0),
+            ],
+        ]);
+        let l = one(&r);
+        assert_eq!(l.kind, "ttas");
+        assert_eq!(
+            (l.acquisitions, l.releases, l.failed_attempts),
+            (2, 2, 2 + 1 + 40)
+        );
+        assert_eq!(l.threads[1].busy_reads, 43);
+        assert_eq!(l.threads[1].failed_rmw, 0);
+        // Waiting still runs from the first load.
+        assert_eq!(l.holds[1].attempt, 8);
+        // A repeat whose kind is not the last access's is not counted.
+        let r = run(vec![
+            vec![xchg(1, L, 0, 1), store(9, L, 1, 0)],
+            vec![
+                load(3, L, 1),
+                repeat(4, L, 7, 1),
+                xchg(10, L, 0, 1),
+                store(12, L, 1, 0),
+            ],
+        ]);
+        assert_eq!(one(&r).failed_attempts, 1);
+    }
+
+    #[test]
     fn failed_compare_exchange_is_a_failed_attempt() {
         let cas_ok = |t| at(t, Op::AtomicCas, 2, L, 0, 1);
         let r = run(vec![
@@ -1760,8 +1905,8 @@ mod tests {
             vec![
                 (10, Op::AtomicExchange, x),
                 (10, Op::SpinLock, phase::DONE),
-                (20, Op::AtomicStore, s),
                 (20, Op::SpinUnlock, phase::DONE),
+                (20, Op::AtomicStore, s),
             ]
         );
         // The spinning is left out: a thread in a lock call records
@@ -1772,8 +1917,8 @@ mod tests {
                 (12, Op::SpinLock, phase::BEGIN),
                 (21, Op::SpinLock, phase::DONE | phase::CONTENDED),
                 (21, Op::AtomicExchange, x),
-                (30, Op::AtomicStore, s),
                 (30, Op::SpinUnlock, phase::DONE),
+                (30, Op::AtomicStore, s),
             ]
         );
         assert_eq!(a.header.get(ANNOTATED_KEY), Some("1"));

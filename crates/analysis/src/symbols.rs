@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use lockscope_format::MapEntry;
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+mod layout;
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// One frame of a resolved code address (innermost inlined frame first).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -219,8 +221,8 @@ const MAX_MODULE_BYTES: u64 = 2 << 30;
 struct Module {
     /// (vaddr, size, name) of defined symbols, sorted by address.
     symbols: Vec<(u64, u64, String)>,
-    /// Static arrays known from DWARF: (vaddr, size, element size), sorted.
-    arrays: Vec<(u64, u64, u64)>,
+    /// Types of static variables, from DWARF, for names inside them.
+    layout: Option<layout::Layout>,
     /// (file offset, size in file, size in memory, vaddr) of loadable
     /// segments. The size in memory covers `.bss`, which the kernel maps
     /// anonymously right after the file-backed part.
@@ -318,22 +320,30 @@ impl Module {
             _ => path.to_string(),
         };
         let dwarf = addr2line::Loader::new(&dwarf_path).ok();
-        let arrays = match (&debug_obj, has_dwarf) {
-            (Some(d), false) => static_arrays(d),
-            (_, true) => static_arrays(&file),
-            _ => Vec::new(),
+        let layout = match (&debug_obj, has_dwarf) {
+            (Some(d), false) => layout::Layout::load(d),
+            (_, true) => layout::Layout::load(&file),
+            _ => None,
         };
         // Say why names are missing, and what would bring them.
-        let note = (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
-            format!(
-                "{path}: no debug info (stripped) and no separate debug file found \
+        let mut note =
+            (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
+                format!(
+                    "{path}: no debug info (stripped) and no separate debug file found \
                  (looked for {}); install its debug package (-dbgsym / -dbg) for \
                  function names and lines",
-                debug.looked.join(", ")
-            )
-        });
+                    debug.looked.join(", ")
+                )
+            });
+        if !debug.fetch_errors.is_empty() {
+            let why = format!("debuginfod failed: {}", debug.fetch_errors.join("; "));
+            note = Some(match note {
+                Some(n) => format!("{n} ({why})"),
+                None => format!("{path}: {why}"),
+            });
+        }
         let module = Module {
-            arrays,
+            layout,
             symbols,
             segments,
             dwarf,
@@ -359,13 +369,6 @@ impl Module {
         Some(seg.3 + (file_off - seg.0))
     }
 
-    /// The static array (start, size, element size) containing `va`.
-    fn array_at(&self, va: u64) -> Option<(u64, u64, u64)> {
-        let i = self.arrays.partition_point(|a| a.0 <= va);
-        let a = *self.arrays.get(i.checked_sub(1)?)?;
-        (va - a.0 < a.1).then_some(a)
-    }
-
     /// Symbol containing `va`; a symbol of size 0 matches only its own address.
     fn symbol(&self, va: u64) -> Option<(&str, u64)> {
         let i = self.symbols.partition_point(|s| s.0 <= va);
@@ -381,6 +384,8 @@ impl Module {
 struct DebugFile {
     path: Option<std::path::PathBuf>,
     looked: Vec<String>,
+    /// Why debuginfod servers failed (not "not found").
+    fetch_errors: Vec<String>,
 }
 
 /// Roots of separate debug files: `$LOCKSCOPE_DEBUG_DIRS` (colon
@@ -424,154 +429,43 @@ fn find_debug_file(path: &str, file: &object::File<'_>) -> DebugFile {
             }
         }
     }
+    if let Some(p) = debuglink(path, file, &roots, &mut out.looked) {
+        out.path = Some(p);
+        return out;
+    }
+    // Last, a debuginfod server (DEBUGINFOD_URLS), by build-id.
+    if let (Some(cfg), Ok(Some(id))) = (crate::debuginfod::Config::from_env(), file.build_id()) {
+        out.looked.push(format!("debuginfod at {}", cfg.describe()));
+        let got = crate::debuginfod::debuginfo(&cfg, id);
+        out.fetch_errors = got.errors.iter().map(|e| e.to_string()).collect();
+        out.path = got.path;
+    }
+    out
+}
+
+/// The `.gnu_debuglink` candidates of `path` (see [`find_debug_file`]).
+fn debuglink(
+    path: &str,
+    file: &object::File<'_>,
+    roots: &[std::path::PathBuf],
+    looked: &mut Vec<String>,
+) -> Option<std::path::PathBuf> {
     if let Ok(Some((name, crc))) = file.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
         let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
         let mut cands = vec![dir.join(&name), dir.join(".debug").join(&name)];
-        for root in &roots {
+        for root in roots {
             cands.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
         }
         for p in cands {
-            out.looked.push(p.display().to_string());
+            looked.push(p.display().to_string());
             // The link names a file, not a build: a CRC mismatch is a
             // debug file of another build of the same program.
             if p.as_path() != Path::new(path)
                 && std::fs::read(&p).is_ok_and(|d| crc32fast::hash(&d) == crc)
             {
-                out.path = Some(p);
-                return out;
+                return Some(p);
             }
-        }
-    }
-    out
-}
-
-/// Static arrays from DWARF: (address, total size, element size) of every
-/// variable with a fixed address whose type is an array, so that a lock
-/// inside one is named `name[i]` (`lru_locks[12]`). Only unit-level
-/// variables with a `DW_OP_addr` location; sorted by address.
-fn static_arrays(file: &object::File<'_>) -> Vec<(u64, u64, u64)> {
-    use addr2line::gimli;
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(std::borrow::Cow::Borrowed(&[])))
-    };
-    let Ok(sections) = gimli::DwarfSections::load(load) else {
-        return Vec::new();
-    };
-    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
-    let mut out = Vec::new();
-    let mut units = dwarf.units();
-    while let Ok(Some(header)) = units.next() {
-        let Ok(unit) = dwarf.unit(header) else {
-            continue;
-        };
-        let mut entries = unit.entries();
-        while let Ok(Some(e)) = entries.next_dfs() {
-            if e.tag() != gimli::DW_TAG_variable {
-                continue;
-            }
-            let Some(addr) = var_address(&unit, e) else {
-                continue;
-            };
-            if let Some((total, elem)) = array_type(&unit, e) {
-                out.push((addr, total, elem));
-            }
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
-type Slice<'a> = addr2line::gimli::EndianSlice<'a, addr2line::gimli::RunTimeEndian>;
-
-/// A variable's static address (`DW_AT_location` = one `DW_OP_addr`).
-fn var_address(
-    unit: &addr2line::gimli::Unit<Slice<'_>>,
-    e: &addr2line::gimli::DebuggingInformationEntry<Slice<'_>>,
-) -> Option<u64> {
-    use addr2line::gimli;
-    let gimli::AttributeValue::Exprloc(expr) = e.attr_value(gimli::DW_AT_location)? else {
-        return None;
-    };
-    let mut ops = expr.operations(unit.encoding());
-    match ops.next().ok()?? {
-        gimli::Operation::Address { address } => match ops.next() {
-            Ok(None) => Some(address),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// (total size, element size) when the entry's type is a one-level array
-/// (through typedefs and qualifiers) whose element type has a byte size.
-fn array_type(
-    unit: &addr2line::gimli::Unit<Slice<'_>>,
-    e: &addr2line::gimli::DebuggingInformationEntry<Slice<'_>>,
-) -> Option<(u64, u64)> {
-    use addr2line::gimli;
-    let type_of =
-        |e: &gimli::DebuggingInformationEntry<Slice<'_>>| match e.attr_value(gimli::DW_AT_type)? {
-            gimli::AttributeValue::UnitRef(o) => Some(o),
-            _ => None,
-        };
-    let size_of = |mut off: gimli::UnitOffset| -> Option<u64> {
-        for _ in 0..16 {
-            let t = unit.entry(off).ok()?;
-            if let Some(v) = t.attr_value(gimli::DW_AT_byte_size) {
-                return v.udata_value();
-            }
-            off = type_of(&t)?;
-        }
-        None
-    };
-    let mut off = type_of(e)?;
-    for _ in 0..16 {
-        let t = unit.entry(off).ok()?;
-        match t.tag() {
-            gimli::DW_TAG_typedef
-            | gimli::DW_TAG_const_type
-            | gimli::DW_TAG_volatile_type
-            | gimli::DW_TAG_atomic_type => off = type_of(&t)?,
-            gimli::DW_TAG_array_type => {
-                let elem = size_of(type_of(&t)?)?;
-                // The total: the array's own byte size, else the element
-                // size times the first dimension's count (C arrays carry
-                // DW_AT_upper_bound or DW_AT_count in a subrange child).
-                let total = match t.attr_value(gimli::DW_AT_byte_size) {
-                    Some(v) => v.udata_value()?,
-                    None => {
-                        let mut tree = unit.entries_tree(Some(off)).ok()?;
-                        let root = tree.root().ok()?;
-                        let mut kids = root.children();
-                        let mut n: Option<u64> = None;
-                        while let Ok(Some(k)) = kids.next() {
-                            let k = k.entry();
-                            if k.tag() != gimli::DW_TAG_subrange_type {
-                                continue;
-                            }
-                            let dim = if let Some(c) = k.attr_value(gimli::DW_AT_count) {
-                                c.udata_value()?
-                            } else {
-                                k.attr_value(gimli::DW_AT_upper_bound)?.udata_value()? + 1
-                            };
-                            n = Some(n.unwrap_or(1) * dim);
-                        }
-                        n? * elem
-                    }
-                };
-                return (elem > 0 && total >= elem).then_some((total, elem));
-            }
-            _ => return None,
         }
     }
     None
@@ -734,27 +628,40 @@ impl Symbolizer {
     }
 
     /// Name of a data address (a static lock): the symbol containing it,
-    /// as `name[i]` inside a static array whose element size DWARF gives
-    /// (`lru_locks[12]`, `+0x..` when inside element i), else with
-    /// `+offset` when it is inside a larger object; `module+0xoffset` in a
-    /// module's data that no symbol covers (a stripped binary's `.bss`).
+    /// with the path inside it that DWARF's types give (`lru_locks[12]`,
+    /// `buckets[3].lock`, `_PyRuntime.ceval.gil.mutex`; see
+    /// `symbols/layout.rs`), else with `+offset` when it is inside a
+    /// larger object; `module+0xoffset` in a module's data that no symbol
+    /// covers (a stripped binary's `.bss`).
     /// `None` for heap, stack and anonymous memory, or when the file
     /// cannot be read.
     pub fn data(&mut self, process: u32, addr: u64) -> Option<String> {
+        self.data_named(process, addr, true)
+    }
+
+    /// As [`Self::data`] but naming only array elements inside a static,
+    /// not struct members (`slots[1]+0x8`): the form detailed mode splits
+    /// into an object and an offset.
+    pub fn data_indexed(&mut self, process: u32, addr: u64) -> Option<String> {
+        self.data_named(process, addr, false)
+    }
+
+    fn data_named(&mut self, process: u32, addr: u64, members: bool) -> Option<String> {
         let (module, file_off, resolved) = self.locate(process, addr);
         let (md, va) = resolved?;
         let Some((name, off)) = md.symbol(va) else {
             return Some(format!("{module}+{file_off:#x}"));
         };
-        if let Some((start, _, elem)) = md.array_at(va) {
-            if start == va - off {
-                let (i, within) = (off / elem, off % elem);
-                return Some(if within == 0 {
-                    format!("{name}[{i}]")
-                } else {
-                    format!("{name}[{i}]+{within:#x}")
-                });
-            }
+        if let Some((path, rest)) = md
+            .layout
+            .as_ref()
+            .and_then(|l| l.inside(va - off, off, members))
+        {
+            return Some(if rest == 0 {
+                format!("{name}{path}")
+            } else {
+                format!("{name}{path}+{rest:#x}")
+            });
         }
         Some(if off == 0 {
             name.to_string()

@@ -1105,12 +1105,12 @@ impl SyncInterp {
     fn release_hold(&mut self, ti: usize, oi: u32, t: u64) -> Option<(Section, u64, bool)> {
         let th = &mut self.threads[ti];
         let i = th.held.iter().rposition(|h| h.obj == oi)?;
-        let s = th.held.remove(i);
+        let s = take_at(&mut th.held, i);
         let o = &mut self.objs[oi as usize];
         o.touch(t);
         let mut info = (t, false);
         if let Some(j) = o.holders.iter().rposition(|x| x.thread == ti as u32) {
-            let x = o.holders.remove(j);
+            let x = take_at(&mut o.holders, j);
             info = (x.since, x.shared);
         }
         Some((s, info.0, info.1))
@@ -1746,4 +1746,16 @@ pub fn trace_steps(t: &Trace, correct: bool) -> Vec<Step<'_>> {
     let mut v = Vec::new();
     for_each_trace_step(t, correct, |s, _| v.push(*s));
     v
+}
+
+/// `v.remove(i)`, without the call when `i` is the last element (the
+/// usual case: the innermost hold is released first; `Vec::remove` is
+/// not inlined and was 3 % of the report's instructions).
+#[inline(always)]
+pub(crate) fn take_at<T>(v: &mut Vec<T>, i: usize) -> T {
+    if i + 1 == v.len() {
+        v.pop().expect("i is in bounds")
+    } else {
+        v.remove(i)
+    }
 }

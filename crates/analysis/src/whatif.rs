@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::detailed::Detailed;
 use crate::input::Meta;
-use crate::replay::{effective_cpus, simulate, Action, Program, Scenario, SimResult, UlcpFree};
+use crate::replay::{effective_cpus, simulate, Program, Scenario, SimResult, UlcpFree};
 use crate::symbols::Symbolizer;
 use crate::ulcp::{classify, Kind};
 use crate::AnalysisError;
@@ -205,15 +205,7 @@ pub fn ulcp_free(
     names: &mut dyn FnMut(&Program, u32) -> String,
 ) -> UlcpFreeOut {
     // Turns per replayed lock.
-    let mut turns: Vec<u64> = vec![0; p.locks.len()];
-    for t in &p.threads {
-        for a in &t.actions {
-            if let Action::Acquire { lock, seq, .. } = *a {
-                let n = &mut turns[lock as usize];
-                *n = (*n).max(seq + 1);
-            }
-        }
-    }
+    let turns = &p.turns;
     let lock_ix: HashMap<(u32, u64), u32> = p
         .locks
         .iter()
@@ -614,6 +606,7 @@ pub fn analyze_with(
         let mut nm = |p: &Program, l: u32| names.lock(p, l);
         uf = Some(ulcp_free(p, d, cpus, base.wall_ns, &mut nm));
     }
+    p.check()?;
     Ok(WhatifReport {
         schema: SCHEMA,
         cpus,
@@ -777,6 +770,11 @@ pub fn gain_lines(
             speedup(base.wall_ns, without.wall_ns),
             speedup(base.wall_ns, halved.wall_ns),
         ));
+    }
+    if p.check().is_err() {
+        // A spill file that could not be read back: no figures rather
+        // than wrong ones (the line is a hint in the report).
+        return Vec::new();
     }
     out
 }

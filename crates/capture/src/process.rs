@@ -146,6 +146,57 @@ pub(crate) fn count_nested_skipped() {
     }
 }
 
+pub(crate) fn count_ring_reused() {
+    if let Some(h) = header() {
+        h.rings_reused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_ring_not_pooled() {
+    if let Some(h) = header() {
+        h.rings_not_pooled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn count_pool_not_ready() {
+    if let Some(h) = header() {
+        h.pool_not_ready.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Largest ring kept for reuse by new threads: four times a first ring
+/// (one growth). Larger rings (threads that ran hot) are unmapped at
+/// join, so the free list holds at most 128 x 256 KiB by default.
+pub(crate) fn pool_max_capacity() -> u64 {
+    first_ring_capacity().saturating_mul(4)
+}
+
+/// True if full rings make threads wait (`LOCKSCOPE_ON_FULL`).
+pub(crate) fn wait_when_full() -> bool {
+    config().wait_when_full
+}
+
+/// The identity written for a ring of thread `tid` starting now: pid,
+/// exec generation, creator, start stamp, and the thread's current name.
+///
+/// # Safety
+/// None beyond being called on a live thread of this process (it reads
+/// the calling thread's name with `prctl`).
+pub(crate) unsafe fn ring_identity(tid: u32, parent_tid: u32) -> ring::RingIdentity {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes (NUL included) to the
+    // buffer, which has 16.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    ring::RingIdentity {
+        pid: pid(),
+        tid,
+        exec_generation: generation(),
+        parent_tid,
+        start_tsc: tsc::now(),
+        name,
+    }
+}
+
 fn count_space_exhausted() {
     if let Some(h) = header() {
         h.space_exhausted.fetch_add(1, Ordering::Relaxed);
@@ -240,10 +291,12 @@ fn errno() -> i32 {
 }
 
 /// Opens a new session file exclusively.
+///
+/// # Safety
+/// None beyond `p` holding a path (it is NUL-terminated by `c()`).
 unsafe fn create_excl(p: &mut PathBuf) -> Result<i32, i32> {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `p.c()` is a NUL-terminated path inside `p`'s buffer, alive
+    // for the call; open(2) only reads it.
     unsafe {
         let fd = libc::open(
             p.c(),
@@ -260,10 +313,15 @@ unsafe fn create_excl(p: &mut PathBuf) -> Result<i32, i32> {
 
 /// Copies the file at `src` (NUL-terminated) into `fd` from `off`, through
 /// a stack buffer. Returns bytes copied (short on error).
+///
+/// # Safety
+/// `src` must end with a NUL byte; `fd` must be a descriptor the caller
+/// owns, open for writing.
 unsafe fn copy_file_into(src: &[u8], fd: i32, mut off: i64) -> u64 {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `src` is NUL-terminated (contract), read by open(2) only;
+    // read(2) writes at most `buf.len()` bytes into the local `buf`; pwrite
+    // reads the `n` bytes read into it; `s` is our own descriptor, closed
+    // once; `fd` is the caller's (contract).
     unsafe {
         let s = libc::open(
             src.as_ptr() as *const libc::c_char,
@@ -319,10 +377,18 @@ pub fn snapshot_maps() -> bool {
 }
 
 /// Creates and maps `P<pid>-<gen>.proc` for the next free generation.
+///
+/// # Safety
+/// Call it single-threaded (the library constructor, or the fork child's
+/// handler) after CONFIG is written: it publishes HEADER and PID/GEN.
 unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: getpid/ftruncate/readlink/pwrite/close work on our own new
+    // descriptor and on local buffers (readlink writes at most
+    // `exe.len() - 1` bytes, leaving room for the NUL stored after it).
+    // The mmap'd page is HEADER_BYTES of a file we just sized to at least
+    // that, so `h` (page-aligned) and every field written lie inside it;
+    // no one else reads it before `magic`, written last after a Release
+    // fence, and only this single thread writes it here (contract).
     unsafe {
         let pid = libc::getpid() as u32;
         let mut gen = 0u32;
@@ -405,15 +471,17 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
 /// smaller sizes down to 8 KiB before the thread is given up on, and
 /// every shortage is counted in the process header (the recorder names
 /// the file system and the remedy).
+///
+/// # Safety
+/// None beyond a recording process (CONFIG written by `init`).
 pub(crate) unsafe fn create_ring(
     tid: u32,
     parent_tid: u32,
     seq: u32,
     cap: u64,
 ) -> Option<Producer> {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: create_ring_once has no contract beyond ours; nanosleep
+    // reads a valid local timespec and is given a null remainder pointer.
     unsafe {
         let min = if seq == 0 {
             ring::capacity_for_kib(8)
@@ -430,6 +498,9 @@ pub(crate) unsafe fn create_ring(
                     if !counted {
                         count_space_exhausted();
                         counted = true;
+                        // Rings kept for reuse hold space too: give them
+                        // back (the recorder removes their files).
+                        thread::release_pool();
                     }
                     if cap / 2 >= min {
                         cap /= 2;
@@ -473,10 +544,17 @@ static SPACE_GAVE_UP: core::sync::atomic::AtomicBool = core::sync::atomic::Atomi
 /// 1 ms sleeps a new thread waits for space for its first ring.
 const SPACE_WAITS: u32 = 2000;
 
+///
+/// # Safety
+/// None beyond a recording process (CONFIG written by `init`): the path
+/// is built on the stack, the file and mapping are new and ours.
 unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Result<Producer, i32> {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `p.c()` is a NUL-terminated stack path; fallocate/ftruncate/
+    // close act on the descriptor we just created; the mapping is `len`
+    // bytes of that file, sized to `len` first (fallocate or ftruncate),
+    // page-aligned by mmap and zero-filled (a new file), which is what
+    // `prefault` and `Producer::init` require; on failure it is unmapped
+    // once and never used. `ring_identity` only reads our thread's name.
     unsafe {
         let len = ring::file_bytes(cap);
         let mut p = PathBuf::in_session();
@@ -489,8 +567,22 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
         if seq > 0 {
             p.push(b"-").num(seq);
         }
+        let stem = p.len;
         p.push(b".ring");
-        let fd = create_excl(&mut p)?;
+        let mut fd = create_excl(&mut p);
+        // The kernel reuses tids (pid_max is often 32768): an earlier
+        // thread with this tid may still own `T..-<tid>.ring`, its ring
+        // recycled by later threads. A first ring then takes an
+        // alternative name the recorder also lists (`.<k>.ring`). (A
+        // growth that collides just fails: the thread waits instead.)
+        let mut k = 1;
+        while seq == 0 && fd == Err(libc::EEXIST) && k <= 64 {
+            p.len = stem;
+            p.push(b".").num(k).push(b".ring");
+            fd = create_excl(&mut p);
+            k += 1;
+        }
+        let fd = fd?;
         // fallocate first: on a full tmpfs it fails cleanly, where touching a
         // page of a sparse shared mapping would raise SIGBUS.
         let fa = libc::fallocate(fd, 0, 0, len as i64);
@@ -521,16 +613,7 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
             return Err(e);
         }
         prefault(m as *mut u8, len);
-        let mut name = [0u8; 16];
-        libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
-        let id = ring::RingIdentity {
-            pid: pid(),
-            tid,
-            exec_generation: generation(),
-            parent_tid,
-            start_tsc: tsc::now(),
-            name,
-        };
+        let id = ring_identity(tid, parent_tid);
         let Some(mut prod) = Producer::init(m as *mut u8, len, &id) else {
             libc::munmap(m, len);
             libc::unlink(p.c());
@@ -543,10 +626,15 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
 
 /// Faults every page of a fresh mapping in now, so that the event path
 /// never takes a page fault (3-6 us each on this kind of VM).
+///
+/// # Safety
+/// `[p, p + len)` must be a live, writable mapping of a file at least
+/// `len` bytes long whose content nobody needs yet (zeroes are written).
 unsafe fn prefault(p: *mut u8, len: usize) {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: madvise only touches the caller's mapping; the fallback
+    // writes a zero byte at each page start `p + off`, `off < len`, inside
+    // that mapping, which is file-backed up to `len` (no SIGBUS) and not
+    // yet shared with a consumer (contract).
     unsafe {
         // MADV_POPULATE_WRITE (Linux 5.14); older kernels say EINVAL and we
         // touch each page instead (the file was fallocated, so no SIGBUS).
@@ -622,10 +710,14 @@ fn measure_costs() -> (u64, u64) {
 }
 
 /// Reads `KEY=value` from the environment into the saved slot `i`.
+///
+/// # Safety
+/// Single-threaded (constructor): `getenv` must not race with `setenv`.
 unsafe fn save_env(c: &mut Config, i: usize) {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `k` is a local, NUL-terminated copy of the key (keys are
+    // shorter than 32 bytes); getenv returns null or a NUL-terminated
+    // string in the environment, which no thread changes meanwhile
+    // (contract), read once by CStr::from_ptr and copied.
     unsafe {
         let key = ENV_KEYS[i];
         let mut k = [0u8; 32];
@@ -664,10 +756,21 @@ pub fn init() -> bool {
     ok
 }
 
+///
+/// # Safety
+/// Call it once, single-threaded (the library constructor or
+/// `__tsan_init`, guarded by INIT), before RECORDING is switched on.
 unsafe fn init_inner() -> bool {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `&mut *CONFIG.0.get()` is the only reference to CONFIG:
+    // nothing reads it before RECORDING is published (Release) at the end,
+    // and this runs once (contract). getenv results are NUL-terminated
+    // strings of an environment no other thread changes now, read by
+    // CStr::from_ptr. gettid/getpid/pthread_self/getppid have no
+    // preconditions; thread_stack_top allocates, which is fine here (no
+    // malloc lock held in a constructor); open_process's contract is ours;
+    // pthread_atfork and on_exit get `extern "C"` functions of the right
+    // signature that live as long as the library (never unloaded while
+    // recording: it is preloaded).
     unsafe {
         let c = &mut *CONFIG.0.get();
         let dir = libc::getenv(c"LOCKSCOPE_SESSION".as_ptr());

@@ -51,6 +51,9 @@ pub struct Head {
 
 const _: () = assert!(core::mem::size_of::<Head>() == SLOT_BYTES);
 const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_BYTES);
+// `Head::pack` relies on little-endian byte order.
+#[cfg(not(target_endian = "little"))]
+compile_error!("Head::pack assumes a little-endian target");
 
 impl Head {
     /// Number of slots the whole event takes (head included).
@@ -63,6 +66,18 @@ impl Head {
     pub fn to_slot(&self) -> Slot {
         // SAFETY: both are 32-byte POD types with the same alignment.
         unsafe { core::mem::transmute::<Head, Slot>(*self) }
+    }
+    /// The head as a slot, built from its fields in registers (the same
+    /// bytes as [`Head::to_slot`]: `op`, `flags`, `nframes`, `xflags`,
+    /// `aux` are the little-endian bytes 24..32).
+    #[inline(always)]
+    pub fn pack(&self) -> Slot {
+        let last = u64::from(self.op)
+            | u64::from(self.flags) << 8
+            | u64::from(self.nframes) << 16
+            | u64::from(self.xflags) << 24
+            | u64::from(self.aux) << 32;
+        Slot([self.tsc, self.addr, self.site, last])
     }
     /// Reads a head from a slot.
     #[inline]
@@ -116,3 +131,34 @@ impl RawEvent {
 /// was named; the name's 16 bytes (NUL-padded) are in `arg`, `arg2`
 /// (little-endian). The recorder turns it into a ThreadName record.
 pub const OP_THREAD_NAME: u8 = 250;
+
+/// Capture-internal pseudo-op (not a `lockscope_format::Op`): a ring
+/// changes owner. Written by a new thread as the first event into the
+/// ring of a joined thread it takes over; the recorder consumes it itself
+/// (it never reaches the trace writer): what precedes it belongs to the
+/// previous owner, what follows to the new one. Layout (3 slots): head
+/// `tsc` = the new thread's start, `addr` = the previous owner's exit
+/// stamp, `site` = the ring's `lost` count at the hand-over, `aux` = the
+/// new tid; args = (parent tid, 0); two "frames" = the 16-byte name.
+pub const OP_RING_HANDOFF: u8 = 251;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_gives_the_same_bytes_as_the_struct() {
+        let h = Head {
+            tsc: 0x0102_0304_0506_0708,
+            addr: 0x1112_1314_1516_1718,
+            site: 0x2122_2324_2526_2728,
+            op: 0x31,
+            flags: 0x32,
+            nframes: 0x33,
+            xflags: 0x34,
+            aux: 0x3536_3738,
+        };
+        assert_eq!(h.pack(), h.to_slot());
+        assert_eq!(Head::from_slot(&h.pack()), h);
+    }
+}

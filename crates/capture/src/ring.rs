@@ -23,8 +23,8 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::raw::{Head, RawEvent, Slot, MAX_FRAMES, SLOT_BYTES, XF_ARGS};
-use crate::session::{RingHeader, HEADER_BYTES, RING_MAGIC};
+use crate::raw::{Head, RawEvent, Slot, MAX_FRAMES, OP_RING_HANDOFF, SLOT_BYTES, XF_ARGS};
+use crate::session::{RingHeader, HEADER_BYTES, POOL_CLOSED, POOL_OPEN, POOL_POOLED, RING_MAGIC};
 
 /// Most pushes a producer drops after a failed reload of `read` before it
 /// looks again. At ~100 ns per cross-core miss this caps the cost of the
@@ -92,6 +92,12 @@ pub struct Producer {
     /// could not wait (the thread held a lock): bounds the cross-core
     /// reloads of `read` while the recorder catches up.
     headroom_skip: u32,
+    /// Fill level (write - read) above which [`Producer::low_on_room`]
+    /// says so: capacity minus the reserve, precomputed (the check runs
+    /// at every hooked call). 0 with no ring: `write` and `read_cache`
+    /// stay 0 then, so it is never low (and the all-zero TLS state is
+    /// [`Producer::EMPTY`]).
+    low_mark: u64,
 }
 
 impl Producer {
@@ -107,6 +113,7 @@ impl Producer {
         backoff: 0,
         wait_full: false,
         headroom_skip: 0,
+        low_mark: 0,
     };
 
     /// True if this producer has a ring.
@@ -122,9 +129,14 @@ impl Producer {
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the producer is used, aligned to a page, and zero-filled.
     pub unsafe fn init(base: *mut u8, len: usize, id: &RingIdentity) -> Option<Producer> {
-        // SAFETY: the unsafe operations below rely only on this function's own
-        // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-        // it interposes), which the caller upholds.
+        // SAFETY: `base` is valid for reads and writes of `len` bytes,
+        // page-aligned and zeroed (the contract); `len` holds the header
+        // page plus at least 64 slots (checked first), so `hdr` (aligned:
+        // a page start) and every header field written lies inside it, and
+        // `base + HEADER_BYTES` is the slot area. Plain stores: no consumer
+        // reads the header before `magic`, written last with a volatile
+        // store after a Release fence, and no other producer has the
+        // mapping yet.
         unsafe {
             if len < HEADER_BYTES + 64 * SLOT_BYTES {
                 return None;
@@ -157,8 +169,98 @@ impl Producer {
                 backoff: 0,
                 wait_full: false,
                 headroom_skip: 0,
+                low_mark: cap - cap / 4,
             })
         }
+    }
+
+    /// Takes over the ring at `base` for a new thread (ring recycling,
+    /// issue 8): the producer state is rebuilt from the header, where the
+    /// previous producer published everything it wrote. Call
+    /// [`Producer::hand_over`] before any other push. `None` if the header
+    /// does not describe a ring (never expected: the ring came from this
+    /// process's own free list).
+    ///
+    /// # Safety
+    /// `base` must be the start of a live mapping of a whole ring file
+    /// that [`Producer::init`] initialised, valid for reads and writes for
+    /// as long as the producer is used, and its previous producer must be
+    /// gone for good, its writes ordered before this call (its thread was
+    /// joined, and the ring reached us through the free list's atomics), so
+    /// that this producer is the ring's only writer.
+    pub unsafe fn resume(base: *mut u8) -> Option<Producer> {
+        let hdr = base as *mut RingHeader;
+        // SAFETY: `base` starts a live ring mapping (the caller's
+        // contract), so `hdr` points to its initialised header page; the
+        // fields read here are never written again (capacity) or written
+        // only by the producer, which is now us (write), or are atomics.
+        let (cap, write, read) = unsafe {
+            (
+                (*hdr).capacity,
+                (*hdr).write.load(Ordering::Relaxed),
+                (*hdr).read.load(Ordering::Acquire),
+            )
+        };
+        if !cap.is_power_of_two() || write.wrapping_sub(read) > cap {
+            return None;
+        }
+        Some(Producer {
+            hdr,
+            // SAFETY: the slots follow the header page inside the same
+            // mapping (file_bytes(cap) long, the caller's contract).
+            slots: unsafe { base.add(HEADER_BYTES) } as *mut Slot,
+            mask: cap - 1,
+            write,
+            read_cache: read,
+            skip: 0,
+            backoff: 0,
+            wait_full: false,
+            headroom_skip: 0,
+            low_mark: cap - cap / 4,
+        })
+    }
+
+    /// First event of a new owner of a recycled ring ([`Producer::resume`]):
+    /// an [`OP_RING_HANDOFF`] event carrying the new thread's identity and
+    /// what the recorder needs to end the previous owner (its exit stamp,
+    /// the ring's loss count now); then the ring is the new thread's
+    /// (`end_tsc` cleared, [`RingHeader::pool`] back to open). Returns
+    /// false if there was no room (the caller then gives the ring back).
+    pub fn hand_over(&mut self, id: &RingIdentity) -> bool {
+        if self.hdr.is_null() {
+            return false;
+        }
+        // SAFETY: attached (checked above): `hdr` is the live header.
+        let h = unsafe { &*self.hdr };
+        let head = Head {
+            tsc: id.start_tsc,
+            addr: h.end_tsc.load(Ordering::Acquire),
+            site: h.lost.load(Ordering::Relaxed),
+            op: OP_RING_HANDOFF,
+            aux: id.tid,
+            ..Head::default()
+        };
+        let mut lo = [0u8; 8];
+        let mut hi = [0u8; 8];
+        lo.copy_from_slice(&id.name[..8]);
+        hi.copy_from_slice(&id.name[8..]);
+        let name = [u64::from_le_bytes(lo), u64::from_le_bytes(hi)];
+        // Where the event goes, before it is published (the consumer
+        // copies the previous owner's events only up to it). Release on
+        // the `write` store below orders this store before it.
+        let before = h.handoff.load(Ordering::Relaxed);
+        h.handoff.store(self.write + 1, Ordering::Relaxed);
+        if !self.try_push(head, Some((u64::from(id.parent_tid), 0)), &name) {
+            // Not published: a consumer that saw the value above found it
+            // beyond `write` and ignored it.
+            h.handoff.store(before, Ordering::Relaxed);
+            return false;
+        }
+        h.end_tsc.store(0, Ordering::Relaxed);
+        // Release: a recorder that sees the ring open again (its close
+        // attempt succeeds) also sees the hand-over event and backs off.
+        h.pool.store(POOL_OPEN, Ordering::Release);
+        true
     }
 
     /// The ring header (for the thread-exit stamp and loss counter).
@@ -222,9 +324,11 @@ impl Producer {
         // `write` and `read + cap` belong to the producer until published.
         unsafe {
             let mut w = self.write;
-            self.slots
-                .add((w & self.mask) as usize)
-                .write(head.to_slot());
+            // Four 8-byte stores of values in registers: writing the head
+            // as a struct went through a copy on the stack, whose 16-byte
+            // reload spanned the byte stores of op/flags (a store-forwarding
+            // stall on every event).
+            self.slots.add((w & self.mask) as usize).write(head.pack());
             w += 1;
             if let Some((a, b)) = args {
                 self.slots
@@ -232,9 +336,20 @@ impl Producer {
                     .write(Slot([a, b, 0, 0]));
                 w += 1;
             }
-            for chunk in frames.chunks(4) {
-                let mut s = Slot::default();
-                s.0[..chunk.len()].copy_from_slice(chunk);
+            // Whole slots first, then the zero-padded tail: a
+            // variable-length `copy_from_slice` per chunk compiled to a
+            // memset and a memcpy call per slot (issue 13: a tenth of a
+            // detailed-mode access's cost).
+            let mut whole = frames.chunks_exact(4);
+            for c in whole.by_ref() {
+                let s = Slot([c[0], c[1], c[2], c[3]]);
+                self.slots.add((w & self.mask) as usize).write(s);
+                w += 1;
+            }
+            let tail = whole.remainder();
+            if !tail.is_empty() {
+                let at = |i: usize| tail.get(i).copied().unwrap_or(0);
+                let s = Slot([at(0), at(1), at(2), 0]);
                 self.slots.add((w & self.mask) as usize).write(s);
                 w += 1;
             }
@@ -271,7 +386,9 @@ impl Producer {
     /// at the start of every hooked call.
     #[inline(always)]
     pub fn low_on_room(&self) -> bool {
-        self.write - self.read_cache + self.reserve() > self.mask + 1 && !self.hdr.is_null()
+        // == write - read_cache + reserve > capacity (low_mark is
+        // capacity - reserve), one compare on the hot path.
+        self.write - self.read_cache > self.low_mark
     }
 
     /// The slow half of the head-room check, called when
@@ -629,6 +746,8 @@ impl Consumer {
             corrupt = write.wrapping_sub(read);
             read = write;
         }
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let write = self.copy_limit(read, write);
         let mut buf = [Slot::default(); 1 + 1 + MAX_FRAMES / 4];
         while read < write {
             // SAFETY: masked index within the ring; slot memory is plain data.
@@ -680,6 +799,12 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let write = self.copy_limit(read, write);
+        let n = write - read;
+        if n == 0 {
+            return (0, 0);
+        }
         // SAFETY: slots follow the header page inside the mapping; the
         // region [read, write) is published and not written by the producer
         // until `read` moves past it.
@@ -722,6 +847,11 @@ impl Consumer {
             h.read.store(write, Ordering::Release);
             return (0, n);
         }
+        // Up to a pending hand-over only (see Consumer::take_handoff).
+        let n = self.copy_limit(read, write) - read;
+        if n == 0 {
+            return (0, 0);
+        }
         // SAFETY: the slots follow the header page inside the mapping.
         let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
         let mask = self.cap - 1;
@@ -758,6 +888,126 @@ impl Consumer {
         h.read.store(write, Ordering::Release);
         wake_producer(h);
         (n, 0)
+    }
+}
+
+/// A ring's change of owner, as the recorder reads it from an
+/// [`OP_RING_HANDOFF`] event (see [`Producer::hand_over`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    /// The new owner's OS thread id.
+    pub tid: u32,
+    /// The thread that created it.
+    pub parent_tid: u32,
+    /// When it started (ticks).
+    pub start_tsc: u64,
+    /// Its initial name, NUL-padded.
+    pub name: [u8; 16],
+    /// The previous owner's exit stamp (0: none).
+    pub prev_end_tsc: u64,
+    /// The ring's `lost` count at the hand-over: every loss up to it is
+    /// the previous owners'.
+    pub lost_at: u64,
+}
+
+impl Consumer {
+    /// Where a copy from `read` must stop: `write`, or the slot of a
+    /// pending hand-over event between them ([`RingHeader::handoff`]):
+    /// what precedes it is the previous owner's, and its owner change must
+    /// be handled ([`Consumer::take_handoff`]) before anything after it is
+    /// copied. Loaded after `write` (Acquire), the field is at least as new
+    /// as the event published; a value at or beyond `write` belongs to an
+    /// event not yet published (or never: a failed hand-over) and is
+    /// ignored. At most one hand-over is pending: a ring is handed on only
+    /// once the consumer is past the previous one.
+    fn copy_limit(&self, read: u64, write: u64) -> u64 {
+        let at = self.header().handoff.load(Ordering::Acquire);
+        if at != 0 && read < at && at - 1 < write {
+            at - 1
+        } else {
+            write
+        }
+    }
+
+    /// Consumes the hand-over event at the front of the ring, if there
+    /// is one: what follows belongs to the new owner it names.
+    pub fn take_handoff(&mut self) -> Option<Handoff> {
+        let h = self.header();
+        let write = h.write.load(Ordering::Acquire);
+        let read = h.read.load(Ordering::Relaxed);
+        let at = h.handoff.load(Ordering::Acquire);
+        if at == 0 || read != at - 1 || write.wrapping_sub(read) > self.cap || read + 3 > write {
+            return None;
+        }
+        let mask = self.cap - 1;
+        // SAFETY: the slots follow the header page inside the mapping.
+        let slots = unsafe { self.base.add(HEADER_BYTES) as *const Slot };
+        // SAFETY: masked index of a published slot (read + 3 <= write).
+        let head = Head::from_slot(unsafe { &*slots.add((read & mask) as usize) });
+        let k = head.slots() as u64;
+        if head.op != OP_RING_HANDOFF || k != 3 || head.nframes != 2 || head.xflags & XF_ARGS == 0 {
+            // Not what hand_over writes: a scribbled ring. Leave it to the
+            // copy, which counts it as corrupt.
+            return None;
+        }
+        // SAFETY: masked indices of published slots (read + 3 <= write).
+        let (args, frames) = unsafe {
+            (
+                *slots.add(((read + 1) & mask) as usize),
+                *slots.add(((read + 2) & mask) as usize),
+            )
+        };
+        let mut name = [0u8; 16];
+        name[..8].copy_from_slice(&frames.0[0].to_le_bytes());
+        name[8..].copy_from_slice(&frames.0[1].to_le_bytes());
+        h.read.store(read + k, Ordering::Release);
+        wake_producer(h);
+        Some(Handoff {
+            tid: head.aux,
+            parent_tid: args.0[0] as u32,
+            start_tsc: head.tsc,
+            name,
+            prev_end_tsc: head.addr,
+            lost_at: head.site,
+        })
+    }
+
+    /// If the ring's thread was joined and the ring sits in the program's
+    /// free list with every event consumed: (its exit stamp, the ring's
+    /// loss count, all of it the finished owner's). The recorder then ends that thread
+    /// without waiting for a new owner.
+    pub fn vacated(&self) -> Option<(u64, u64)> {
+        let h = self.header();
+        // Order matters: pooled (the owner is gone), then its final loss
+        // count and exit stamp, then nothing pending (no new owner has
+        // written yet: its hand-over is its first write, and it clears
+        // the stamp only after it, so both values are the old owner's).
+        if h.pool.load(Ordering::Acquire) != POOL_POOLED {
+            return None;
+        }
+        let lost = h.lost.load(Ordering::Acquire);
+        let end = h.end_tsc.load(Ordering::Acquire);
+        (self.pending() == 0).then_some((end, lost))
+    }
+
+    /// Claims an exited thread's ring for closing: succeeds only if the
+    /// program has not put it in its free list, and from then on it never
+    /// will (the joiner sees it closed and unmaps it). A new owner that
+    /// took the ring over just before is seen (its hand-over event is
+    /// pending, or its `end_tsc` is clear) and the claim is undone.
+    pub fn try_close(&self) -> bool {
+        let h = self.header();
+        if h.pool
+            .compare_exchange(POOL_OPEN, POOL_CLOSED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        if self.pending() == 0 && h.end_tsc.load(Ordering::Acquire) != 0 {
+            return true;
+        }
+        h.pool.store(POOL_OPEN, Ordering::Release);
+        false
     }
 }
 
@@ -837,6 +1087,8 @@ mod tests {
             let i = i as u64;
             assert_eq!(e.head.tsc, i);
             assert_eq!(e.frames.len() as u64, i % 9);
+            // Whole slots and the padded tail carry the frames in order.
+            assert!(e.frames.iter().copied().eq(0..i % 9), "frames of event {i}");
             if i.is_multiple_of(2) {
                 assert_eq!((e.arg, e.arg2), (i, !i));
             }

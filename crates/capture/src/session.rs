@@ -89,7 +89,14 @@ pub struct RingHeader {
     /// short (`T<pid>-<gen>-<tid>-<seq>.ring`). Published (Release) after
     /// the producer's last write here and after the successor exists.
     pub next_seq: AtomicU64,
-    _pad1: [u64; 2],
+    /// 1 + the slot index of the latest hand-over event (a new thread took
+    /// this recycled ring over, see `Producer::hand_over`), 0: none. Stored
+    /// before the event is published, so a consumer that sees the event's
+    /// slots published knows where it is and copies only up to it; a ring
+    /// is handed on again only once the consumer is past it (at most one
+    /// hand-over pending).
+    pub handoff: AtomicU64,
+    _pad1: [u64; 1],
     // ---- line 2: written by the consumer ----
     /// Slots consumed.
     pub read: AtomicU64,
@@ -100,7 +107,25 @@ pub struct RingHeader {
     /// (A process-shared futex: the ring is a `MAP_SHARED` file.)
     pub waiting: AtomicU32,
     _pad3: [u32; 15],
+    // ---- line 4: ring recycling (issue 8), see `POOL_*` ----
+    /// Who may reuse this ring once its thread is gone: [`POOL_OPEN`]
+    /// (its thread's, or nobody's yet), [`POOL_POOLED`] (joined; in the
+    /// process's free list, a new thread may take it over), [`POOL_CLOSED`]
+    /// (the recorder closed it; never reused). Changed only by
+    /// compare-and-swap, from [`POOL_OPEN`], by the joiner (to pooled) or
+    /// the recorder (to closed); a new owner stores [`POOL_OPEN`] back after
+    /// its hand-over event.
+    pub pool: AtomicU32,
+    _pad4: [u32; 15],
 }
+
+/// [`RingHeader::pool`]: owned by its thread (or by nobody yet).
+pub const POOL_OPEN: u32 = 0;
+/// [`RingHeader::pool`]: its thread was joined and the ring waits in the
+/// program's free list for a new thread.
+pub const POOL_POOLED: u32 = 1;
+/// [`RingHeader::pool`]: the recorder closed the ring (removed its file).
+pub const POOL_CLOSED: u32 = 2;
 
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
 
@@ -151,6 +176,16 @@ pub struct ProcessHeader {
     /// recorder (a signal handler interrupting the recording code): not
     /// recorded, counted here as lost.
     pub nested_skipped: AtomicU64,
+    /// New threads that took over the ring of a joined thread instead of
+    /// creating a file (issue 8: mapping a fresh ring per thread cost TLB
+    /// shootdowns and `mmap_lock` contention in the program).
+    pub rings_reused: AtomicU32,
+    /// Rings of joined threads that could not be kept for reuse (the free
+    /// list was full, or the ring too large) and were unmapped.
+    pub rings_not_pooled: AtomicU32,
+    /// New threads that created a fresh ring although rings waited in the
+    /// free list (none of them was drained yet).
+    pub pool_not_ready: AtomicU32,
 }
 
 const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);
@@ -225,6 +260,17 @@ pub enum SessionFile {
 /// Parses a session file name; `None` for anything else.
 pub fn parse_file_name(name: &str) -> Option<SessionFile> {
     if let Some(rest) = name.strip_prefix('T').and_then(|r| r.strip_suffix(".ring")) {
+        // `T<pid>-<gen>-<tid>.<k>.ring` (k >= 1): a first ring created
+        // under another name because `T<pid>-<gen>-<tid>.ring` existed (the
+        // kernel reused the tid of a thread whose ring file still lives,
+        // e.g. recycled by later threads).
+        if let Some((main, k)) = rest.split_once('.') {
+            let k: u32 = k.parse().ok()?;
+            return match parse_file_name(&format!("T{main}.ring"))? {
+                r @ SessionFile::Ring { .. } if k > 0 => Some(r),
+                _ => None,
+            };
+        }
         let mut it = rest.split('-');
         let (pid, gen, tid) = (
             it.next()?.parse().ok()?,
@@ -295,5 +341,18 @@ mod tests {
         assert_eq!(parse_file_name("T1-2-3-0.ring"), None);
         assert_eq!(parse_file_name("T1-2-3-4-5.ring"), None);
         assert_eq!(parse_file_name("junk"), None);
+        // A first ring under an alternative name (its tid's usual name
+        // was taken): the same thread identity.
+        assert_eq!(
+            parse_file_name("T12-1-13.2.ring"),
+            Some(SessionFile::Ring {
+                pid: 12,
+                gen: 1,
+                tid: 13
+            })
+        );
+        assert_eq!(parse_file_name("T12-1-13.0.ring"), None);
+        assert_eq!(parse_file_name("T12-1-13-2.1.ring"), None);
+        assert_eq!(parse_file_name("T12-1-13.x.ring"), None);
     }
 }

@@ -33,6 +33,7 @@ use core::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
 use crate::process;
 use crate::raw::{Head, MAX_FRAMES};
 use crate::ring::Producer;
+use crate::session::{RingHeader, POOL_OPEN, POOL_POOLED};
 
 /// Ring state of a thread: no ring yet (created on the first event).
 const RING_NONE: u8 = 0;
@@ -565,13 +566,135 @@ pub fn release_joined(t: libc::pthread_t) {
             .is_ok()
         {
             let base = RETIRED_RING[i].swap(0, Ordering::AcqRel);
-            if base != 0 {
+            if base != 0 && !pool_ring(base) {
                 unmap_ring(base);
             }
             RETIRED_KEY[i].store(0, Ordering::Release);
             return;
         }
     }
+}
+
+/// Rings of joined threads, kept mapped for new threads (issue 8: 1000
+/// short threads cost 3x their unrecorded time, most of it the program's
+/// kernel time mapping a fresh ring per thread and unmapping it at join:
+/// TLB-shootdown IPIs and `mmap_lock` contention in a multithreaded
+/// process). A slot holds the address of a ring header, 0 when empty.
+/// Entries are claimed by compare-and-swap before the ring is looked at:
+/// a claimed ring may be grown out of and unmapped by its new owner.
+const POOL_SLOTS: usize = 128;
+static POOL: [AtomicUsize; POOL_SLOTS] = [const { AtomicUsize::new(0) }; POOL_SLOTS];
+
+/// Offers the ring of a joined thread to the free list. False if it must
+/// be unmapped instead: the recorder already closed it, it is larger than
+/// new threads need, or the list is full (both counted).
+fn pool_ring(base: usize) -> bool {
+    // SAFETY: `base` is the start of a live ring mapping whose thread has
+    // been joined (release_joined): nobody writes it but the recorder
+    // (atomics) and, once pooled, the thread that takes it over.
+    let h = unsafe { &*(base as *const RingHeader) };
+    if h.capacity > process::pool_max_capacity() {
+        process::count_ring_not_pooled();
+        return false;
+    }
+    // From open to pooled, unless the recorder closed it first (it then
+    // removed the file: a new owner's events would go nowhere).
+    if h.pool
+        .compare_exchange(POOL_OPEN, POOL_POOLED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    for slot in &POOL {
+        if slot
+            .compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+    }
+    // Full: back to open (the recorder closes it as any exited thread's).
+    h.pool.store(POOL_OPEN, Ordering::Release);
+    process::count_ring_not_pooled();
+    false
+}
+
+/// Empties the free list (the session file system is full): each ring
+/// goes back to open and is unmapped, so that the recorder closes it and
+/// removes its file like any exited thread's, and the space comes back
+/// for new rings. Counted as not pooled.
+pub(crate) fn release_pool() {
+    for slot in &POOL {
+        let base = slot.swap(0, Ordering::Acquire);
+        if base == 0 {
+            continue;
+        }
+        // SAFETY: claimed from the list: a live ring mapping nobody else
+        // holds (pooled rings are unmapped only by whoever claims them).
+        let h = unsafe { &*(base as *const RingHeader) };
+        h.pool.store(POOL_OPEN, Ordering::Release);
+        process::count_ring_not_pooled();
+        unmap_ring(base);
+    }
+}
+
+/// A ring from the free list for a new thread, taken over in the ring
+/// itself (a hand-over event, see `Producer::hand_over`), or `None`: the
+/// list is empty, or none of its rings is usable yet (the recorder has not
+/// read its previous hand-over, or it is more than half full).
+fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
+    let mut waiting = false;
+    for slot in &POOL {
+        let base = slot.load(Ordering::Relaxed);
+        if base == 0
+            || slot
+                .compare_exchange(base, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        // SAFETY: claimed from the list: a live ring mapping (pooled rings
+        // are unmapped only by the thread that claims them) whose previous
+        // owner was joined; ours alone now.
+        let h = unsafe { &*(base as *const RingHeader) };
+        // Usable once the recorder is past the previous hand-over (at most
+        // one pending, see RingHeader::handoff) and half of it is free: the
+        // previous owner's last events may still be in it, they are read
+        // first. (Requiring an empty ring made 4 of 10 threads miss a ring
+        // on this 2-CPU machine: the drain runs every 0.5 ms or later.)
+        let read = h.read.load(Ordering::Acquire);
+        let write = h.write.load(Ordering::Acquire);
+        let usable =
+            read >= h.handoff.load(Ordering::Acquire) && write.wrapping_sub(read) <= h.capacity / 2;
+        if usable {
+            // SAFETY: as above: a whole ring mapping, its producer gone
+            // (joined, then handed to us through the list's Release/Acquire).
+            if let Some(mut p) = unsafe { Producer::resume(base as *mut u8) } {
+                p.set_wait_when_full(process::wait_when_full());
+                // SAFETY: no preconditions beyond a live thread.
+                let id = unsafe { process::ring_identity(tid, parent_tid) };
+                if p.hand_over(&id) {
+                    process::count_ring_reused();
+                    return Some(p);
+                }
+            }
+        }
+        waiting = true;
+        // Not usable yet: back into the list, or unmapped
+        // if it filled up meanwhile.
+        if !POOL.iter().any(|s| {
+            s.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+        }) {
+            h.pool.store(POOL_OPEN, Ordering::Release);
+            process::count_ring_not_pooled();
+            unmap_ring(base);
+        }
+    }
+    if waiting {
+        process::count_pool_not_ready();
+    }
+    None
 }
 
 /// Unmaps a whole ring mapping given its header address.
@@ -590,6 +713,14 @@ pub(crate) fn forget_retired_after_fork() {
     for i in 0..RETIRED_SLOTS {
         let base = RETIRED_RING[i].swap(0, Ordering::AcqRel);
         RETIRED_KEY[i].store(0, Ordering::Release);
+        if base != 0 {
+            unmap_ring(base);
+        }
+    }
+    // Pooled rings are the parent's too (its recorder state follows their
+    // owners): unmapped here, their headers left as they are.
+    for slot in &POOL {
+        let base = slot.swap(0, Ordering::AcqRel);
         if base != 0 {
             unmap_ring(base);
         }
@@ -648,10 +779,16 @@ unsafe fn attach(st: *mut ThreadState) {
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
+/// # Safety
+/// `st` must be the calling thread's own state (from `state()`), with
+/// `busy` set, so that nothing else (a signal handler's hook sees `busy`
+/// and forwards) touches it during the call.
 unsafe fn attach_inner(st: *mut ThreadState) {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `&mut *st` is the only live reference to this thread's
+    // state (the contract above: own TLS, `busy` set, no Guard exists yet
+    // on this thread). `gettid` has no preconditions. `create_ring` and
+    // `reuse_ring` need nothing beyond a live, recording process; they
+    // return a producer over a mapping they own.
     unsafe {
         let st = &mut *st;
         st.ring = RING_FAILED;
@@ -665,7 +802,11 @@ unsafe fn attach_inner(st: *mut ThreadState) {
         // may run inside a hook called by a malloc implementation that holds
         // its own lock (jemalloc, tcmalloc use pthread mutexes). A thread we
         // did not see start keeps stack_hi = 0: call sites only, no walks.
-        if let Some(p) = process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity())
+        if let Some(p) = reuse_ring(tid, st.parent_tid) {
+            st.prod = p;
+            st.ring = RING_OK;
+        } else if let Some(p) =
+            process::create_ring(tid, st.parent_tid, 0, process::first_ring_capacity())
         {
             st.prod = p;
             st.ring = RING_OK;
@@ -676,10 +817,16 @@ unsafe fn attach_inner(st: *mut ThreadState) {
 }
 
 /// Top of the calling thread's stack from pthread_getattr_np.
+///
+/// # Safety
+/// Call it at a point where allocating is safe (`pthread_getattr_np`
+/// allocates its cpuset): not inside a hook that a malloc implementation
+/// may call with its own lock held.
 pub(crate) unsafe fn thread_stack_top() -> u64 {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `attr` is a zeroed local that pthread_getattr_np initialises
+    // for the calling thread (pthread_self is always valid); it is read by
+    // pthread_attr_getstack into two locals and destroyed once, on the
+    // path where it was initialised. Nothing else sees these locals.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {

@@ -72,3 +72,74 @@ fn issue13_barriers_redundant_by_context_and_last_arriver() {
         );
     }
 }
+
+/// A barrier made of a mutex, a condition variable and a counter
+/// (`handmade_barrier.c`) is recognised with exactly its instances, and
+/// judged like the pthread one; `done_cond`, signalled rather than
+/// broadcast, is not taken for a barrier.
+#[test]
+fn issue13_hand_made_barrier_recognised_with_exact_instances() {
+    for c in compilers() {
+        let dir = Scratch::new("handmade_barrier");
+        let bin = dir.path("handmade_barrier");
+        build_instrumented(c, &fixture("handmade_barrier.c"), &bin);
+        let trace = dir.path("all.lstrace");
+        record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+        let j = analysis_json("barriers", &trace);
+        let l = c.label;
+        assert_eq!(
+            (j["instances"].as_u64(), j["redundant"].as_u64()),
+            (Some(8), Some(4)),
+            "{l}: {j:#}"
+        );
+        let bs = j["barriers"].as_array().unwrap();
+        assert_eq!(bs.len(), 1, "{l}: {j:#}");
+        let b = &bs[0];
+        assert_eq!(b["barrier"], "bar", "{l}: {j:#}");
+        assert_eq!(b["kind"], "mutex+condvar", "{l}: {j:#}");
+        assert_eq!(b["participants"], 3, "{l}: {j:#}");
+        let mut ctx: Vec<(String, u64, u64)> = b["contexts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["function"].as_str().unwrap().to_string(),
+                    c["instances"].as_u64().unwrap(),
+                    c["redundant"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        ctx.sort();
+        assert_eq!(
+            ctx,
+            vec![
+                ("sync_inputs".to_string(), 4, 0),
+                ("sync_outputs".to_string(), 4, 4)
+            ],
+            "{l}: {j:#}"
+        );
+        for i in b["instance_list"].as_array().unwrap() {
+            assert_eq!(i["waits"].as_array().unwrap().len(), 3, "{l}: {i:#}");
+            if i["redundant"] == false {
+                let dep = i["dependence"].as_str().unwrap();
+                assert!(dep.contains(" wrote in"), "{l}: {dep}");
+            }
+        }
+        // Worker 2 arrives last (broadcasts) at every sync_inputs.
+        let at_inputs: Vec<&serde_json::Value> = b["last_arrivers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["site"].as_str().unwrap().starts_with("sync_inputs "))
+            .collect();
+        assert_eq!(at_inputs.len(), 1, "{l}: {j:#}");
+        assert_eq!(at_inputs[0]["instances"], 4, "{l}: {j:#}");
+        let text = analysis_text("barriers", &trace);
+        assert!(text.contains("mutex + condition variable"), "{l}: {text}");
+        assert!(
+            text.contains("elide the barrier call at sync_outputs"),
+            "{l}: {text}"
+        );
+    }
+}

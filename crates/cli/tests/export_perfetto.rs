@@ -10,8 +10,11 @@ mod export_util;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::process::Command;
 
-use export_util::{lockscope, record_fixture, report_json};
+use export_util::{
+    lockscope, record_fixture, report_json, require_tool, require_viewer, workspace,
+};
 use serde_json::Value;
 
 fn num(e: &Value, k: &str) -> f64 {
@@ -234,4 +237,173 @@ fn issue11_perfetto_counts_equal_the_reports() {
     assert!(c.flows > 0 && c.flows <= waits, "{c:?}");
     let threads = r["threads"].as_array().unwrap().len() as u64;
     assert!(c.max_waiters >= 1 && c.max_waiters < threads, "{c:?}");
+}
+
+/// Slices as (track, name, start ns, duration ns, site): the track is
+/// (pid, tid, extra lane) for a thread's tracks, else its name.
+type SliceKey = (String, String, u64, u64, String);
+
+/// The JSON export's slices, flows and counter samples.
+fn json_slices(doc: &Value) -> (Vec<SliceKey>, u64, u64) {
+    const EXTRA_TID_BASE: u64 = 1 << 30;
+    const GPU_TID_BASE: u64 = 1 << 40;
+    let mut track_names = std::collections::HashMap::new();
+    let events = doc["traceEvents"].as_array().unwrap();
+    for e in events {
+        if e["ph"] == "M" && e["name"] == "thread_name" {
+            track_names.insert(
+                (int(e, "pid"), int(e, "tid")),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    let ns = |e: &Value, k: &str| (num(e, k) * 1000.0).round() as u64;
+    let (mut slices, mut flows, mut counters) = (Vec::new(), 0, 0);
+    for e in events {
+        match e["ph"].as_str().unwrap() {
+            "X" => {
+                let (pid, tid) = (int(e, "pid"), int(e, "tid"));
+                let track = if tid >= GPU_TID_BASE {
+                    format!("{pid}/{}", track_names[&(pid, tid)])
+                } else if tid >= EXTRA_TID_BASE {
+                    let x = tid - EXTRA_TID_BASE;
+                    format!("{pid}/{}/{}", x / 64, x % 64)
+                } else {
+                    format!("{pid}/{tid}/0")
+                };
+                let site = e["args"]["site"].as_str().unwrap_or("").to_string();
+                slices.push((
+                    track,
+                    string(e, "name").to_string(),
+                    ns(e, "ts"),
+                    ns(e, "dur"),
+                    site,
+                ));
+            }
+            "s" => flows += 1,
+            "C" => counters += 1,
+            _ => {}
+        }
+    }
+    slices.sort();
+    (slices, flows, counters)
+}
+
+/// The protobuf export as Perfetto's compiled protos read it
+/// (`export_util/perfetto_proto.py`, strict: no unknown field, interning
+/// and begin/end pairing checked), in the same terms.
+fn proto_slices(pftrace: &Path) -> (Vec<SliceKey>, u64, u64) {
+    require_viewer(
+        "py/perfetto/protos/perfetto/trace/perfetto_trace_pb2.py",
+        "Perfetto's Python protos (PyPI perfetto)",
+    );
+    let python = require_tool("python3", "python3");
+    let out = Command::new(python)
+        .arg(workspace().join("crates/cli/tests/export_util/perfetto_proto.py"))
+        .arg(pftrace)
+        .env("PYTHONPATH", export_util::viewers().join("py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Perfetto's protos reject the file: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tracks: std::collections::HashMap<u64, &Value> = d["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["uuid"].as_u64().unwrap(), t))
+        .collect();
+    let mut slices = Vec::new();
+    for s in d["slices"].as_array().unwrap() {
+        let t = tracks[&s["track"].as_u64().unwrap()];
+        let track = match t["kind"].as_str().unwrap() {
+            "thread" => format!("{}/{}/0", t["pid"], t["tid"]),
+            "child" => {
+                let p = tracks[&t["parent"].as_u64().unwrap()];
+                let name = t["name"].as_str().unwrap();
+                if p["kind"] == "thread" {
+                    // `NAME [k]`: lane k - 1 of the thread.
+                    let k: u64 = name
+                        .rsplit_once('[')
+                        .unwrap()
+                        .1
+                        .trim_end_matches(']')
+                        .parse()
+                        .unwrap();
+                    format!("{}/{}/{}", p["pid"], p["tid"], k - 1)
+                } else {
+                    format!("{}/{name}", p["pid"])
+                }
+            }
+            k => panic!("slice on a {k} track"),
+        };
+        slices.push((
+            track,
+            s["name"].as_str().unwrap().to_string(),
+            s["ts"].as_u64().unwrap(),
+            s["dur"].as_u64().unwrap(),
+            s["args"]["site"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    slices.sort();
+    (
+        slices,
+        d["flows"].as_u64().unwrap(),
+        d["counters"].as_u64().unwrap(),
+    )
+}
+
+fn export_to(trace: &Path, format: &str, out: &Path) {
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        format.as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+}
+
+/// `--format perfetto-proto` parses with Perfetto's own trace protos and
+/// holds exactly the JSON export's slices (same tracks, names, times to
+/// the nanosecond, sites), hand-off flows and counter samples; the JSON
+/// is the one checked above against the report's ground truth.
+#[test]
+fn issue11_perfetto_proto_reads_with_perfettos_protos_and_equals_the_json() {
+    for (test, fixture) in [
+        ("i11-pfproto-sleep", "report/sleep_hold"),
+        ("i11-pfproto-queue", "export/queue_lock"),
+    ] {
+        let (dir, trace) = record_fixture(test, fixture, &[]);
+        let pf = dir.join("run.pftrace");
+        export_to(&trace, "perfetto-proto", &pf);
+        let (pslices, pflows, pcounters) = proto_slices(&pf);
+        let (jslices, jflows, jcounters) = json_slices(&export(&trace));
+        assert_eq!(pslices.len(), jslices.len(), "{fixture}: slice count");
+        for (p, j) in pslices.iter().zip(&jslices) {
+            assert_eq!(p, j, "{fixture}: first differing slice");
+        }
+        assert_eq!(pflows, jflows, "{fixture}: hand-off flows");
+        assert_eq!(pcounters, jcounters, "{fixture}: counter samples");
+        if fixture == "report/sleep_hold" {
+            let n = |name: &str| pslices.iter().filter(|s| s.1 == name).count();
+            assert_eq!(n("wait held_lock"), 1);
+            assert_eq!(n("hold held_lock"), 2);
+            assert_eq!(n("hold solo_lock"), 1000);
+            assert_eq!(pflows, 1);
+            // Smaller than the JSON.
+            let json_len = {
+                let j = dir.join("run.json");
+                export_to(&trace, "perfetto", &j);
+                std::fs::metadata(&j).unwrap().len()
+            };
+            let proto_len = std::fs::metadata(&pf).unwrap().len();
+            assert!(proto_len * 2 < json_len, "{proto_len} vs {json_len} bytes");
+        } else {
+            assert!(pflows > 0, "queue_lock hands the lock off");
+        }
+    }
 }

@@ -1,9 +1,9 @@
 //! `lockscope export --format speedscope` (issue 11), checked against
 //! speedscope's file format as published in its JSON schema
 //! (`https://www.speedscope.app/file-format-schema.json`, `FileFormat.File`
-//! in speedscope's `file-format-spec.ts`): the check is written here in
-//! Rust because the npm package cannot be installed offline in CI. It
-//! covers the schema (required keys, types, enums, no unknown keys) and
+//! in speedscope's `file-format-spec.ts`), written here in Rust so that
+//! a failure names the key. (speedscope's app itself opens the file in
+//! `export_viewers.rs`.) It covers the schema (required keys, types, enums, no unknown keys) and
 //! what speedscope's importer of evented profiles enforces: events sorted
 //! by `at`, within the profile's range, each close matching the frame on
 //! top of the stack, every frame index valid, nothing left open.
@@ -13,7 +13,7 @@ mod export_util;
 
 use std::collections::BTreeMap;
 
-use export_util::{lockscope, record_fixture, report_json};
+use export_util::{lockscope, record_fixture, report_json, require_tool, require_viewer};
 use serde_json::Value;
 
 fn keys(v: &Value, required: &[&str], optional: &[&str]) {
@@ -131,6 +131,18 @@ fn issue11_speedscope_sleep_hold_follows_the_format_with_the_known_states() {
     assert_eq!(opens["wait held_lock at wait_for_it"], 1, "{opens:?}");
     assert_eq!(opens["hold held_lock at hold_and_sleep"], 1, "{opens:?}");
     assert_eq!(opens["hold solo_lock at waiter"], 1000, "{opens:?}");
+    // The profile shown first is the thread that waited (for held_lock).
+    let active = doc["activeProfileIndex"].as_u64().unwrap() as usize;
+    let frames = doc["shared"]["frames"].as_array().unwrap();
+    let wait = frames
+        .iter()
+        .position(|f| f["name"] == "wait held_lock at wait_for_it")
+        .unwrap();
+    let events = doc["profiles"][active]["events"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e["frame"] == wait),
+        "profile {active} is not the waiter's"
+    );
 }
 
 #[test]
@@ -172,4 +184,62 @@ fn spilled(trace: &std::path::Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Errors of `doc` against the JSON schema that speedscope's npm package
+/// ships (`dist/release/file-format-schema.json`, draft-07), by Python's
+/// `jsonschema` (both installed by scripts/test-viewers.sh).
+fn schema_errors(doc: &Value, dir: &std::path::Path) -> Vec<String> {
+    let schema = require_viewer(
+        "npm/node_modules/speedscope/dist/release/file-format-schema.json",
+        "speedscope's published schema (npm speedscope)",
+    );
+    require_viewer("py/jsonschema", "Python's jsonschema (PyPI)");
+    let file = dir.join("doc.speedscope.json");
+    std::fs::write(&file, serde_json::to_vec(doc).unwrap()).unwrap();
+    let script = "import json, sys, jsonschema\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        doc = json.load(open(sys.argv[2]))\n\
+        v = jsonschema.Draft7Validator(schema)\n\
+        v.check_schema(schema)\n\
+        for e in v.iter_errors(doc):\n\
+        \x20   print(list(e.absolute_path), e.message)\n";
+    let out = std::process::Command::new(require_tool("python3", "python3"))
+        .args(["-c", script])
+        .arg(&schema)
+        .arg(&file)
+        .env("PYTHONPATH", export_util::viewers().join("py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "jsonschema failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The export is valid against speedscope's own published schema; the
+/// validator does reject a document that breaks it (a frame without its
+/// name, an event of an unknown type).
+#[test]
+fn issue11_speedscope_valid_against_the_schema_speedscope_ships() {
+    let (dir, trace) = record_fixture("i11-speedscope-schema", "report/sleep_hold", &[]);
+    let doc = export(&trace);
+    let errors = schema_errors(&doc, &dir);
+    assert!(errors.is_empty(), "schema errors: {errors:#?}");
+    let mut bad = doc.clone();
+    bad["shared"]["frames"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    bad["profiles"][0]["events"][0]["type"] = "X".into();
+    let errors = schema_errors(&bad, &dir);
+    assert!(
+        errors.len() >= 2,
+        "the schema check caught nothing: {errors:?}"
+    );
 }

@@ -153,3 +153,44 @@ fn issue11_pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
     assert!(blame.contains("Type: blame"), "{blame}");
     assert!(blame.contains("hold_and_sleep"), "{blame}");
 }
+
+/// `export` without a trace reads the newest `*.lstrace` of the current
+/// directory, as `report` and `html` do (an older file there that is not
+/// even a trace is not picked).
+#[test]
+fn issue11_export_without_trace_reads_the_newest_here() {
+    let (dir, trace) = record_fixture("i11-export-newest", "report/sleep_hold", &[]);
+    let old = dir.join("old.lstrace");
+    std::fs::write(&old, b"not a trace").unwrap();
+    let st = Command::new("touch")
+        .args(["-d", "2001-01-01 00:00"])
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let explicit = folded(&trace, false);
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["export", "--format", "folded"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), explicit);
+    let name = trace.file_name().unwrap().to_string_lossy();
+    assert!(
+        stderr.contains(&format!("reading {name}")) || stderr.contains(&format!("/{name} ")),
+        "{stderr}"
+    );
+    // No trace at all: a message, not a panic.
+    std::fs::remove_file(&trace).unwrap();
+    std::fs::remove_file(&old).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["export", "--format", "folded"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no *.lstrace file"), "{stderr}");
+}

@@ -166,3 +166,81 @@ fn issue8_full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
         assert_eq!(counted, lost, "every lost event is counted with its reason");
     }
 }
+
+#[test]
+fn issue8_sequential_short_threads_reuse_buffers_and_keep_exact_per_thread_counts() {
+    // 1000 threads created and joined one after another: new threads take
+    // over the buffers of joined ones (no mapping per thread). Every
+    // thread must still come out as its own thread with exactly its own
+    // events: nothing lost, nothing attributed to the buffer's previous
+    // or next owner.
+    let dir = temp("seq-threads");
+    let bin = build_c("short_threads", &dir);
+    let (n, k) = (1000u64, 50u64);
+    let run = record(&dir, &[], &bin, &["1000", "50", "1"], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(printed(&run.stdout, "acquisitions"), n * k);
+    // "lockscope: N threads reused the buffer of a joined thread (...)"
+    let reused: u64 = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("reused the buffer of a joined thread"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map_or(0, |w| w.replace(',', "").parse().unwrap());
+    assert!(reused > 0, "no buffer was reused: {}", run.stderr);
+    let trace = run.trace();
+    assert_eq!(trace.footer.as_ref().unwrap().lost, 0, "{}", run.stderr);
+    let threads: Vec<&lockscope_format::Thread> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            lockscope_format::Record::Thread(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(threads.len() as u64, n + 1, "main thread + workers");
+    let tids: std::collections::HashSet<u32> = threads.iter().map(|t| t.tid).collect();
+    assert_eq!(tids.len() as u64, n + 1, "every thread under its own tid");
+    let ends = trace
+        .records
+        .iter()
+        .filter(|r| matches!(r, lockscope_format::Record::ThreadEnd(_)))
+        .count();
+    assert_eq!(ends as u64, n + 1, "every thread ends once");
+    let mains: Vec<u32> = threads
+        .iter()
+        .filter(|t| t.parent == 0)
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(mains.len(), 1, "only the main thread has no parent");
+    let mut workers = 0;
+    for t in &threads {
+        let evs = trace.events.get(&t.id).map(Vec::as_slice).unwrap_or(&[]);
+        let done: Vec<_> = evs
+            .iter()
+            .filter(|e| phase::of(e.flags) == phase::DONE)
+            .filter_map(|e| e.op())
+            .collect();
+        let count = |op| done.iter().filter(|&&o| o == op).count() as u64;
+        if t.parent == 0 {
+            assert_eq!(count(Op::MutexLock), 0, "the main thread locks nothing");
+            continue;
+        }
+        workers += 1;
+        assert_eq!(t.parent, mains[0], "created by the main thread");
+        assert_eq!(
+            (count(Op::MutexLock), count(Op::MutexUnlock)),
+            (k, k),
+            "thread {} (tid {})",
+            t.id,
+            t.tid
+        );
+        // Its own start first and its own exit last: nothing of the
+        // buffer's other owners in between.
+        assert_eq!(done.first(), Some(&Op::ThreadStart), "thread {}", t.id);
+        assert_eq!(done.last(), Some(&Op::ThreadExit), "thread {}", t.id);
+        assert_eq!(count(Op::ThreadStart), 1);
+        assert_eq!(count(Op::ThreadExit), 1);
+    }
+    assert_eq!(workers, n);
+}

@@ -266,18 +266,108 @@ fn issue10_trace_files_are_created_private() {
     }
 }
 
-/// Compiles tests/programs/report/cxx_sites.cpp with `opt`.
+/// Compiles tests/programs/report/cxx_sites.cpp with g++ and `opt`.
 fn build_cxx_sites(dir: &Path, opt: &str) -> PathBuf {
+    build_cxx_sites_with(dir, "g++", opt)
+}
+
+/// Compiles tests/programs/report/cxx_sites.cpp with `cxx` and `opt`.
+fn build_cxx_sites_with(dir: &Path, cxx: &str, opt: &str) -> PathBuf {
     let src = record_util::workspace().join("tests/programs/report/cxx_sites.cpp");
-    let out = dir.join(format!("cxx_sites{opt}"));
-    let st = Command::new("g++")
+    let out = dir.join(format!("cxx_sites-{cxx}{opt}"));
+    let st = Command::new(cxx)
         .args([opt, "-g", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .status()
-        .expect("g++ must be installed to build the fixtures");
-    assert!(st.success(), "g++ failed on {}", src.display());
+        .unwrap_or_else(|e| panic!("{cxx} must be installed to build the fixtures: {e}"));
+    assert!(st.success(), "{cxx} failed on {}", src.display());
     out
+}
+
+/// Item 1, blame: every waiter site and holder site of cxx_sites' mutex
+/// is the user's function at its truth line, never libstdc++'s
+/// `std::mutex::lock()` or `__gthread_mutex_lock`, with g++ and clang++
+/// at -O0 and -O2, recorded with the default `--stacks contended`. At
+/// -O0 `std::mutex::lock()` is out of line, so the return address of
+/// all three functions is inside it and the lock's call paths through it
+/// disagree: each wait is named through its own call path (a wait always
+/// carries one). Each function runs on its own thread, so a waiter's
+/// thread also gives its function: the two must match.
+#[test]
+fn issue10_blame_waiter_sites_are_user_frames_at_o0_and_o2() {
+    let dir = temp("issue10-blame-sites");
+    for cxx in ["g++", "clang++"] {
+        for (opt, stacks) in [("-O0", "contended"), ("-O0", "all"), ("-O2", "contended")] {
+            let what = format!("{cxx} {opt} --stacks {stacks}");
+            let bin = build_cxx_sites_with(&dir, cxx, opt);
+            let run = record(&dir, &["--stacks", stacks], &bin, &[], b"");
+            assert_eq!(run.code, 0, "{}", run.stderr);
+            let truth: std::collections::HashMap<String, u32> = site_truths(&run.stdout)
+                .into_iter()
+                .map(|(f, l, _)| (f, l))
+                .collect();
+            let a = ["report", run.trace_path.to_str().unwrap(), "--json"];
+            let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
+            let user = |site: &str| -> Option<String> {
+                truth
+                    .iter()
+                    .find(|(f, l)| {
+                        (site.starts_with(&format!("{f} ")) || site.starts_with(&format!("{f}(")))
+                            && site.contains(&format!("cxx_sites.cpp:{l})"))
+                    })
+                    .map(|(f, _)| f.clone())
+            };
+            let blame: Vec<&Value> = r["blame"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|b| b["lock_name"] == "m")
+                .collect();
+            assert!(!blame.is_empty(), "{what}: no blame rows");
+            let main_tid = blame[0]["pid"].as_u64().unwrap();
+            let mut fn_of_tid: std::collections::HashMap<u64, String> = Default::default();
+            fn_of_tid.insert(main_tid, "main".into());
+            for b in &blame {
+                let ws = b["waiter_site"].as_str().unwrap();
+                let f = user(ws)
+                    .unwrap_or_else(|| panic!("{what}: waiter site {ws:?} is not a user frame"));
+                let tid = b["waiter_tid"].as_u64().unwrap();
+                let prev = fn_of_tid.insert(tid, f.clone());
+                assert!(
+                    prev.is_none() || prev.as_deref() == Some(f.as_str()),
+                    "{what}: thread {tid} named both {prev:?} and {f}"
+                );
+            }
+            // The three worker functions each waited (main held the lock
+            // 50 ms while they started).
+            let mut waiters: Vec<&String> = fn_of_tid.values().collect();
+            waiters.sort();
+            assert_eq!(
+                waiters,
+                ["by_guard", "by_lock", "by_unique", "main"],
+                "{what}: {blame:#?}"
+            );
+            for b in &blame {
+                let hs = b["holder_site"].as_str().unwrap();
+                let Some(h) = b["holder_tid"].as_u64() else {
+                    assert!(hs.starts_with("(no holder"), "{what}: {hs}");
+                    continue;
+                };
+                // Main's one acquisition never waited: with only contended
+                // acquisitions carrying a path, nothing recorded says which
+                // function called the out-of-line std::mutex::lock().
+                if h == main_tid && opt == "-O0" && stacks == "contended" {
+                    continue;
+                }
+                assert_eq!(
+                    user(hs).as_ref(),
+                    fn_of_tid.get(&h),
+                    "{what}: holder {h} at {hs:?}"
+                );
+            }
+        }
+    }
 }
 
 /// `truth-site fn=NAME line=L count=N` lines: (function, line, count).
@@ -604,7 +694,7 @@ fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
 /// (`objcopy --only-keep-debug`), found through a build-id directory or a
 /// `.gnu_debuglink`: static locks are named from the debug file's symbols,
 /// inside arrays with their index from DWARF (`lru_locks[12]`,
-/// `buckets[3]+0x8`), and sites get function and line. Without a debug
+/// `buckets[3].lock`), and sites get function and line. Without a debug
 /// file: `.dynsym` names the exported lock, the others are module+offset,
 /// and a note says the binary is stripped and where debug files were
 /// looked for.

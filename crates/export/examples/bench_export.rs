@@ -5,6 +5,10 @@
 //! cargo run --release -p lockscope-export --example bench_export -- /tmp/big.lstrace
 //! ```
 //!
+//! `scan` (not a format; name it to run it) is the timeline walk alone,
+//! the floor of perfetto, perfetto-proto, speedscope and html; its
+//! "output" is the number of timeline items.
+//!
 //! Each format runs in a child process (this program re-run with
 //! `--one FORMAT TRACE`), writing to a counting sink, so that the peak RSS
 //! printed is the export's own. Symbolization is off (a synthetic trace
@@ -15,7 +19,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use lockscope_analysis::ReportConfig;
-use lockscope_export::{folded, html, perfetto, pprof, speedscope, stacks};
+use lockscope_export::{folded, html, perfetto, perfetto_proto, pprof, speedscope, stacks};
 
 struct Count(u64);
 
@@ -65,6 +69,16 @@ fn one(format: &str, trace: &Path) {
         "perfetto" => {
             perfetto::write(trace, &meta, false, &mut out).unwrap();
         }
+        "scan" => {
+            // The floor of the timeline formats: the synchronization
+            // layer's walk alone, nothing written.
+            let mut n = 0u64;
+            lockscope_export::timeline::scan(trace, &meta, |_| n += 1).unwrap();
+            out.0 = n;
+        }
+        "perfetto-proto" => {
+            perfetto_proto::write(trace, &meta, false, &mut out).unwrap();
+        }
         "speedscope" => {
             speedscope::write(trace, &meta, false, &mut out).unwrap();
         }
@@ -79,7 +93,7 @@ fn one(format: &str, trace: &Path) {
         f => panic!("unknown format {f}"),
     }
     println!(
-        "{format:<11} {:>8.2} s  {:>8.2} M events/s  peak RSS {:>7.1} MB  output {:>9.1} MB",
+        "{format:<14} {:>8.2} s  {:>8.2} M events/s  peak RSS {:>7.1} MB  output {:>9.1} MB",
         t0.elapsed().as_secs_f64(),
         meta.events as f64 / t0.elapsed().as_secs_f64() / 1e6,
         rss_peak_kb() as f64 / 1024.0,
@@ -99,7 +113,14 @@ fn main() {
     };
     let size = std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0);
     println!("trace {trace}: {:.1} MB", size as f64 / 1e6);
-    let all = ["folded", "pprof", "perfetto", "speedscope", "html"];
+    let all = [
+        "folded",
+        "pprof",
+        "perfetto",
+        "perfetto-proto",
+        "speedscope",
+        "html",
+    ];
     let formats: Vec<&str> = if args.len() > 2 {
         args[2..].iter().map(String::as_str).collect()
     } else {

@@ -15,6 +15,8 @@
 //! - [`timeline`]: spans, hand-offs and waiter counts in time, from the
 //!   synchronization layer, and [`names`] for their locks and sites;
 //! - [`perfetto`]: Chrome trace-event JSON (Perfetto, chrome://tracing);
+//! - [`perfetto_proto`]: the same as Perfetto's native protobuf trace,
+//!   smaller and faster, for long recordings;
 //! - [`speedscope`]: speedscope's evented profiles, one per thread;
 //! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables);
 //! - [`diff`]: two reports compared (`lockscope diff`).
@@ -26,6 +28,7 @@ pub mod folded;
 pub mod html;
 pub mod names;
 pub mod perfetto;
+pub mod perfetto_proto;
 pub mod pprof;
 pub mod speedscope;
 pub mod stacks;

@@ -49,14 +49,14 @@ pub struct Summary {
 /// One track's finished slices that a later one could still overlap:
 /// (start, end), sorted, each enclosing or following the ones below it.
 #[derive(Default)]
-struct Lane {
+pub(crate) struct Lane {
     open: Vec<(u64, u64)>,
 }
 
 impl Lane {
     /// Places `[s, e]` (ends arrive in order) if it nests; false if it
     /// would partly overlap a slice already there.
-    fn place(&mut self, s: u64, e: u64) -> bool {
+    pub(crate) fn place(&mut self, s: u64, e: u64) -> bool {
         let mut k = self.open.len();
         while k > 0 && self.open[k - 1].0 >= s {
             k -= 1;
@@ -126,7 +126,7 @@ pub fn write(
         let p = &meta.processes[&id];
         let name = p.argv.first().cloned().unwrap_or_else(|| p.exe.clone());
         w.event(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,
-            "args":{"name": format!("{name} (pid {pid})")}}))?;
+            "args":{"name": name}}))?;
     }
     for (i, t) in threads.iter().enumerate() {
         w.event(

@@ -188,6 +188,9 @@ pub fn write_with(
     let mut spill = Spill::new();
     let mut spill_err: Option<std::io::Error> = None;
     let mut items = 0u64;
+    // Per thread, the time spent waiting for locks: the profile shown
+    // first is the thread that waited longest (the one to look at).
+    let mut waited: Vec<u64> = vec![0; threads.len()];
     timeline::scan(path, meta, |item| {
         items += 1;
         if items.is_multiple_of(1024) && spill_err.is_none() {
@@ -247,10 +250,14 @@ pub fn write_with(
                 thread,
                 kind,
                 obj,
+                start_ns,
                 end_ns,
                 ..
             } => {
                 if let Some(&ti) = by_id.get(&thread) {
+                    if kind == SpanKind::Wait {
+                        waited[ti] += end_ns - start_ns;
+                    }
                     st[ti].close(kind, obj, end_ns);
                 }
             }
@@ -279,9 +286,13 @@ pub fn write_with(
         .min_by_key(|p| p.id)
         .map(|p| p.argv.join(" "))
         .unwrap_or_default();
+    // The first of the threads that waited longest (0 when none waited).
+    let active = (0..threads.len())
+        .max_by_key(|&i| (waited[i], std::cmp::Reverse(i)))
+        .unwrap_or(0);
     write!(
         out,
-        "{{\"$schema\":{},\"exporter\":{},\"name\":{},\"activeProfileIndex\":0,\"shared\":{{\"frames\":",
+        "{{\"$schema\":{},\"exporter\":{},\"name\":{},\"activeProfileIndex\":{active},\"shared\":{{\"frames\":",
         json!(SCHEMA),
         json!(format!("lockscope {}", env!("CARGO_PKG_VERSION"))),
         json!(format!("lockscope: {command}"))

@@ -11,6 +11,9 @@ use crate::{HwtraceError, ACCESS_VALUES_KEY, CORES_KEY, DEFAULT_CLOCK_HZ};
 /// Most rows one plain access (a `memcpy` of many bytes) becomes.
 const MAX_SPLIT: u64 = 64;
 
+/// Most rows one `AccessRepeat` (a coalesced run) becomes.
+const MAX_REPEAT_ROWS: u64 = 1 << 20;
+
 /// Export settings.
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
@@ -46,7 +49,8 @@ pub struct ExportSummary {
     pub rows: u64,
     /// Events with no hardware-trace form (lock calls, allocations...).
     pub skipped: u64,
-    /// Plain accesses cut short at `MAX_SPLIT` rows.
+    /// Plain accesses cut short at `MAX_SPLIT` rows, and repeats of a
+    /// coalesced run beyond 2^20 rows.
     pub truncated: u64,
 }
 
@@ -183,12 +187,59 @@ pub fn export(
         }
         let mut core = own_core.get(&id).cloned().unwrap_or_else(|| "CPU0".into());
         let mut last_ip = 0u64;
+        // The thread's last single-row access (address, op, cycle, row
+        // text): what a following `AccessRepeat` repeats.
+        let mut last_row: Option<(u64, Op, u64, String)> = None;
         for (i, e) in evs.iter().enumerate() {
             let c = cycles(e.time);
             let Some(op) = e.op() else {
                 sum.skipped += 1;
                 continue;
             };
+            if op == Op::AccessRepeat {
+                // A coalesced run (`LOCKSCOPE_COALESCE`): `arg` more of the
+                // thread's last access, the last one at this event's time.
+                // A hardware trace has every one: one row each, spread
+                // evenly from the first access to the last repeat (their
+                // own times were not recorded).
+                let kind = match e.arg2 {
+                    1 => Some(Op::Read),
+                    2 => Some(Op::Write),
+                    3 => Some(Op::AtomicLoad),
+                    _ => None,
+                };
+                match &last_row {
+                    Some((addr, op, c0, text)) if *addr == e.addr && kind == Some(*op) => {
+                        let n = e.arg.min(MAX_REPEAT_ROWS);
+                        sum.truncated += u64::from(e.arg > n);
+                        // Everything after the first field (the time).
+                        let rest = text.split_once(',').map_or("", |x| x.1);
+                        let span = c.saturating_sub(*c0);
+                        for k in 1..=n {
+                            let ck = c0 + (u128::from(span) * u128::from(k) / u128::from(n)) as u64;
+                            let part = (2 * k) as u32;
+                            if scheduled {
+                                rows.insert(
+                                    (ck, 2, id, i, part),
+                                    (Tag::Plain, format!("{ck},{core},{core},{:#x},IP,-", e.site)),
+                                );
+                            }
+                            rows.insert(
+                                (ck, 2, id, i, part + 1),
+                                (Tag::Access(core.clone(), ident(id)), format!("{ck},{rest}")),
+                            );
+                            sum.rows += 1;
+                        }
+                    }
+                    _ => sum.skipped += 1,
+                }
+                continue;
+            }
+            if op.is_atomic() || matches!(op, Op::Read | Op::Write) {
+                // Any other access ends a run; the ones that start one
+                // set it again below.
+                last_row = None;
+            }
             let w_atomic = 1u64 << (e.flags & 7).min(3);
             let access = |kind: &str, w: u64, addr: u64, value: String| {
                 format!("{c},{core},{core},{addr:#x},{kind}{},{value}", w * 8)
@@ -265,12 +316,11 @@ pub fn export(
                         } else {
                             "-".into()
                         };
+                        let text = access(kind, size, e.addr, v);
+                        last_row = Some((e.addr, op, c, text.clone()));
                         rows.insert(
                             (c, 2, id, i, 1),
-                            (
-                                Tag::Access(core.clone(), ident(id)),
-                                access(kind, size, e.addr, v),
-                            ),
+                            (Tag::Access(core.clone(), ident(id)), text),
                         );
                         sum.rows += 1;
                     } else {
@@ -315,6 +365,9 @@ pub fn export(
                     (Tag::Plain, format!("{c},{core},{core},{:#x},IP,-", e.site)),
                 );
                 last_ip = e.site;
+            }
+            if op == Op::AtomicLoad {
+                last_row = Some((e.addr, op, c, text.clone()));
             }
             rows.insert(
                 (c, 2, id, i, 1),

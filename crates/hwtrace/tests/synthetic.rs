@@ -156,3 +156,65 @@ fn an_access_on_an_unscheduled_core_names_its_line() {
          runs there first"
     );
 }
+
+#[test]
+fn issue12_coalesced_repeats_export_one_row_each_and_spin_agrees() {
+    use lockscope_format::{Event, Op, Trace};
+    let ev = |time: u64, op: Op, flags: u8, arg: u64, arg2: u64| Event {
+        time,
+        op: op as u8,
+        flags,
+        addr: LOCK,
+        site: 0x401000,
+        arg,
+        arg2,
+        ..Event::default()
+    };
+    // Thread 1 holds a test-test-and-set lock from 10 to 100 ns; thread 2
+    // reads it busy at 20 ns and 40 more times up to 60 ns (one load and
+    // one `AccessRepeat` of 40, as `LOCKSCOPE_COALESCE` records them),
+    // then takes it.
+    let xchg = |t, old, new| ev(t, Op::AtomicExchange, 2, old, new);
+    let store = |t, old, new| ev(t, Op::AtomicStore, 2, old, new);
+    let mut t = Trace::default();
+    t.events.insert(
+        1,
+        vec![
+            ev(9, Op::AtomicLoad, 2, 0, 0),
+            xchg(10, 0, 1),
+            store(100, 1, 0),
+        ],
+    );
+    t.events.insert(
+        2,
+        vec![
+            ev(20, Op::AtomicLoad, 2, 1, 1),
+            ev(60, Op::AccessRepeat, 4, 40, 3),
+            ev(101, Op::AtomicLoad, 2, 0, 0),
+            xchg(102, 0, 1),
+            store(110, 1, 0),
+        ],
+    );
+    let mut out = Vec::new();
+    let sum = lockscope_hwtrace::export(&t, &lockscope_hwtrace::ExportOptions::default(), &mut out)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let loads: Vec<&str> = text.lines().filter(|l| l.contains(",R32,0x1")).collect();
+    assert_eq!(loads.len(), 41, "{text}");
+    assert!(loads[0].starts_with("20,"), "{}", loads[0]);
+    assert!(loads[40].starts_with("60,"), "{}", loads[40]);
+    assert_eq!(sum.truncated, 0);
+    let back = import(
+        &[parse("x", text.as_bytes()).unwrap()],
+        &ImportOptions::default(),
+    )
+    .unwrap();
+    for tr in [&t, &back] {
+        let r = spin::analyze(tr, false);
+        let l = &r.spinlocks[0];
+        assert_eq!(l.kind, "ttas");
+        assert_eq!((l.acquisitions, l.failed_attempts), (2, 41));
+        assert_eq!(l.threads[1].busy_reads, 41);
+        assert_eq!(l.wait_ns, (102 - 20) + (10 - 9));
+    }
+}

@@ -74,9 +74,11 @@ unsafe extern "C-unwind" fn syscall_impl(
     site: u64,
     fp: u64,
 ) -> c_long {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the only unsafe operations are the calls of the real
+    // `syscall(3)` with the program's arguments, unchanged: the caller
+    // (the program, through the trampoline) upholds syscall's contract for
+    // them. The recorder only copies the argument values (`a1` as the
+    // futex word's address, never dereferenced here) into events.
     unsafe {
         if n != libc::SYS_futex || !thread::is_recording() {
             return real_syscall(n, a1, a2, a3, a4, a5, a6);

@@ -253,17 +253,21 @@ fn release(
 macro_rules! acquire_hook {
     ($imp:ident ( $l:ident : $lt:ty $(, $a:ident : $t:ty)* ) $op:expr, held = $held:ident, block = $block:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
-            // SAFETY: the unsafe operations below rely only on this function's own
-            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-            // it interposes), which the caller upholds.
+            // SAFETY: the only unsafe calls are the real function (`$block`), with
+            // the program's arguments unchanged (the interposed function's C
+            // contract, upheld by the program), and `rec`, whose contract is the
+            // same.
             unsafe {
             // Not recording: forward with no frame of our own (the
             // recording path below needs a large one).
             #[inline(never)]
             unsafe fn rec($l: $lt, $($a: $t,)* site: u64, fp: u64) -> c_int {
-                // SAFETY: the unsafe operations below rely only on this function's own
-                // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-                // it interposes), which the caller upholds.
+                // SAFETY: `$held` reads the lock word of `$l`, the program's initialised
+                // lock object (the interposed function's contract: it must be valid for
+                // the real call too), with relaxed atomic loads: racing with other
+                // threads' lock operations is the point (a stale value only misjudges
+                // contention). `$block` is the real function with the program's
+                // arguments unchanged.
                 unsafe {
                 let Some(mut g) = thread::recorder() else {
                     return $block($l $(, $a)*);
@@ -292,14 +296,17 @@ macro_rules! acquire_hook {
 macro_rules! plain_hook {
     ($imp:ident ( $l:ident : $lt:ty ) $op:expr, $real:ident, $proto:ident) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) -> c_int {
-            // SAFETY: the unsafe operations below rely only on this function's own
-            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-            // it interposes), which the caller upholds.
+            // SAFETY: the only unsafe calls are the real function (`$real`), with
+            // the program's lock pointer unchanged (the interposed function's C
+            // contract, upheld by the program), and `rec`, whose contract is the
+            // same.
             unsafe {
                 // Not recording: forward with no frame of our own.
                 #[inline(never)]
                 unsafe fn rec($l: $lt, site: u64, fp: u64) -> c_int {
-                    // SAFETY: as above.
+                    // SAFETY: `$real` is called with the program's lock
+                    // pointer unchanged (the program upholds its contract);
+                    // the recorder records the pointer as a number only.
                     unsafe {
                         let Some(mut g) = thread::recorder() else {
                             return $real($l);
@@ -339,11 +346,17 @@ acquire_hook!(mutex_clocklock_impl(m: *mut pthread_mutex_t, c: clockid_t, t: *co
 /// 0 free, 1 locked, 2 locked with waiters. Robust and priority-inherit
 /// kinds hold the owner's tid with FUTEX_WAITERS (bit 31) set when
 /// contended. Priority-protect mutexes encode the ceiling there: never.
+///
+/// # Safety
+/// `m` must point to an initialised glibc `pthread_mutex_t` (what the
+/// program passes to `pthread_mutex_unlock`).
 #[inline(always)]
 unsafe fn mutex_has_waiters(m: *mut pthread_mutex_t) -> bool {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `m` is the program's initialised glibc mutex (contract): its
+    // `int __lock` at offset 0 and `int __kind` at 16 lie inside the 40-byte
+    // object and are 4-aligned; read with relaxed atomic loads, since other
+    // threads change them concurrently (a stale value only misjudges whether
+    // the unlock will wake someone).
     unsafe {
         let p = m as *const core::sync::atomic::AtomicI32;
         let lock = (*p).load(core::sync::atomic::Ordering::Relaxed);
@@ -366,9 +379,9 @@ unsafe extern "C-unwind" fn mutex_unlock_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: real_mutex_unlock and mutex_unlock_rec get the program's
+    // mutex pointer unchanged: pthread_mutex_unlock's contract (an
+    // initialised mutex) is the program's to uphold, and is all they need.
     unsafe {
         if !thread::is_recording() {
             return real_mutex_unlock(m);
@@ -377,11 +390,13 @@ unsafe extern "C-unwind" fn mutex_unlock_impl(
     }
 }
 
+/// # Safety
+/// `m` is what the program passed to `pthread_mutex_unlock`.
 #[inline(never)]
 unsafe fn mutex_unlock_rec(m: *mut pthread_mutex_t, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `m` is the program's initialised mutex (the contract of the
+    // pthread_mutex_unlock it interposes): mutex_has_waiters may read its
+    // words, and the real unlock gets it unchanged.
     unsafe {
         let Some(mut g) = thread::recorder() else {
             return real_mutex_unlock(m);
@@ -545,9 +560,10 @@ unsafe extern "C-unwind" fn cond_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe { cond_wait_common(Op::CondWait, c, m, site, fp, || real_cond_wait(c, m)) }
 }
 
@@ -558,9 +574,10 @@ unsafe extern "C-unwind" fn cond_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
             real_cond_timedwait(c, m, t)
@@ -576,9 +593,10 @@ unsafe extern "C-unwind" fn cond_clockwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         cond_wait_common(Op::CondTimedwait, c, m, site, fp, || {
             real_cond_clockwait(c, m, k, t)
@@ -617,9 +635,10 @@ unsafe fn single(op: Op, addr: u64, site: u64, fp: u64, call: impl FnOnce() -> c
 }
 
 unsafe extern "C-unwind" fn cond_signal_impl(c: *mut pthread_cond_t, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe { single(Op::CondSignal, c as u64, site, fp, || real_cond_signal(c)) }
 }
 
@@ -628,9 +647,10 @@ unsafe extern "C-unwind" fn cond_broadcast_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         single(Op::CondBroadcast, c as u64, site, fp, || {
             real_cond_broadcast(c)
@@ -656,9 +676,10 @@ unsafe extern "C-unwind" fn barrier_wait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         match thread::recorder() {
             None => return real_barrier_wait(b),
@@ -733,6 +754,8 @@ tramp!(pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int = barrier_wait_i
 // look to the program exactly as without us: a failed trywait probe sets
 // EAGAIN, so the caller's errno is put back before the real wait.
 
+/// # Safety
+/// `s` and `wait` carry what the program passed to the interposed wait.
 unsafe fn sem_wait_common(
     op: Op,
     s: *mut sem_t,
@@ -740,9 +763,10 @@ unsafe fn sem_wait_common(
     fp: u64,
     wait: impl FnOnce() -> c_int,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `s` is the program's initialised semaphore (the contract of
+    // the sem_wait/sem_timedwait it interposes): the real sem_trywait and
+    // `wait` (the real blocking call with the program's arguments) get it
+    // unchanged; the recorder records its address only.
     unsafe {
         let saved = errno();
         let t0;
@@ -788,9 +812,10 @@ unsafe fn sem_wait_common(
 }
 
 unsafe extern "C-unwind" fn sem_wait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe { sem_wait_common(Op::SemWait, s, site, fp, || real_sem_wait(s)) }
 }
 
@@ -800,16 +825,18 @@ unsafe extern "C-unwind" fn sem_timedwait_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe { sem_wait_common(Op::SemTimedwait, s, site, fp, || real_sem_timedwait(s, t)) }
 }
 
 unsafe extern "C-unwind" fn sem_trywait_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         let Some(mut g) = thread::recorder() else {
             return real_sem_trywait(s);
@@ -852,9 +879,10 @@ unsafe extern "C-unwind" fn sem_trywait_impl(s: *mut sem_t, site: u64, fp: u64) 
 }
 
 unsafe extern "C-unwind" fn sem_post_impl(s: *mut sem_t, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments reach the real function unchanged
+    // (its contract, the interposed function's C contract, is the program's
+    // to uphold); the recorder only records the object's address as a
+    // number, never dereferencing it here.
     unsafe {
         let Some(mut g) = thread::recorder() else {
             return real_sem_post(s);

@@ -24,9 +24,9 @@ extern "C" {
 }
 
 unsafe extern "C-unwind" fn fork_impl(site: u64, fp: u64) -> pid_t {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the only unsafe operation is the real fork(), which has no
+    // preconditions; the child's re-initialisation runs in our atfork
+    // handler, not here.
     unsafe {
         if !thread::is_recording() {
             return real_fork();
@@ -145,10 +145,15 @@ fn starts_with_key(entry: &[u8], saved: &[u8]) -> bool {
 }
 
 /// Path of this library, if it was loaded through LD_PRELOAD.
+///
+/// # Safety
+/// None beyond the library being loaded (it always is while running).
 unsafe fn own_path() -> Option<&'static [u8]> {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: dladdr fills the zeroed local `info` for an address inside
+    // this library (our own function); `dli_fname` is checked non-null and
+    // then points to the loader's NUL-terminated path of this object,
+    // which lives as long as the object stays loaded (a preloaded library
+    // is never unloaded): valid for 'static in practice.
     unsafe {
         let mut info: libc::Dl_info = core::mem::zeroed();
         if libc::dladdr(own_path as *const libc::c_void, &mut info) == 0 || info.dli_fname.is_null()
@@ -163,10 +168,21 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
+///
+/// # Safety
+/// `envp` must be null or a NULL-terminated array of NUL-terminated
+/// strings (what exec accepts).
 unsafe fn fix_env(envp: Argv) -> Env {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `envp` is null or a NULL-terminated array of NUL-terminated
+    // strings (contract), read up to its NULL (`n` entries) and through
+    // CStr::from_ptr; `preload_at < n` when set. The new mapping is ours,
+    // `len` bytes: `slots` pointers (n program entries, at most
+    // SAVED_ENV_KEYS added ones, the NULL: `k` never exceeds
+    // n + SAVED_ENV_KEYS) and then `text` bytes for the merged LD_PRELOAD
+    // entry, whose writes ("LD_PRELOAD=", our path, ':', the old value
+    // after its 11-byte key, NUL) total lib + old_preload + 2 <= text.
+    // Saved entries are NUL-terminated in their static buffers (shorter
+    // than the buffer, which is zero-filled) and live for the process.
     unsafe {
         let unchanged = Env {
             envp,
@@ -281,9 +297,11 @@ unsafe extern "C-unwind" fn execve_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments go to the real function unchanged
+    // (its contract is the program's), except the environment: `fix_env`
+    // reads the program's NULL-terminated `e` (exec's contract) and returns
+    // it or a NULL-terminated copy in a mapping `env` owns, alive until
+    // after the real call returns (it only returns on failure).
     unsafe {
         let rec = before_exec(site, fp);
         let env = fix_env(e);
@@ -303,9 +321,11 @@ unsafe extern "C-unwind" fn execvpe_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments go to the real function unchanged
+    // (its contract is the program's), except the environment: `fix_env`
+    // reads the program's NULL-terminated `e` (exec's contract) and returns
+    // it or a NULL-terminated copy in a mapping `env` owns, alive until
+    // after the real call returns (it only returns on failure).
     unsafe {
         let rec = before_exec(site, fp);
         let env = fix_env(e);
@@ -319,9 +339,11 @@ unsafe extern "C-unwind" fn execvpe_impl(
 }
 
 unsafe extern "C-unwind" fn fexecve_impl(fd: c_int, a: Argv, e: Argv, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: the program's arguments go to the real function unchanged
+    // (its contract is the program's), except the environment: `fix_env`
+    // reads the program's NULL-terminated `e` (exec's contract) and returns
+    // it or a NULL-terminated copy in a mapping `env` owns, alive until
+    // after the real call returns (it only returns on failure).
     unsafe {
         let rec = before_exec(site, fp);
         let env = fix_env(e);
@@ -335,16 +357,15 @@ unsafe extern "C-unwind" fn fexecve_impl(fd: c_int, a: Argv, e: Argv, site: u64,
 }
 
 unsafe extern "C-unwind" fn execv_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `environ` is the process environment (a NULL-terminated
+    // array libc maintains), read once; execve_impl gets the program's
+    // own arguments, whose contract is execv's.
     unsafe { execve_impl(p, a, environ, site, fp) }
 }
 
 unsafe extern "C-unwind" fn execvp_impl(p: *const c_char, a: Argv, site: u64, fp: u64) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: as in execv_impl: `environ` read once, the program's
+    // arguments forwarded under execvp's contract.
     unsafe { execvpe_impl(p, a, environ, site, fp) }
 }
 
@@ -408,9 +429,14 @@ unsafe extern "C-unwind" fn execl_impl(
     kind: u32,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `regs` is the trampoline's 5-slot stack array of the
+    // register arguments after `path` and `stack` the caller's stack
+    // arguments (the variadic tail): execl's contract is a NULL-terminated
+    // list (then envp for execle), so every index read, `0..=n` (+1 for
+    // execle), is an argument the program passed; bounded by MAX_LIST.
+    // `argv` is our own mapping of (n + 1) pointers, filled and NULL-
+    // terminated, unmapped once after the exec failed. `environ` is read
+    // once (libc's NULL-terminated environment).
     unsafe {
         let arg = |i: usize| {
             if i < 5 {

@@ -123,9 +123,16 @@ macro_rules! real {
         #[inline(always)]
         #[allow(clippy::missing_safety_doc)]
         $vis unsafe fn $caller($($a: $t),*) -> $r {
-            // SAFETY: the unsafe operations below rely only on this function's own
-            // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-            // it interposes), which the caller upholds.
+            // SAFETY: `R.get()` is never 0 (it aborts when the symbol
+            // does not exist) and is the address dlsym/dlvsym returned for
+            // `$sym` in a later object (RTLD_NEXT): the real function,
+            // whose C signature is the one declared here, so the transmute
+            // gives a callable pointer of the right type (a usize and a fn
+            // pointer have the same size). Calling it forwards the caller's
+            // arguments unchanged: this function's contract is the real
+            // function's C contract (valid pointers etc.), upheld by our
+            // caller, i.e. ultimately by the program that called the
+            // interposed symbol.
             unsafe {
             static R: $crate::real::Real = real!(@new $sym $(, $ver)?);
             // Resolved at load time by our own constructor entry, so that

@@ -141,10 +141,19 @@ unsafe fn join_tid(t: pthread_t) -> u32 {
 /// Kernel tid of a thread that is known to be alive (not yet joined):
 /// glibc's descriptor holds it from the moment clone returns
 /// (CLONE_PARENT_SETTID).
+///
+/// # Safety
+/// `t` must be the handle of a thread that has not been joined (or
+/// detached and gone): its descriptor must still be mapped.
 unsafe fn tid_of(t: pthread_t) -> u32 {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: pthread_self and gettid have no preconditions. `t` is the
+    // handle of a thread not yet joined (contract), so its glibc
+    // descriptor (`t` is its address) is mapped; `tid_offset` is the
+    // offset of its 4-byte `tid` field that glibc itself publishes for
+    // libthread_db (checked: a 32-bit field, offset below 4096), so the
+    // read stays inside the descriptor. A plain read of a field the
+    // kernel may clear concurrently: at worst we read 0 (then the caller
+    // uses the tid remembered at the thread's start).
     unsafe {
         if t == libc::pthread_self() {
             return libc::gettid() as u32;
@@ -157,9 +166,12 @@ unsafe fn tid_of(t: pthread_t) -> u32 {
 }
 
 unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `p` is the `Start` that create_impl malloc'ed, wrote and
+    // passed to the real pthread_create for this thread alone: read once
+    // here, then freed once (no other reference exists). pthread_self and
+    // gettid have no preconditions. `s.f(s.arg)` is the program's own start
+    // routine with its own argument, called exactly as pthread_create would
+    // have.
     unsafe {
         let s = core::ptr::read(p as *const Start);
         libc::free(p);
@@ -226,9 +238,13 @@ unsafe extern "C-unwind" fn create_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: real_create is the real pthread_create, called with the
+    // program's arguments (its contract is upheld by the program) or with
+    // our trampoline and a `Start` we malloc'ed (ownership passes to the
+    // new thread, or back to us when creation fails: freed once either
+    // way). `attr`, when not null, is the program's initialised attribute
+    // (pthread_create's contract), only read by getdetachstate. `*t` is
+    // read after a successful create, which wrote it.
     unsafe {
         let parent_tid = match thread::recorder() {
             None => return real_create(t, attr, f, arg),
@@ -286,9 +302,11 @@ unsafe extern "C-unwind" fn join_impl(
     site: u64,
     fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: `t` is the handle the program passes to pthread_join, i.e. a
+    // joinable thread not yet joined (pthread_join's contract): join_tid
+    // may read its descriptor before the real join. real_join forwards
+    // the program's arguments unchanged. release_joined runs only after the
+    // real join returned 0: the thread and its destructors are gone.
     unsafe {
         let tid;
         match thread::recorder() {
@@ -360,9 +378,9 @@ unsafe extern "C-unwind" fn join_impl(
 }
 
 unsafe extern "C-unwind" fn exit_impl(r: *mut c_void, site: u64, _fp: u64) {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: gettid has no preconditions; real_exit is the real
+    // pthread_exit with the program's return value (its contract is the
+    // program's); abort is never reached.
     unsafe {
         if thread::is_recording() {
             // The main thread's ring stays: the process may go on in other
@@ -382,9 +400,12 @@ unsafe extern "C-unwind" fn setname_impl(
     site: u64,
     _fp: u64,
 ) -> c_int {
-    // SAFETY: the unsafe operations below rely only on this function's own
-    // contract (its `# Safety` doc or, for a hook, the C ABI of the function
-    // it interposes), which the caller upholds.
+    // SAFETY: real_setname forwards the program's arguments unchanged.
+    // `name` is read (CStr::from_ptr) only after the real call succeeded,
+    // which means it was a valid NUL-terminated string (the real function
+    // read it; pthread_setname_np's contract), not null (checked), and the
+    // program does not free it during its own call. `tid_of(t)`: `t`
+    // named a live thread (the call succeeded), whose descriptor is mapped.
     unsafe {
         let rc = real_setname(t, name);
         if rc != 0 || name.is_null() {

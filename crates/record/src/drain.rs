@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockscope_capture::raw::Slot;
-use lockscope_capture::ring::{Consumer, RingError};
+use lockscope_capture::ring::{Consumer, Handoff, RingError};
 use lockscope_capture::session::{
     parse_file_name, ProcessHeader, SessionFile, HEADER_BYTES, PROC_MAGIC,
 };
@@ -307,6 +307,9 @@ struct Ring {
     key: (u32, u32, u32),
     /// Events lost in the thread's earlier (outgrown) rings.
     lost_before: u64,
+    /// The ring's `lost` count when the current owner took it over
+    /// (recycled rings: earlier owners' losses are below it).
+    lost_base: u64,
 }
 
 /// Totals the drain reports at the end.
@@ -329,6 +332,12 @@ pub(crate) struct DrainTotals {
     pub threads_without_ring: u64,
     /// Rings grown because their thread ran hot.
     pub rings_grown: u64,
+    /// Threads that took over the ring of a joined thread.
+    pub rings_reused: u64,
+    /// Rings of joined threads unmapped instead of kept for reuse.
+    pub rings_not_pooled: u64,
+    /// Thread starts that found only undrained rings in the free list.
+    pub pool_not_ready: u64,
 }
 
 /// Slots of the standard drain buffer (2 MiB: one huge page).
@@ -338,6 +347,11 @@ const SMALL_BUF_SLOTS: usize = 65_536;
 /// a thread's last events (TLS destructors) may be published just after
 /// its exit stamp.
 const END_GRACE: Duration = Duration::from_millis(20);
+/// Most owner changes of one ring handled in one drain pass (each needs
+/// the previous owner's events all consumed, so a ring changes hands at
+/// most as fast as threads start; the bound keeps one ring from holding
+/// the drain).
+const MAX_HANDOFFS_PER_PASS: u32 = 64;
 /// Upper bound of argv text accepted from a process file.
 const MAX_ARGV_BYTES: u32 = 1 << 20;
 
@@ -633,16 +647,41 @@ impl Drainer {
     fn add_ring(&mut self, pi: usize, tid: u32, name: String, path: PathBuf, c: Consumer) {
         let h = c.header();
         let (pid, gen) = (self.procs[pi].pid, self.procs[pi].gen);
-        let parent = if h.parent_tid != 0 {
+        let id = self.new_thread(pi, tid, h.parent_tid, h.start_tsc, name_from(&h.name));
+        self.open_rings.insert(name.clone());
+        self.rings.push(Ring {
+            name,
+            path,
+            c,
+            thread: id,
+            lost_seen: 0,
+            end_seen: None,
+            key: (pid, gen, tid),
+            lost_before: 0,
+            lost_base: 0,
+        });
+    }
+
+    /// Registers a thread of process `pi` and writes its record; returns
+    /// its trace id.
+    fn new_thread(
+        &mut self,
+        pi: usize,
+        tid: u32,
+        parent_tid: u32,
+        start_tsc: u64,
+        tname: String,
+    ) -> u32 {
+        let (pid, gen) = (self.procs[pi].pid, self.procs[pi].gen);
+        let parent = if parent_tid != 0 {
             self.threads_by_tid
-                .get(&(pid, gen, h.parent_tid))
+                .get(&(pid, gen, parent_tid))
                 .copied()
                 .unwrap_or(0)
         } else {
             0
         };
-        let tname = name_from(&h.name);
-        let start_ns = self.clock.ns(h.start_tsc);
+        let start_ns = self.clock.ns(start_tsc);
         let id = self.next_thread;
         self.next_thread += 1;
         self.threads_by_tid.insert((pid, gen, tid), id);
@@ -655,16 +694,49 @@ impl Drainer {
             start_ns,
             name: tname,
         })));
-        self.open_rings.insert(name.clone());
-        self.rings.push(Ring {
-            name,
-            path,
-            c,
-            thread: id,
-            lost_seen: 0,
-            end_seen: None,
-            key: (pid, gen, tid),
-            lost_before: 0,
+        id
+    }
+
+    /// The ring changed owner (a recycled ring, see
+    /// `lockscope_capture::ring::Producer::hand_over`): the previous
+    /// owner ends here (unless already ended as vacated), the new one
+    /// starts, and what follows in the ring is the new owner's.
+    fn hand_over(&mut self, ri: usize, h: Handoff) {
+        if self.rings[ri].thread != 0 {
+            self.end_owner(ri, h.prev_end_tsc, h.lost_at);
+        }
+        let (pid, gen, _) = self.rings[ri].key;
+        let Some(&pi) = self.proc_index.get(&(pid, gen)) else {
+            return; // its process was registered with the ring: unreachable
+        };
+        let id = self.new_thread(pi, h.tid, h.parent_tid, h.start_tsc, name_from(&h.name));
+        let r = &mut self.rings[ri];
+        r.thread = id;
+        r.key.2 = h.tid;
+        r.lost_base = h.lost_at;
+        r.lost_seen = r.lost_seen.max(h.lost_at);
+        r.end_seen = None;
+    }
+
+    /// Ends the ring's current owner (its thread is gone: joined, every
+    /// event consumed) with exit stamp `end_tsc`; `lost_cum` is the ring's
+    /// loss count, every loss up to it the owner's. The ring stays open,
+    /// vacant (thread 0), until a new owner's hand-over or its close.
+    fn end_owner(&mut self, ri: usize, end_tsc: u64, lost_cum: u64) {
+        let r = &mut self.rings[ri];
+        let lost = r.lost_before + lost_cum.saturating_sub(r.lost_base);
+        let thread = r.thread;
+        r.thread = 0;
+        r.lost_before = 0;
+        r.lost_base = lost_cum;
+        r.lost_seen = r.lost_seen.max(lost_cum);
+        r.end_seen = None;
+        let clock = self.clock.conv();
+        self.send(Msg::ThreadEnd {
+            thread,
+            end_tsc,
+            lost,
+            clock,
         });
     }
 
@@ -678,6 +750,7 @@ impl Drainer {
             // A thread may have moved on to larger rings (several times
             // since the last pass): follow the chain to its current ring.
             let mut n = 0;
+            let mut handoffs = 0;
             loop {
                 // Read before the copy: once `next_seq` is set the producer
                 // has stopped writing this ring, so the copy below takes its
@@ -697,8 +770,26 @@ impl Drainer {
                         break;
                     }
                 }
+                if handoffs < MAX_HANDOFFS_PER_PASS {
+                    if let Some(h) = self.rings[i].c.take_handoff() {
+                        // A new thread took the ring over: its events
+                        // follow (and it may have grown since: re-read
+                        // `next_seq`, which is now its own).
+                        handoffs += 1;
+                        self.hand_over(i, h);
+                        continue;
+                    }
+                }
                 if next == 0 || self.rings[i].c.pending() != 0 || !self.switch_ring(i, next) {
                     break;
+                }
+            }
+            if self.rings[i].thread != 0 {
+                if let Some((end_tsc, lost)) = self.rings[i].c.vacated() {
+                    // Joined and in the program's free list, every event
+                    // consumed: the thread ends now, not at the next
+                    // owner's hand-over (which may never come).
+                    self.end_owner(i, end_tsc, lost);
                 }
             }
             let cap = self.rings[i].c.capacity().max(1);
@@ -727,6 +818,10 @@ impl Drainer {
     /// Copies whatever the ring holds and hands it to the writer.
     fn drain_ring(&mut self, ri: usize) -> u64 {
         let r = &mut self.rings[ri];
+        if r.thread == 0 {
+            // Vacant (see end_owner): nothing but a hand-over can come.
+            return 0;
+        }
         let pending = r.c.pending() as usize * std::mem::size_of::<Slot>();
         let queued = self.queued.load(AtOrd::Relaxed);
         if pending > 0 && queued + pending > self.queue_budget {
@@ -840,7 +935,8 @@ impl Drainer {
         let h = r.c.header();
         self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
-        r.lost_before += r.c.lost();
+        r.lost_before += r.c.lost().saturating_sub(r.lost_base);
+        r.lost_base = 0;
         r.lost_seen = 0;
         let old = std::mem::replace(&mut r.path, path);
         r.c = c;
@@ -862,6 +958,9 @@ impl Drainer {
                 .end_tsc
                 .load(std::sync::atomic::Ordering::Acquire);
         if end == 0 {
+            // Running, or the stamp was cleared by a new owner of a
+            // recycled ring: its own exit starts a new grace period.
+            r.end_seen = None;
             return false;
         }
         match r.end_seen {
@@ -869,7 +968,9 @@ impl Drainer {
                 r.end_seen = Some(Instant::now());
                 false
             }
-            Some(t) => t.elapsed() >= END_GRACE && r.c.pending() == 0,
+            // Claimed for closing only if the program did not keep the
+            // ring for a new thread (see Consumer::try_close).
+            Some(t) => t.elapsed() >= END_GRACE && r.c.pending() == 0 && r.c.try_close(),
         }
     }
 
@@ -887,16 +988,22 @@ impl Drainer {
         if end_tsc == 0 {
             end_tsc = fallback_tsc;
         }
-        let lost = r.lost_before + r.c.lost();
+        // Slots still unread now (a ring the drain could not follow to
+        // the end, e.g. a hand-over it could not decode) are counted as
+        // lost: never a silent gap.
+        let lost = r.lost_before + r.c.lost().saturating_sub(r.lost_base) + r.c.pending();
         self.full_waits += h.full_waits.load(std::sync::atomic::Ordering::Relaxed);
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();
-        self.send(Msg::ThreadEnd {
-            thread: r.thread,
-            end_tsc,
-            lost,
-            clock,
-        });
+        if r.thread != 0 {
+            // (A vacant recycled ring's last owner has ended already.)
+            self.send(Msg::ThreadEnd {
+                thread: r.thread,
+                end_tsc,
+                lost,
+                clock,
+            });
+        }
         self.open_rings.remove(&r.name);
         drop(r.c);
         // Frees the tmpfs pages (4 MiB per thread by default); the program
@@ -980,6 +1087,9 @@ impl Drainer {
             totals.space_exhausted += u64::from(h.space_exhausted.load(ord));
             totals.threads_without_ring += u64::from(h.threads_without_ring.load(ord));
             totals.rings_grown += u64::from(h.rings_grown.load(ord));
+            totals.rings_reused += u64::from(h.rings_reused.load(ord));
+            totals.rings_not_pooled += u64::from(h.rings_not_pooled.load(ord));
+            totals.pool_not_ready += u64::from(h.pool_not_ready.load(ord));
             let nested = p.hdr.load(&h.nested_skipped);
             self.loss(p.id, nested, LossReason::Nested);
             let no_ring = p.hdr.load(&h.lost_no_ring);

@@ -211,6 +211,16 @@ pub struct RecordOutcome {
     pub threads_without_buffer: u64,
     /// Buffers grown because their thread ran hot.
     pub buffers_grown: u64,
+    /// Threads that took over the buffer of a joined thread instead of
+    /// creating one (issue 8: creating and unmapping one per thread made
+    /// short threads cost the program 3x).
+    pub buffers_reused: u64,
+    /// Buffers of joined threads unmapped instead of kept for reuse (the
+    /// free list was full, or the buffer had grown large).
+    pub buffers_not_pooled: u64,
+    /// Thread starts that created a buffer although joined threads'
+    /// buffers were waiting, none of them emptied by the recorder yet.
+    pub pool_not_ready: u64,
     /// The directory the session was created in (`/dev/shm` unless told
     /// otherwise), for messages about its space.
     pub session_parent: PathBuf,

@@ -221,6 +221,9 @@ impl Pipeline {
             space_exhausted: totals.space_exhausted,
             threads_without_buffer: totals.threads_without_ring,
             buffers_grown: totals.rings_grown,
+            buffers_reused: totals.rings_reused,
+            buffers_not_pooled: totals.rings_not_pooled,
+            pool_not_ready: totals.pool_not_ready,
             session_parent: PathBuf::new(),
         })
     }

@@ -448,3 +448,216 @@ fn a_name_goes_to_the_thread_named_not_the_one_naming() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
 }
+
+/// Waits until the drain has consumed every slot of the ring at `base`.
+fn wait_drained(base: *mut u8) {
+    // SAFETY: `base` is a live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    let t0 = std::time::Instant::now();
+    while h.read.load(Ordering::Acquire) != h.write.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the drain never emptied the ring"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Waits until the drain is past the ring's latest hand-over event.
+fn wait_handoff_read(base: *mut u8) {
+    // SAFETY: `base` is a live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    let t0 = std::time::Instant::now();
+    while h.read.load(Ordering::Acquire) < h.handoff.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the drain never read the hand-over"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
+    // One ring, five owners in turn, exactly as the preload library
+    // recycles the ring of a joined thread: the owner stamps its exit, the
+    // joiner pools the ring, a new thread takes it over once drained
+    // (hand-over event) and records its own events. Each owner must come
+    // out as its own thread with exactly its own events and losses.
+    use lockscope_capture::session::{POOL_OPEN, POOL_POOLED};
+    let dir = temp_dir("recycle");
+    let out = dir.with_extension("lstrace");
+    let pid = 4343;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    const OWNERS: u32 = 5;
+    let mut behind = 0;
+    let outcome = run_drain(&dir, &out, || {
+        let (mut p, base) = make_ring(&dir, pid, 100, 0, 16);
+        // SAFETY: the mapping stays for the whole test.
+        let hdr = unsafe { &*(base as *const RingHeader) };
+        for owner in 0..OWNERS {
+            let tid = 100 + owner;
+            if owner > 0 {
+                // The joiner pools it; the new thread waits until drained.
+                assert!(hdr
+                    .pool
+                    .compare_exchange(POOL_OPEN, POOL_POOLED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok());
+                if owner == 2 {
+                    // Give the drain time to end the pooled owner early
+                    // (vacated) before the next one takes over.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    wait_drained(base);
+                } else {
+                    // The preload library's condition: the previous
+                    // hand-over was read (the previous owner's last events
+                    // may still be in the ring).
+                    wait_handoff_read(base);
+                }
+                // SAFETY: the previous owner is done; the mapping is live.
+                p = unsafe { Producer::resume(base) }.unwrap();
+                let mut name = [0u8; 16];
+                name[..5].copy_from_slice(b"next\0");
+                let id = RingIdentity {
+                    pid,
+                    tid,
+                    exec_generation: 0,
+                    parent_tid: 100,
+                    start_tsc: lockscope_capture::tsc::now(),
+                    name,
+                };
+                if hdr.read.load(Ordering::Acquire) != hdr.write.load(Ordering::Acquire) {
+                    // The previous owner's last events are still unread:
+                    // the drain must stop at the hand-over.
+                    behind += 1;
+                }
+                while !p.hand_over(&id) {
+                    std::thread::yield_now();
+                }
+                assert_eq!(hdr.pool.load(Ordering::Acquire), POOL_OPEN);
+                assert_eq!(hdr.end_tsc.load(Ordering::Acquire), 0);
+            }
+            // Owner k does 1000 * (k + 1) pairs.
+            for i in 0..1000 * u64::from(owner + 1) {
+                let lock = 0x1000 + i % 4 * 64;
+                while !p.try_push(head(Op::MutexLock, phase::DONE, lock, 0x401000), None, &[]) {
+                    std::thread::yield_now();
+                }
+                while !p.try_push(head(Op::MutexUnlock, 0, lock, 0x401004), None, &[]) {
+                    std::thread::yield_now();
+                }
+            }
+            if owner == 3 {
+                // Owner 3 drops 7 events (as a full ring counts them).
+                let l = &hdr.lost;
+                l.store(l.load(Ordering::Relaxed) + 7, Ordering::Relaxed);
+            }
+            hdr.end_tsc
+                .store(lockscope_capture::tsc::now(), Ordering::Release);
+        }
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    println!("{behind} of 3 hand-overs found the previous owner's events unread");
+    assert_eq!(outcome.lost, 7);
+    let t = Trace::open(&out).unwrap();
+    let threads: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
+        (100..100 + OWNERS).collect::<Vec<_>>(),
+        "one thread per owner, in order"
+    );
+    for th in &threads {
+        let k = u64::from(th.tid - 100 + 1) * 1000;
+        let evs = t.events.get(&th.id).map(Vec::as_slice).unwrap_or(&[]);
+        let n = |op: Op| evs.iter().filter(|e| e.op() == Some(op)).count() as u64;
+        assert_eq!(
+            (n(Op::MutexLock), n(Op::MutexUnlock)),
+            (k, k),
+            "tid {}",
+            th.tid
+        );
+        if th.tid > 100 {
+            assert_eq!(th.name, "next");
+            let first = threads[0].id;
+            assert_eq!(th.parent, first, "parent found by tid");
+        }
+        let ends = t
+            .records
+            .iter()
+            .filter(|r| matches!(r, Record::ThreadEnd(e) if e.thread == th.id))
+            .count();
+        assert_eq!(ends, 1, "tid {} ends once", th.tid);
+        let lost: u64 = t
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Loss(l) if l.thread == th.id && l.reason == LossReason::BufferFull => {
+                    Some(l.events)
+                }
+                _ => None,
+            })
+            .sum();
+        assert_eq!(lost, if th.tid == 103 { 7 } else { 0 }, "tid {}", th.tid);
+    }
+}
+
+#[test]
+fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
+    // The kernel reused a tid whose ring file still exists (recycled by
+    // later threads): the new thread's first ring is `T..-<tid>.1.ring`.
+    let dir = temp_dir("altname");
+    let out = dir.with_extension("lstrace");
+    let pid = 4444;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let outcome = run_drain(&dir, &out, || {
+        let len = ring::file_bytes(ring::capacity_for_kib(16));
+        let base = map_file(&dir.join(format!("T{pid}-0-77.1.ring")), len);
+        let id = RingIdentity {
+            pid,
+            tid: 77,
+            start_tsc: lockscope_capture::tsc::now(),
+            ..RingIdentity::default()
+        };
+        // SAFETY: fresh zeroed mapping of `len` bytes.
+        let mut p = unsafe { Producer::init(base, len, &id) }.unwrap();
+        for _ in 0..100 {
+            assert!(p.push(
+                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+                None,
+                &[]
+            ));
+            assert!(p.push(head(Op::MutexUnlock, 0, 0x1000, 0x401004), None, &[]));
+        }
+        // SAFETY: attached producer.
+        unsafe { p.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    assert_eq!(outcome.lost, 0);
+    let t = Trace::open(&out).unwrap();
+    let th: Vec<_> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) => Some(th.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(th.len(), 1);
+    assert_eq!(th[0].tid, 77);
+    let evs = t.events.get(&th[0].id).map(Vec::as_slice).unwrap_or(&[]);
+    assert_eq!(
+        evs.iter().filter(|e| e.op() == Some(Op::MutexLock)).count(),
+        100
+    );
+}

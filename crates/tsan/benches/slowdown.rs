@@ -6,12 +6,28 @@
 //! - `timing`: the uninstrumented build under `lockscope record` (timing
 //!   mode, for reference);
 //! - `detailed`: the `lockscope cc` build under `lockscope record`
-//!   (accesses inside critical sections, atomics, heap blocks);
-//! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access);
+//!   (accesses inside critical sections, atomics, heap blocks), with
+//!   coalescing off (`LOCKSCOPE_COALESCE=0`; it is on by default);
+//! - `lockset`: the same with `LOCKSCOPE_ALL_ACCESSES=1` (every access),
+//!   coalescing off too;
 //! - `unrecorded`: the `lockscope cc` build run outside `lockscope record`;
 //! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
 //! - `coalesced`: lockset mode with `LOCKSCOPE_COALESCE=1` (runs of
 //!   identical accesses recorded once with a count);
+//!
+//! - with `SLOWDOWN_BASELINE_LIB=path/to/liblockscope_tsan.a` (an older
+//!   build of this runtime), the same fixture linked with it and recorded
+//!   in detailed, lockset and coalesced mode in the same runs, so that a
+//!   change to the access path is measured before/after under the same
+//!   machine load (printed as a `baseline` line);
+//!
+//! - with `SLOWDOWN_CALLGRIND=1`, instead of wall times: the instructions
+//!   the recorded program itself executes (valgrind's callgrind, which
+//!   counts the same on a loaded machine), once per mode, at
+//!   `CALLGRIND_SCALE` (default 2) times the test workload. Fixtures
+//!   whose threads spin until a timer or another thread lets them go
+//!   (`stream.c`'s start flag, the spinlock fixture) vary with
+//!   scheduling; the others are exact.
 //!
 //! The fixtures run with `FIXTURE_SCALE` (default 20) times their test
 //! workload (those that read it). `SLOWDOWN_FIXTURES=a.c,b.c` picks
@@ -93,6 +109,82 @@ fn traced_ms(trace: &Path) -> f64 {
     end.saturating_sub(start.min(end)) as f64 / 1e6
 }
 
+/// Instructions executed by `bin` (not by the recorder) under
+/// `lockscope record`, counted by callgrind; `env` is added to the
+/// environment. None if valgrind is missing or the count is not found.
+fn instructions(
+    ls: &Path,
+    bin: &Path,
+    env: &[(&str, &str)],
+    scale: &str,
+    dir: &Path,
+) -> Option<u64> {
+    let out = dir.join("cg");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).ok()?;
+    let mut c = Command::new("valgrind");
+    c.args(["--tool=callgrind", "--trace-children=yes"])
+        .arg(format!("--callgrind-out-file={}/cg.%p", out.display()))
+        .arg(ls)
+        .arg("record")
+        .arg("-o")
+        .arg(dir.join("cg.lstrace"))
+        .arg("--")
+        .arg(bin)
+        .env("FIXTURE_SCALE", scale)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if !c.status().ok()?.success() {
+        return None;
+    }
+    let want = bin.display().to_string();
+    for e in std::fs::read_dir(&out).ok()?.flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if !text
+            .lines()
+            .any(|l| l.strip_prefix("cmd:").map(str::trim) == Some(want.as_str()))
+        {
+            continue;
+        }
+        return text
+            .lines()
+            .find_map(|l| l.strip_prefix("summary:"))
+            .and_then(|v| v.trim().parse().ok());
+    }
+    None
+}
+
+/// A measured variant: name, binary, extra environment.
+type Variant<'a> = (&'a str, &'a Path, &'a [(&'a str, &'a str)]);
+
+/// The `SLOWDOWN_CALLGRIND=1` line of one fixture: instructions of the
+/// recorded program per mode, and their ratio to the uninstrumented build
+/// recorded in timing mode.
+fn callgrind_line(ls: &Path, label: &str, bins: &[Variant], dir: &Path) {
+    let scale = std::env::var("CALLGRIND_SCALE").unwrap_or_else(|_| "2".into());
+    let counts: Vec<(&str, Option<u64>)> = bins
+        .iter()
+        .map(|(name, bin, env)| (*name, instructions(ls, bin, env, &scale, dir)))
+        .collect();
+    let Some(timing) = counts.first().and_then(|c| c.1) else {
+        println!("{label:<27} callgrind: no count (is valgrind installed?)");
+        return;
+    };
+    let mut line = format!("{label:<27} instructions (M) at scale {scale}:");
+    for (name, n) in &counts {
+        match n {
+            Some(n) => line.push_str(&format!(
+                " {name} {:.1} ({:.2}x)",
+                *n as f64 / 1e6,
+                *n as f64 / timing as f64
+            )),
+            None => line.push_str(&format!(" {name} -")),
+        }
+    }
+    println!("{line}");
+}
+
 fn build(cmd: &mut Command, what: &str) {
     let o = cmd.output().unwrap();
     assert!(
@@ -172,12 +264,50 @@ fn main() {
                 .arg(&tsan)
                 .output()
                 .is_ok_and(|o| o.status.success());
-            let mut losses = [(0u64, 0f64); 3];
+            let base_lib = std::env::var_os("SLOWDOWN_BASELINE_LIB");
+            let base = tmp.join("base");
+            if let Some(lib) = &base_lib {
+                build(
+                    Command::new(&ls)
+                        .arg(if cpp { "c++" } else { "cc" })
+                        .args(["-O2", "-g", "-pthread"])
+                        .arg(&src)
+                        .arg("-o")
+                        .arg(&base)
+                        .env(if cpp { "LOCKSCOPE_CXX" } else { "LOCKSCOPE_CC" }, drv)
+                        .env("LOCKSCOPE_TSAN_LIB", lib),
+                    "lockscope cc (baseline runtime)",
+                );
+            }
+            if std::env::var_os("SLOWDOWN_CALLGRIND").is_some() {
+                let off: &[(&str, &str)] = &[("LOCKSCOPE_COALESCE", "0")];
+                let on: &[(&str, &str)] = &[("LOCKSCOPE_COALESCE", "1")];
+                let all_off: &[(&str, &str)] =
+                    &[("LOCKSCOPE_COALESCE", "0"), ("LOCKSCOPE_ALL_ACCESSES", "1")];
+                let all_on: &[(&str, &str)] =
+                    &[("LOCKSCOPE_COALESCE", "1"), ("LOCKSCOPE_ALL_ACCESSES", "1")];
+                let mut bins: Vec<Variant> = vec![
+                    ("timing", &plain, &[]),
+                    ("detailed", &instr, off),
+                    ("det+coalesce", &instr, on),
+                    ("lockset", &instr, all_off),
+                    ("lkst+coalesce", &instr, all_on),
+                ];
+                if base_lib.is_some() {
+                    bins.push(("BASE:detailed", &base, off));
+                    bins.push(("BASE:det+coalesce", &base, on));
+                    bins.push(("BASE:lockset", &base, all_off));
+                    bins.push(("BASE:lkst+coalesce", &base, all_on));
+                }
+                callgrind_line(&ls, &format!("{f} {label}"), &bins, &tmp);
+                continue;
+            }
+            let mut losses = [(0u64, 0f64); 4];
             let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
-                if slot == Some(2) {
-                    c.env("LOCKSCOPE_COALESCE", "1");
-                }
+                // Explicit either way: the default may change (issue 12).
+                let coalesce = matches!(slot, Some(2 | 3));
+                c.env("LOCKSCOPE_COALESCE", if coalesce { "1" } else { "0" });
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
                 if all {
@@ -194,14 +324,21 @@ fn main() {
                 c.env("FIXTURE_SCALE", &scale);
                 c
             };
-            let mut cols = [const { Vec::new() }; 7];
+            let mut cols = [const { Vec::new() }; 10];
             for _ in 0..runs {
+                if base_lib.is_some() {
+                    cols[7].push(rec(&base, false, None));
+                    cols[8].push(rec(&base, true, None));
+                }
                 cols[0].push(time(run(&plain)));
                 cols[1].push(rec(&plain, false, None));
                 cols[2].push(rec(&instr, false, Some(0)));
                 cols[3].push(rec(&instr, true, Some(1)));
                 cols[4].push(time(run(&instr)));
                 cols[6].push(rec(&instr, true, Some(2)));
+                if base_lib.is_some() {
+                    cols[9].push(rec(&base, true, Some(3)));
+                }
                 if have_tsan {
                     let mut c = run(&tsan);
                     // The fixtures have deliberate races: do not fail on them.
@@ -241,6 +378,23 @@ fn main() {
                 m[6],
                 m[6] / m[1]
             );
+            if base_lib.is_some() {
+                println!(
+                    "{:<20} {:<6} baseline runtime: detailed {:.1}ms = {:.2}x, lockset {:.1}ms = {:.2}x, \
+                     coalesced {:.1}ms = {:.2}x timing (this build: {:.2}x, {:.2}x, {:.2}x)",
+                    "",
+                    "",
+                    m[7],
+                    m[7] / m[1],
+                    m[8],
+                    m[8] / m[1],
+                    m[9],
+                    m[9] / m[1],
+                    m[2] / m[1],
+                    m[3] / m[1],
+                    m[6] / m[1]
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);

@@ -11,7 +11,8 @@
 //! access, and the function entry pc is useless for "which line".
 
 use core::ffi::c_void;
-use lockscope_capture::raw::Head;
+use core::mem::MaybeUninit;
+use lockscope_capture::raw::{Head, MAX_FRAMES};
 use lockscope_format::Op;
 
 use crate::{backend, config, record, tls};
@@ -126,20 +127,20 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             return;
         }
         if config::coalesce() {
-            let (kind, value) = if write {
-                (record::RUN_WRITE, 0)
-            } else {
-                (record::RUN_READ, read_value(addr, size))
-            };
             // Only accesses of a fixed width coalesce (their value is known
             // for reads); ranges and 16-byte accesses are always recorded.
-            if size <= 8
-                && fold_ok(size)
-                && record::fold(t, addr, size | kind << 32, value, pc, held)
-            {
-                return;
-            }
-            if !(size <= 8 && fold_ok(size)) {
+            // The value is read only for those: an 8-byte read for a
+            // 3-byte range could cross into an unmapped page.
+            if fold_ok(size) {
+                let (kind, value) = if write {
+                    (record::RUN_WRITE, 0)
+                } else {
+                    (record::RUN_READ, read_value(addr, size))
+                };
+                if record::fold(t, addr, size | kind << 32, value, pc, held) {
+                    return;
+                }
+            } else {
                 record::flush_run_in(t);
             }
         }
@@ -147,7 +148,7 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             // SAFETY: this thread's own log; no other reference is live.
             unsafe { (*t.wlog.get()).insert(addr, size.min(u64::from(u32::MAX)) as u32) };
         }
-        let mut fr = [0u64; lockscope_capture::raw::MAX_FRAMES];
+        let mut fr = [MaybeUninit::<u64>::uninit(); MAX_FRAMES];
         // Outside critical sections (lockset mode) the site is enough for
         // lockset and the call path would double the volume; dead writes
         // and barriers name call paths when asked to.
@@ -156,7 +157,7 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
         } else {
             config::outside_frames()
         };
-        let n = tls::frames(t, pc, &mut fr[..limit]);
+        let frames = tls::frames_into(t, pc, &mut fr[..limit.min(MAX_FRAMES)]);
         let (flags, args) = if size <= 255 {
             (size as u8, None)
         } else {
@@ -171,7 +172,7 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             ..Head::default()
         };
         t.guard.set(true);
-        backend::emit(head, args, &fr[..n]);
+        backend::emit(head, args, frames);
         t.guard.set(false);
     })
 }

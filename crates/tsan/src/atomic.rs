@@ -70,6 +70,19 @@ macro_rules! atomics {
             trampoline!(concat!("__tsan_atomic", $bits, "_load"), "rdx", load);
 
             unsafe extern "C" fn store(a: *mut $t, v: $t, mo: i32, pc: u64) {
+                // A store is performed as an exchange (with sequential
+                // consistency, at least as strong as any order asked for;
+                // the program sees the same values) so that its old value
+                // is exact. Chosen over a per-word sequence number (which
+                // would need a lock or a side table updated atomically with
+                // the operation: a lock inside the program's own spin loop
+                // would change its timing, and one taken again by a signal
+                // handler would deadlock): with the old value of every
+                // write known, each write of a lock word says which write
+                // it followed, and `lockscope spin` orders a word's changes
+                // from the values alone, however late each was stamped
+                // (`std::atomic_flag::clear` releasing a test-and-set lock
+                // is such a store; see docs/spin.md, "Ordering").
                 // SAFETY: the module's contract.
                 let old = unsafe { at(a) }.swap(v, SeqCst);
                 atomic_event(Op::AtomicStore, a as u64, $log, mo, 0, old as u64, v as u64, pc);

@@ -8,10 +8,10 @@
 //!   access outside critical sections (with `LOCKSCOPE_ALL_ACCESSES=1`;
 //!   default 0 = pc only, which halves the volume; `lockscope deadwrites`
 //!   and `barriers` name call paths with it).
-//! - `LOCKSCOPE_COALESCE=1`: record a run of identical accesses (same
-//!   address, size, kind, site, locks held and, for reads, value, with
-//!   nothing else recorded in between) once, plus one `AccessRepeat` event
-//!   with the count (see docs/detailed.md).
+//! - `LOCKSCOPE_COALESCE` (default on; `0` or empty turns it off): record
+//!   a run of identical accesses (same address, size, kind, locks held
+//!   and, for reads, value, with nothing else recorded in between) once,
+//!   plus one `AccessRepeat` event with the count (see docs/detailed.md).
 //! - `LOCKSCOPE_EVENT_FRAMES=N`: call-path depth of atomics and heap
 //!   allocations (default 32, at most 64).
 //!
@@ -28,7 +28,12 @@ static ALL: AtomicBool = AtomicBool::new(false);
 static ACCESS_FRAMES: AtomicUsize = AtomicUsize::new(16);
 static EVENT_FRAMES: AtomicUsize = AtomicUsize::new(32);
 static OUTSIDE_FRAMES: AtomicUsize = AtomicUsize::new(0);
-static COALESCE: AtomicBool = AtomicBool::new(false);
+/// On by default: every analysis reads the repeat counts (spin adds them to
+/// the attempts they repeat, deadwrites counts repeated stores; the others
+/// need sets, which repeats do not change: docs/detailed.md), and a spin
+/// loop or a streaming loop over one location otherwise costs one event
+/// per iteration.
+static COALESCE: AtomicBool = AtomicBool::new(true);
 
 /// Environment variable: record every access, not only those inside
 /// critical sections.

@@ -1,6 +1,7 @@
 //! Turning runtime observations into trace events: atomics, heap blocks,
 //! and the values of written locations at release.
 
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use lockscope_capture::raw::{Head, MAX_FRAMES};
@@ -72,10 +73,10 @@ pub fn mode_if_decided() -> u8 {
 /// guard (the capture layer may allocate while it attaches a ring).
 #[inline]
 fn emit_with_path(t: &tls::Tls, head: Head, args: Option<(u64, u64)>, limit: usize) {
-    let mut fr = [0u64; MAX_FRAMES];
-    let n = tls::frames(t, head.site, &mut fr[..limit.min(MAX_FRAMES)]);
+    let mut fr = [MaybeUninit::<u64>::uninit(); MAX_FRAMES];
+    let frames = tls::frames_into(t, head.site, &mut fr[..limit.min(MAX_FRAMES)]);
     t.guard.set(true);
-    backend::emit(head, args, &fr[..n]);
+    backend::emit(head, args, frames);
     t.guard.set(false);
 }
 
@@ -93,6 +94,12 @@ pub const RUN_ATOMIC_LOAD: u64 = 3;
 #[inline]
 pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32) -> bool {
     let mut r = t.run.get();
+    // The calling context is: two calls that store to one location in a
+    // row (`init(); reset();`) are a dead write of the first call killed
+    // by the second, not a repeat of the first. Its tag (shadow-stack
+    // depth and innermost return address, hashed to 24 bits) goes in
+    // the key's unused bits 40..64; `flush_run_in` reads bits 0..36.
+    let key = key | context_tag(t) << 40;
     // The pc is not part of the identity: an unrolled loop makes the same
     // access from several pcs. The repeats are attributed to the first.
     if r.addr == addr && r.key == key && r.value == value && r.held == held {
@@ -101,7 +108,11 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
         t.run.set(r);
         return true;
     }
-    flush_run_in(t);
+    // A run with no repeat has nothing to emit: it is only replaced (the
+    // common case when accesses alternate between locations).
+    if r.count != 0 {
+        flush_run_in(t);
+    }
     t.run.set(tls::Run {
         addr,
         key,
@@ -114,11 +125,26 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
     false
 }
 
+/// 24-bit tag of the thread's current call: shadow-stack depth and the
+/// return address of the innermost instrumented frame.
+#[inline(always)]
+fn context_tag(t: &tls::Tls) -> u64 {
+    let depth = t.depth.get() as usize;
+    let top = if depth == 0 || depth > tls::STACK_CAP {
+        0
+    } else {
+        // SAFETY: only this thread touches its stack array; a plain read.
+        unsafe { (*t.stack.get())[depth - 1] }
+    };
+    (top ^ (depth as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40
+}
+
 /// Emits the pending repeats of the thread's run, if any, as one
 /// [`Op::AccessRepeat`] stamped with the last repeat's time, and ends the
 /// run. Called before anything else the thread records: the runtime's own
 /// events, and the synchronization calls wrapped in [`crate::wrap`], so
 /// that the repeats stay before them in the thread's stream.
+#[inline]
 pub fn flush_run_in(t: &tls::Tls) {
     let r = t.run.get();
     if r.addr == 0 {
@@ -128,6 +154,13 @@ pub fn flush_run_in(t: &tls::Tls) {
     if r.count == 0 || t.guard.get() {
         return;
     }
+    emit_repeats(t, r);
+}
+
+/// The [`Op::AccessRepeat`] of a run with repeats.
+#[cold]
+#[inline(never)]
+fn emit_repeats(t: &tls::Tls, r: tls::Run) {
     let size = r.key & 0xffff_ffff;
     let head = Head {
         tsc: r.last,
@@ -307,49 +340,10 @@ pub fn release_values(remaining: u32) {
         }
         // SAFETY: this thread's own log; `emit` never touches it.
         let log = unsafe { &mut *t.wlog.get() };
-        if !t.guard.get() {
+        if !t.guard.get() && (log.len > 0 || log.overflow > 0) {
             t.guard.set(true);
             let now = lockscope_capture::tsc::now();
-            for &(addr, size) in &log.entries[..log.len] {
-                if size == 0 {
-                    continue;
-                }
-                // SAFETY: the program wrote these bytes inside this
-                // critical section and has not freed them (free_event
-                // drops freed blocks); the thread's own stack is never
-                // logged.
-                let v = unsafe { value_of(addr, size) };
-                let (flags, arg2) = if size <= 255 {
-                    (size as u8, 0)
-                } else {
-                    (0, u64::from(size))
-                };
-                let mut head = Head {
-                    tsc: now,
-                    addr,
-                    op: Op::ReleaseValue as u8,
-                    flags,
-                    ..Head::default()
-                };
-                // A value that fits the head's 32-bit `aux` needs no args
-                // slot: half the ring traffic for the common small values.
-                let args = match u32::try_from(v) {
-                    Ok(small) if arg2 == 0 => {
-                        head.aux = small;
-                        None
-                    }
-                    _ => Some((v, arg2)),
-                };
-                backend::emit(head, args, &[]);
-            }
-            if log.overflow > 0 {
-                let head = Head {
-                    tsc: now,
-                    op: Op::Lost as u8,
-                    ..Head::default()
-                };
-                backend::emit(head, Some((log.overflow, 0)), &[]);
-            }
+            backend::with_recorder(|g| emit_release_values(g, log, now));
             t.guard.set(false);
         }
         if remaining == 0 {
@@ -357,4 +351,49 @@ pub fn release_values(remaining: u32) {
             log.overflow = 0;
         }
     })
+}
+
+/// The [`Op::ReleaseValue`] events of [`release_values`], under one entry
+/// into the recorder.
+fn emit_release_values(g: &mut lockscope_capture::thread::Guard, log: &tls::WriteLog, now: u64) {
+    for &(addr, size) in &log.entries[..log.len] {
+        if size == 0 {
+            continue;
+        }
+        // SAFETY: the program wrote these bytes inside this
+        // critical section and has not freed them (free_event
+        // drops freed blocks); the thread's own stack is never
+        // logged.
+        let v = unsafe { value_of(addr, size) };
+        let (flags, arg2) = if size <= 255 {
+            (size as u8, 0)
+        } else {
+            (0, u64::from(size))
+        };
+        let mut head = Head {
+            tsc: now,
+            addr,
+            op: Op::ReleaseValue as u8,
+            flags,
+            ..Head::default()
+        };
+        // A value that fits the head's 32-bit `aux` needs no args
+        // slot: half the ring traffic for the common small values.
+        let args = match u32::try_from(v) {
+            Ok(small) if arg2 == 0 => {
+                head.aux = small;
+                None
+            }
+            _ => Some((v, arg2)),
+        };
+        g.emit(head, args, &[]);
+    }
+    if log.overflow > 0 {
+        let head = Head {
+            tsc: now,
+            op: Op::Lost as u8,
+            ..Head::default()
+        };
+        g.emit(head, Some((log.overflow, 0)), &[]);
+    }
 }

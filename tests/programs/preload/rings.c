@@ -1,8 +1,9 @@
-// Fixture: 50 joinable threads created and joined one after the other
+// Fixture: 200 joinable threads created and joined one after the other
 // (half of them leave through pthread_exit), and one detached thread.
 // Prints how many ring files are still mapped in this process at the end
-// (from /proc/self/maps): joined threads' rings are unmapped, the main
-// thread's and the detached thread's stay.
+// (from /proc/self/maps): joined threads' rings are kept for reuse up to
+// the free list's size (128) and unmapped beyond it; the main thread's and
+// the detached thread's stay.
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static void *detached(void *arg) {
 
 int main(void) {
     sem_init(&done, 0, 0);
-    for (long i = 0; i < 50; i++) {
+    for (long i = 0; i < 200; i++) {
         pthread_t t;
         pthread_create(&t, NULL, work, (void *)i);
         pthread_join(t, NULL);

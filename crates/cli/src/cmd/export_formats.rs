@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use lockscope_analysis::ReportConfig;
-use lockscope_export::{folded, perfetto, pprof, speedscope, stacks};
+use lockscope_export::{folded, perfetto, perfetto_proto, pprof, speedscope, stacks};
 
 /// The report of `trace` with the settings every export uses: the text
 /// report's defaults (symbols, overhead correction, user frames), nothing
@@ -46,11 +46,15 @@ fn meta(trace: &Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
         .with_context(|| format!("cannot read {}", trace.display()))
 }
 
-/// `--format perfetto`.
-pub fn perfetto(trace: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+/// `--format perfetto` (JSON) and `--format perfetto-proto` (`proto`).
+pub fn perfetto(trace: &Path, proto: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     let m = meta(trace)?;
-    let s = perfetto::write(trace, &m, true, out)
-        .with_context(|| format!("cannot export {}", trace.display()))?;
+    let s = if proto {
+        perfetto_proto::write(trace, &m, true, out)
+    } else {
+        perfetto::write(trace, &m, true, out)
+    }
+    .with_context(|| format!("cannot export {}", trace.display()))?;
     if s.extra_tracks > 0 {
         eprintln!(
             "lockscope: {} slices of locks released out of order went to extra tracks",

@@ -33,8 +33,9 @@ pub struct Args {
     pub no_symbols: bool,
 }
 
-/// The newest `*.lstrace` of the current directory.
-fn newest_trace() -> anyhow::Result<PathBuf> {
+/// The newest `*.lstrace` of the current directory (also `export`'s
+/// default).
+pub(crate) fn newest_trace() -> anyhow::Result<PathBuf> {
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
     for e in std::fs::read_dir(".")
         .context("cannot list the current directory to find a trace")?

@@ -321,6 +321,19 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
             secs(o.full_wait_ns)
         );
     }
+    if o.buffers_reused > 0 {
+        // Programs that start many short threads: how well recycling
+        // worked (a thread that found no drained buffer created one).
+        eprintln!(
+            "lockscope: {} thread{} reused the buffer of a joined thread ({} found none \
+             emptied yet, {} joined thread buffer{} unmapped)",
+            thousands(o.buffers_reused),
+            if o.buffers_reused == 1 { "" } else { "s" },
+            thousands(o.pool_not_ready),
+            thousands(o.buffers_not_pooled),
+            if o.buffers_not_pooled == 1 { "" } else { "s" },
+        );
+    }
     for s in &o.forwarded_signals {
         eprintln!("lockscope: forwarded {} to the program", signal_name(*s));
     }

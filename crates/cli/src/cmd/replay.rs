@@ -44,6 +44,7 @@ pub fn program(trace: &std::path::Path) -> anyhow::Result<replay::Program> {
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let p = program(&args.trace)?;
-    let r = replay::report(&p, args.cpus);
+    let r = replay::report(&p, args.cpus)
+        .with_context(|| format!("cannot replay {}", args.trace.display()))?;
     util::print_result(&r, args.json, replay::render_text)
 }

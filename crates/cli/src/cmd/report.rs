@@ -68,6 +68,11 @@ pub struct Args {
     /// Do not read binaries for symbols (addresses stay module+offset).
     #[arg(long)]
     no_symbols: bool,
+    /// Never ask debuginfod servers for missing debug files (they are
+    /// asked only when DEBUGINFOD_URLS is set; LOCKSCOPE_DEBUGINFOD=0 does
+    /// the same).
+    #[arg(long)]
+    no_debuginfod: bool,
     /// Never draw a progress bar (it is drawn on a terminal for large traces).
     #[arg(long)]
     no_progress: bool,
@@ -144,6 +149,9 @@ fn text_width() -> Option<usize> {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    if a.no_debuginfod {
+        lockscope_analysis::debuginfod::set_enabled(false);
+    }
     let sort = SortKey::parse(&a.sort).with_context(|| {
         format!(
             "--sort {:?}: expected one of {}",
@@ -222,7 +230,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let width = if a.wide { None } else { text_width() };
     let out = if a.json {
-        let mut s = serde_json::to_string_pretty(&report)?;
+        // Hand-written spinlocks beside the pthread locks (issue 12): the
+        // `lockscope spin --json` document under `spin`, after the
+        // report's own fields. Left out (not null) when the trace has no
+        // atomic read-modify-write or is too large to search, so that
+        // pthread-only reports keep their exact form.
+        #[derive(serde::Serialize)]
+        struct WithSpin<'a, R> {
+            #[serde(flatten)]
+            report: &'a R,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            spin: Option<lockscope_analysis::spin::SpinReport>,
+        }
+        let spin = crate::cmd::util::open_small_trace(&trace)
+            .and_then(|t| super::spin::report_json(&t, !a.no_symbols));
+        let v = WithSpin {
+            report: &report,
+            spin,
+        };
+        let mut s = serde_json::to_string_pretty(&v)?;
         s.push('\n');
         s
     } else if let Some(t) = csv {
@@ -278,8 +304,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 /// Traces larger than this get a note instead of the what-if lines (the
-/// replay holds the trace's synchronization steps in memory and runs it
-/// once per scenario).
+/// replay runs once per scenario, seven times: on a large trace that
+/// would be most of the report's time; its memory is bounded).
 const GAIN_MAX_BYTES: u64 = 64 << 20;
 
 /// Locks given a "what it would gain" line.

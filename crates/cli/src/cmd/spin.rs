@@ -57,6 +57,13 @@ fn ns(v: u64) -> String {
     }
 }
 
+/// The spinlock section of `lockscope report --json` (key `spin`): the
+/// whole `lockscope.spin/1` document, or `None` when the trace has no
+/// candidate (no atomic read-modify-write at all).
+pub fn report_json(t: &lockscope_format::Trace, symbolize: bool) -> Option<spin::SpinReport> {
+    spin::has_candidates(t).then(|| spin::analyze(t, symbolize))
+}
+
 /// The spinlocks section `lockscope report` prints after the pthread
 /// locks: empty when the trace has none (or is too large to search).
 pub fn report_section(

@@ -76,3 +76,24 @@ pub fn require_tool(tool: &str, package: &str) -> PathBuf {
          (listed in scripts/test-packages.txt; `scripts/test.sh` installs it as root)"
     );
 }
+
+/// Where `scripts/test-viewers.sh` installs the viewers (speedscope's app,
+/// Perfetto's Python protos): `$LOCKSCOPE_VIEWERS`, else `target/viewers`.
+pub fn viewers() -> PathBuf {
+    std::env::var_os("LOCKSCOPE_VIEWERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/viewers"))
+}
+
+/// `dir/rel` under [`viewers`], or a failure naming the script that
+/// installs it.
+pub fn require_viewer(rel: &str, what: &str) -> PathBuf {
+    let p = viewers().join(rel);
+    assert!(
+        p.exists(),
+        "{what} is not installed ({} is missing): run scripts/test-viewers.sh \
+         (scripts/test.sh runs it; it needs npm, pip and their registries)",
+        p.display()
+    );
+    p
+}

@@ -1,0 +1,423 @@
+//! Per-thread action programs spilled to a temporary file, so that a
+//! replay's memory does not grow with the trace (issue 9: 100 M events
+//! in bounded memory).
+//!
+//! The builder reads the trace once, in time order, and appends each
+//! thread's actions to that thread's buffer; a full buffer goes to the
+//! file as one block. A replay reads every thread's blocks back through a
+//! cursor holding one decoded block. Memory is one block buffer per
+//! thread (writer or cursor) plus the block list (16 bytes per block of
+//! [`BLOCK`] bytes); the file itself is unlinked as soon as it is
+//! created, so nothing is left behind, whatever happens.
+//!
+//! Actions are varint-encoded (a tag byte, then the fields): 5-7 bytes
+//! per action against 32 in memory.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::Action;
+
+/// Target block size: a block is written when its buffer holds this much.
+pub(crate) const BLOCK: usize = 32 << 10;
+
+/// An appended block: where it is in the file.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    offset: u64,
+    len: u32,
+}
+
+/// An unlinked temporary file written by appending blocks.
+#[derive(Debug)]
+struct Spill {
+    file: File,
+    end: u64,
+}
+
+impl Spill {
+    fn new() -> io::Result<Spill> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir();
+        loop {
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("lockscope-replay-{}-{n}.tmp", std::process::id()));
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    // Unlinked at once: the data lives as long as the
+                    // handle and never outlives the process.
+                    std::fs::remove_file(&path)?;
+                    return Ok(Spill { file, end: 0 });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot create a temporary file in {} (set TMPDIR): {e}",
+                            dir.display()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn append(&mut self, data: &[u8]) -> io::Result<Block> {
+        self.file.write_all_at(data, self.end)?;
+        let b = Block {
+            offset: self.end,
+            len: data.len() as u32,
+        };
+        self.end += data.len() as u64;
+        Ok(b)
+    }
+
+    fn read(&self, b: Block, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        out.resize(b.len as usize, 0);
+        self.file.read_exact_at(out, b.offset)
+    }
+}
+
+/// Per-thread byte streams being written.
+#[derive(Debug)]
+pub(crate) struct Streams {
+    spill: Spill,
+    blocks: Vec<Vec<Block>>,
+    bufs: Vec<Vec<u8>>,
+    counts: Vec<u64>,
+}
+
+impl Streams {
+    pub(crate) fn new() -> io::Result<Streams> {
+        Ok(Streams {
+            spill: Spill::new()?,
+            blocks: Vec::new(),
+            bufs: Vec::new(),
+            counts: Vec::new(),
+        })
+    }
+
+    /// Makes sure streams `0..=t` exist.
+    pub(crate) fn ensure(&mut self, t: usize) {
+        while self.bufs.len() <= t {
+            self.bufs.push(Vec::new());
+            self.blocks.push(Vec::new());
+            self.counts.push(0);
+        }
+    }
+
+    /// Records written to stream `t` so far.
+    pub(crate) fn count(&self, t: usize) -> u64 {
+        self.counts.get(t).copied().unwrap_or(0)
+    }
+
+    /// Appends one record, encoded by `enc` into the stream's buffer.
+    pub(crate) fn push(&mut self, t: usize, enc: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        self.ensure(t);
+        let buf = &mut self.bufs[t];
+        if buf.capacity() == 0 {
+            buf.reserve_exact(BLOCK + 64);
+        }
+        enc(buf);
+        self.counts[t] += 1;
+        if buf.len() >= BLOCK {
+            let b = self.spill.append(buf)?;
+            buf.clear();
+            self.blocks[t].push(b);
+        }
+        Ok(())
+    }
+
+    /// Writes the partly filled blocks and frees the buffers.
+    pub(crate) fn finish(mut self) -> io::Result<Stored> {
+        for (t, buf) in self.bufs.iter_mut().enumerate() {
+            if !buf.is_empty() {
+                let b = self.spill.append(buf)?;
+                self.blocks[t].push(b);
+            }
+            *buf = Vec::new();
+        }
+        Ok(Stored {
+            spill: self.spill,
+            blocks: self.blocks,
+            counts: self.counts,
+            error: Mutex::new(None),
+        })
+    }
+}
+
+/// Per-thread byte streams, written.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    spill: Spill,
+    blocks: Vec<Vec<Block>>,
+    counts: Vec<u64>,
+    /// The first read error of any cursor (a cursor that fails ends its
+    /// stream early; the replay reports the error instead of a result).
+    /// Behind a mutex: simulations of one program run in parallel.
+    error: Mutex<Option<io::Error>>,
+}
+
+impl Stored {
+    /// Records in stream `t`.
+    pub(crate) fn count(&self, t: usize) -> u64 {
+        self.counts.get(t).copied().unwrap_or(0)
+    }
+
+    /// Bytes in the file.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.spill.end
+    }
+
+    /// A cursor over stream `t`.
+    pub(crate) fn reader(&self, t: usize) -> Reader<'_> {
+        Reader {
+            st: self,
+            t,
+            next_block: 0,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Takes the first read error, if any.
+    pub(crate) fn take_error(&self) -> Option<io::Error> {
+        self.error.lock().map_or(None, |mut e| e.take())
+    }
+}
+
+/// Reads one stream back, one block at a time.
+pub(crate) struct Reader<'a> {
+    st: &'a Stored,
+    t: usize,
+    next_block: usize,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Reader<'_> {
+    /// The bytes of the next record onwards, or `None` at the end (or on
+    /// a read error, kept in the store).
+    pub(crate) fn data(&mut self) -> Option<(&[u8], &mut usize)> {
+        while self.pos >= self.buf.len() {
+            let b = *self.st.blocks.get(self.t)?.get(self.next_block)?;
+            self.next_block += 1;
+            self.pos = 0;
+            if let Err(e) = self.st.spill.read(b, &mut self.buf) {
+                self.buf.clear();
+                if let Ok(mut slot) = self.st.error.lock() {
+                    slot.get_or_insert(e);
+                }
+                return None;
+            }
+        }
+        Some((&self.buf, &mut self.pos))
+    }
+}
+
+pub(crate) fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Decodes a varint this module wrote (its own file: a short or bad one
+/// can only come from a failed read, which is reported separately).
+pub(crate) fn get(buf: &[u8], pos: &mut usize) -> u64 {
+    let mut v = 0u64;
+    let mut shift = 0;
+    while let Some(&b) = buf.get(*pos) {
+        *pos += 1;
+        if shift < 64 {
+            v |= u64::from(b & 0x7f) << shift;
+        }
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    v
+}
+
+const T_COMPUTE: u8 = 0;
+const T_UNLOCK_WORK: u8 = 1;
+const T_SLEEP: u8 = 2;
+const T_ACQUIRE: u8 = 3;
+const T_ACQUIRE_SHARED: u8 = 4;
+const T_RELEASE: u8 = 5;
+const T_SIGNAL: u8 = 6;
+const T_WAIT_FOR: u8 = 7;
+const T_SPAWN: u8 = 8;
+
+/// Appends the encoding of `a`.
+pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
+    match *a {
+        Action::Compute { ns, cs, oh } => {
+            out.push(T_COMPUTE);
+            put(out, ns);
+            // u32::MAX (outside any section) is the common case: 0.
+            put(out, u64::from(cs.wrapping_add(1)));
+            put(out, u64::from(oh));
+        }
+        Action::UnlockWork { lock, ns } => {
+            out.push(T_UNLOCK_WORK);
+            put(out, u64::from(lock));
+            put(out, ns);
+        }
+        Action::Sleep(ns) => {
+            out.push(T_SLEEP);
+            put(out, ns);
+        }
+        Action::Acquire {
+            lock,
+            seq,
+            shared,
+            cs,
+            handoff,
+        } => {
+            out.push(if shared { T_ACQUIRE_SHARED } else { T_ACQUIRE });
+            put(out, u64::from(lock));
+            put(out, seq);
+            put(out, u64::from(cs));
+            put(out, handoff);
+        }
+        Action::Release { lock } => {
+            out.push(T_RELEASE);
+            put(out, u64::from(lock));
+        }
+        Action::Signal(id) => {
+            out.push(T_SIGNAL);
+            put(out, u64::from(id));
+        }
+        Action::WaitFor { id, latency } => {
+            out.push(T_WAIT_FOR);
+            put(out, u64::from(id));
+            put(out, latency);
+        }
+        Action::Spawn { child, offset } => {
+            out.push(T_SPAWN);
+            put(out, u64::from(child));
+            put(out, offset);
+        }
+    }
+}
+
+/// Decodes one action at `pos` (advancing it).
+pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
+    let tag = buf.get(*pos).copied().unwrap_or(T_SLEEP);
+    *pos += 1;
+    let mut g = || get(buf, pos);
+    match tag {
+        T_COMPUTE => {
+            let ns = g();
+            let cs = (g() as u32).wrapping_sub(1);
+            let oh = g() as u32;
+            Action::Compute { ns, cs, oh }
+        }
+        T_UNLOCK_WORK => {
+            let lock = g() as u32;
+            Action::UnlockWork { lock, ns: g() }
+        }
+        T_ACQUIRE | T_ACQUIRE_SHARED => {
+            let lock = g() as u32;
+            let seq = g();
+            let cs = g() as u32;
+            let handoff = g();
+            Action::Acquire {
+                lock,
+                seq,
+                shared: tag == T_ACQUIRE_SHARED,
+                cs,
+                handoff,
+            }
+        }
+        T_RELEASE => Action::Release { lock: g() as u32 },
+        T_SIGNAL => Action::Signal(g() as u32),
+        T_WAIT_FOR => {
+            let id = g() as u32;
+            Action::WaitFor { id, latency: g() }
+        }
+        T_SPAWN => {
+            let child = g() as u32;
+            Action::Spawn { child, offset: g() }
+        }
+        _ => Action::Sleep(g()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip_through_the_spill_across_blocks() {
+        let all = [
+            Action::Compute {
+                ns: 12345,
+                cs: u32::MAX,
+                oh: 7,
+            },
+            Action::Compute {
+                ns: 0,
+                cs: 3,
+                oh: u32::MAX,
+            },
+            Action::UnlockWork { lock: 2, ns: 99 },
+            Action::Sleep(u64::MAX),
+            Action::Acquire {
+                lock: 1,
+                seq: 1 << 40,
+                shared: true,
+                cs: 0,
+                handoff: 5,
+            },
+            Action::Acquire {
+                lock: 0,
+                seq: 0,
+                shared: false,
+                cs: 9,
+                handoff: 0,
+            },
+            Action::Release { lock: 7 },
+            Action::Signal(1 << 31 | 5),
+            Action::WaitFor {
+                id: 3,
+                latency: 1000,
+            },
+            Action::Spawn {
+                child: 4,
+                offset: 77,
+            },
+        ];
+        let mut s = Streams::new().unwrap();
+        // Enough to fill several blocks of two streams.
+        let n = 3 * BLOCK;
+        for i in 0..n {
+            s.push(i % 2, |b| encode(&all[i % all.len()], b)).unwrap();
+        }
+        let st = s.finish().unwrap();
+        assert_eq!(st.count(0) + st.count(1), n as u64);
+        for t in 0..2 {
+            let mut r = st.reader(t);
+            let mut i = t;
+            while let Some((buf, pos)) = r.data() {
+                assert_eq!(decode(buf, pos), all[i % all.len()], "record {i}");
+                i += 2;
+            }
+            assert_eq!(i - t, n);
+        }
+        assert!(st.take_error().is_none());
+    }
+}
