@@ -51,3 +51,19 @@ env "$runner_var=$memcheck" cargo test --release --lib \
 # model-checking build of its own, run by .ci/run).
 env "$runner_var=$memcheck" cargo test --release -p lockscope-locks \
   --lib --test differential --test fifo --test hmcs_properties --test stress
+# The injected library inside a real program: the mutex fixture recorded
+# with memcheck between the recorder and the program (valgrind passes
+# LD_PRELOAD on, so liblockscope_preload.so runs under memcheck: its
+# hooks, rings and stack walks on every lock call). The fixture exits
+# with 3 by design; memcheck's errors would make it 99.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+gcc -O2 -g -pthread -o "$tmp/mutex" tests/programs/mutex.c
+st=0
+target/release/lockscope record -o "$tmp/memcheck.lstrace" -- \
+  valgrind -q --error-exitcode=99 --fair-sched=yes "$tmp/mutex" >/dev/null 2>"$tmp/memcheck.err" || st=$?
+if [ "$st" != 3 ]; then
+  cat "$tmp/memcheck.err" >&2
+  echo "scripts/test.sh: tests/programs/mutex.c recorded under memcheck exited with $st (3 expected; 99: memcheck found errors in the program or the preload library)" >&2
+  exit 1
+fi
