@@ -34,7 +34,9 @@ fn fifo<L: RawLock + 'static>(lock: L, progress: fn(&L) -> usize) {
         poll_until("the new waiter to queue", DEFAULT_DEADLINE, || {
             progress(&lock) != before
         });
-        // Let parking waiters actually fall asleep.
+        // Not synchronization (the poll above is): parking waiters are
+        // given time to fall asleep, so that FIFO order is checked through
+        // the park/wake path too. The order asserted holds either way.
         std::thread::sleep(Duration::from_millis(5));
     }
     // SAFETY: held by this thread.

@@ -193,6 +193,10 @@ fn timed_acquisition_times_out_while_held_and_succeeds_when_free() {
             }
             ok
         });
+        // Not synchronization: the sleep only makes it likely that the
+        // waiter is already waiting (spinning or parked) when the lock is
+        // released, the case under test. Had it not started yet, it takes
+        // the free lock at once and the assertion holds all the same.
         std::thread::sleep(Duration::from_millis(5));
         // SAFETY: held by this thread.
         unsafe { l.unlock() };
