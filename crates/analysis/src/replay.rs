@@ -28,7 +28,7 @@
 //!
 //! # Memory
 //! [`build`] streams the trace's steps once and spills each thread's
-//! actions to an unlinked temporary file ([`store`]); a simulation reads
+//! actions to an unlinked temporary file (`store`); a simulation reads
 //! them back through one cursor per thread. What stays in memory grows
 //! with the number of threads, locks, call sites and objects, plus one bit
 //! per lock acquisition and one per signal: not with the trace's events.
