@@ -38,31 +38,32 @@ pub const SPILL_EVENTS: usize = 4 << 20;
 
 /// The temporary directory of spilled events, removed when dropped.
 struct Spill {
-    dir: std::path::PathBuf,
-    used: bool,
+    /// Created at the first spill (most exports never spill): a private
+    /// directory of its own under $TMPDIR (mode 0700, removed with its
+    /// files when the export ends), so that no predictable name in a
+    /// shared /tmp is used.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Spill {
     fn new() -> Spill {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        Spill {
-            dir: std::env::temp_dir().join(format!(
-                "lockscope-speedscope-{}-{nanos}",
-                std::process::id()
-            )),
-            used: false,
-        }
+        Spill { dir: None }
     }
     fn file(&self, thread: usize) -> std::path::PathBuf {
-        self.dir.join(format!("t{thread}"))
+        match &self.dir {
+            Some(d) => d.path().join(format!("t{thread}")),
+            // Nothing was spilled: no file of any thread exists.
+            None => std::path::PathBuf::new(),
+        }
     }
     /// Appends every thread's buffered events to its file.
     fn spill(&mut self, st: &mut [ThreadState]) -> std::io::Result<()> {
-        if !self.used {
-            std::fs::create_dir_all(&self.dir)?;
-            self.used = true;
+        if self.dir.is_none() {
+            self.dir = Some(
+                tempfile::Builder::new()
+                    .prefix("lockscope-speedscope-")
+                    .tempdir()?,
+            );
         }
         for (i, s) in st.iter_mut().enumerate() {
             if s.events.is_empty() {
@@ -82,14 +83,6 @@ impl Spill {
             s.events = Vec::new();
         }
         Ok(())
-    }
-}
-
-impl Drop for Spill {
-    fn drop(&mut self) {
-        if self.used {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! (default `c++`).
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::Context;
@@ -280,16 +280,6 @@ fn is_lang_option(g: &[OsString]) -> bool {
         .is_some_and(|x| x.to_string_lossy().starts_with("-x"))
 }
 
-struct TempObjects(Vec<PathBuf>);
-
-impl Drop for TempObjects {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 /// Runs `lockscope cc` or `lockscope c++`; returns the compiler's exit
 /// code.
 pub fn run_lang(args: Args, lang: Lang) -> anyhow::Result<i32> {
@@ -324,7 +314,14 @@ pub fn run_lang(args: Args, lang: Lang) -> anyhow::Result<i32> {
         Some(super::util::find_library(STATICLIB, "LOCKSCOPE_TSAN_LIB")?)
     };
     // Compile each source to a temporary object.
-    let mut temps = TempObjects(Vec::new());
+    // The objects go into a private directory of their own (created with
+    // mode 0700 under $TMPDIR and removed, with them, when this function
+    // returns): predictable names in a shared /tmp could be taken over by
+    // another user's symlink.
+    let temps = tempfile::Builder::new()
+        .prefix("lockscope-cc-")
+        .tempdir()
+        .context("creating a temporary directory for the objects")?;
     let mut link: Vec<OsString> = Vec::new();
     // Options for the compile steps: everything but sources, the output,
     // linker inputs and `-x` (repeated per source below).
@@ -337,11 +334,10 @@ pub fn run_lang(args: Args, lang: Lang) -> anyhow::Result<i32> {
         })
         .flatten()
         .collect();
-    let tmpdir = std::env::temp_dir();
     for (i, a) in p.args.iter().enumerate() {
         match a {
             Arg::Source(src, src_lang) => {
-                let obj = tmpdir.join(format!("lockscope-cc-{}-{i}.o", std::process::id()));
+                let obj = temps.path().join(format!("{i}.o"));
                 let mut cmd = command_for(&cc);
                 cmd.arg("-fsanitize=thread");
                 // Options before the source apply as written; the `-x` in
@@ -351,7 +347,6 @@ pub fn run_lang(args: Args, lang: Lang) -> anyhow::Result<i32> {
                     cmd.arg("-x").arg(l);
                 }
                 cmd.arg("-c").arg(src).arg("-o").arg(&obj);
-                temps.0.push(obj.clone());
                 let code = run_cmd(cmd)?;
                 if code != 0 {
                     return Ok(code);
