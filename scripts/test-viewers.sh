@@ -13,6 +13,10 @@
 #
 # Idempotent: a viewer already there at the pinned version is kept. Called
 # by scripts/test.sh; run it by hand before `cargo test` of crates/cli.
+# npm is not in scripts/test-packages.txt on purpose: a machine whose
+# nodejs comes from elsewhere (NodeSource's package includes npm) would
+# have apt try to install Debian's npm over it; it is installed here only
+# when the `npm` command is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +34,8 @@ need() { # command, Debian package
   command -v "$1" >/dev/null && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "scripts/test-viewers.sh: installing $2 (for $1)" >&2
+    # A fresh machine has no package lists yet.
+    apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
   else
     echo "scripts/test-viewers.sh: \`$1\` is missing; install the Debian package $2" >&2

@@ -31,16 +31,20 @@
 //! barrier from a mutex `m`, a condition variable `c` and a counter: each
 //! arriving thread locks `m` and counts itself; all but the last wait on
 //! `c`; the last one broadcasts `c`. They are recognised from the sync
-//! layer's steps (see [`recognise_hand_made`]): a condition variable is a
+//! layer's steps (`recognise_hand_made`): a condition variable is a
 //! barrier when
 //! - it is only ever broadcast (never `pthread_cond_signal`led), always
 //!   waited on with the same mutex, and no wait on it times out;
-//! - every broadcast is made while holding that mutex and releases at
-//!   least one thread waiting on it; each such broadcast is one instance,
-//!   whose participants are the broadcaster (the last arriver) and the
-//!   threads it released (their arrival is the start of their wait, a
-//!   spurious wake-up that waits again does not end it);
-//! - every instance has the same number of participants.
+//! - the broadcasts that release the most waiting threads (`n - 1`) are
+//!   the instances: each made while holding the mutex; its participants
+//!   are the broadcaster (the last arriver) and the threads it released,
+//!   each of which returns from that wait. A thread's arrival is the
+//!   start of its first wait since it last left; a wake-up by no
+//!   broadcast (spurious) or by a broadcast that releases fewer (PARSEC's
+//!   departure-phase broadcast, which wakes a thread that came back
+//!   early) does not end it;
+//! - broadcasts releasing fewer, but some, threads are not more numerous
+//!   than the instances (else it is a work queue, not a barrier).
 //!
 //! The barrier's own bookkeeping (the counter, the generation) is read and
 //! written under its mutex by every participant on both sides of every
@@ -255,36 +259,43 @@ fn size_of(flags: u8, arg2: u64) -> u64 {
     }
 }
 
-/// A thread waiting on a candidate condition variable.
-struct Waiter {
-    arrive: u64,
+/// One wait of a thread on a candidate condition variable.
+struct Episode {
+    begin: u64,
+    /// When the wait returned (None: still waiting at the end).
+    end: Option<u64>,
     wait_ns: u64,
     site: u64,
     stack: u32,
-    /// The instance (broadcast) that released it.
-    released: Option<usize>,
+    /// The broadcast (index into `CondState::releases`) that released it.
+    by: Option<usize>,
 }
 
 /// One broadcast of a candidate condition variable.
 struct Release {
     /// The broadcaster: thread, time, site, call path.
     by: (u32, u64, u64, u32),
-    /// Threads released.
-    expected: usize,
-    /// (thread, arrival, wait, site, call path, departure) of the released
-    /// threads that returned from their wait.
-    left: Vec<(u32, u64, u64, u64, u32, u64)>,
+    /// The broadcaster held the condition's mutex.
+    holds: bool,
+    /// Threads it released.
+    released: usize,
 }
 
 #[derive(Default)]
 struct CondState {
     mutex: Option<u64>,
-    /// Disqualified: signalled, a timed-out wait, two mutexes, a
-    /// broadcast without the mutex or without a waiter.
+    /// Disqualified: signalled, a timed-out wait, two mutexes.
     not_barrier: bool,
-    waiting: HashMap<u32, Waiter>,
+    /// Per thread, its waits in order.
+    episodes: HashMap<u32, Vec<Episode>>,
+    /// Per thread, the index of its wait in progress.
+    waiting: HashMap<u32, usize>,
     releases: Vec<Release>,
 }
+
+/// A released thread leaving an instance: (thread, arrival, wait, site,
+/// call path, departure time).
+type Departure = (u32, u64, u64, u64, u32, u64);
 
 /// A crossing of a hand-made barrier, found by [`recognise_hand_made`].
 #[derive(Clone, Copy)]
@@ -339,13 +350,16 @@ fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
                     c.not_barrier = true;
                 }
                 c.mutex = Some(mutex.addr);
-                c.waiting.entry(st.thread).or_insert(Waiter {
-                    arrive: st.time,
+                let eps = c.episodes.entry(st.thread).or_default();
+                eps.push(Episode {
+                    begin: st.time,
+                    end: None,
                     wait_ns: 0,
                     site: e.site,
                     stack: e.stack,
-                    released: None,
+                    by: None,
                 });
+                c.waiting.insert(st.thread, eps.len() - 1);
             }
             StepKind::CondWaitEnd {
                 cond,
@@ -355,62 +369,50 @@ fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
             } => {
                 let c = conds.entry(cond).or_default();
                 c.not_barrier |= timed_out;
-                if let Some(w) = c.waiting.get_mut(&st.thread) {
-                    w.wait_ns += wait_ns;
-                    if e.stack != 0 {
-                        w.stack = e.stack;
-                    }
-                    // Not released by a broadcast: a spurious wake-up, the
-                    // thread waits again within the same arrival.
-                    if let Some(k) = w.released {
-                        let w = c.waiting.remove(&st.thread).expect("present");
-                        if let Some(r) = c.releases.get_mut(k) {
-                            r.left
-                                .push((st.thread, w.arrive, w.wait_ns, w.site, w.stack, st.time));
+                if let Some(i) = c.waiting.remove(&st.thread) {
+                    if let Some(ep) = c.episodes.get_mut(&st.thread).and_then(|v| v.get_mut(i)) {
+                        ep.end = Some(st.time);
+                        ep.wait_ns = wait_ns;
+                        if e.stack != 0 {
+                            ep.stack = e.stack;
                         }
                     }
                 }
             }
             StepKind::CondSignal { cond, broadcast } => {
                 let c = conds.entry(cond).or_default();
-                let holds = c.mutex.is_some_and(|m| {
-                    interp
-                        .held(st.thread)
-                        .iter()
-                        .any(|s| s.lock.addr == m && s.lock.process == cond.process)
-                });
+                c.not_barrier |= !broadcast;
                 let k = c.releases.len();
-                let mut n = 0;
-                for w in c.waiting.values_mut() {
-                    if w.released.is_none() {
-                        w.released = Some(k);
-                        n += 1;
+                let mut released = 0;
+                for (th, &i) in &c.waiting {
+                    if let Some(ep) = c.episodes.get_mut(th).and_then(|v| v.get_mut(i)) {
+                        if ep.by.is_none() {
+                            ep.by = Some(k);
+                            released += 1;
+                        }
                     }
                 }
-                if !broadcast || !holds || n == 0 {
-                    c.not_barrier = true;
-                }
-                // The broadcaster's own path: the broadcast's, else that of
-                // its last access since it took the mutex.
-                let section_start = c.mutex.and_then(|m| {
+                let section = c.mutex.and_then(|m| {
                     interp
                         .held(st.thread)
                         .iter()
-                        .find(|s| s.lock.addr == m)
+                        .find(|s| s.lock.addr == m && s.lock.process == cond.process)
                         .map(|s| s.begin_ns)
                 });
+                // The broadcaster's own path: the broadcast's, else that of
+                // its last access since it took the mutex.
                 let stack = if e.stack != 0 {
                     e.stack
                 } else {
-                    match (last_path.get(&st.thread), section_start) {
+                    match (last_path.get(&st.thread), section) {
                         (Some(&(at, p)), Some(from)) if at >= from => p,
                         _ => 0,
                     }
                 };
                 c.releases.push(Release {
                     by: (st.thread, st.time, e.site, stack),
-                    expected: n,
-                    left: Vec::new(),
+                    holds: section.is_some(),
+                    released,
                 });
             }
             _ => {}
@@ -428,20 +430,63 @@ fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
     for cond in ids {
         let c = &conds[&cond];
         let Some(mutex) = c.mutex else { continue };
-        let n = c.releases.first().map_or(0, |r| r.expected);
+        // The instances: the broadcasts that release the most waiters
+        // (the last arriver's). Broadcasts that release fewer (a
+        // departure-phase broadcast, as in PARSEC's barrier) are not
+        // instances, and the threads they wake have not left.
+        let full = c.releases.iter().map(|r| r.released).max().unwrap_or(0);
+        let instances: Vec<usize> = (0..c.releases.len())
+            .filter(|&k| c.releases[k].released == full)
+            .collect();
+        let partial = c
+            .releases
+            .iter()
+            .filter(|r| r.released > 0 && r.released < full)
+            .count();
         if c.not_barrier
-            || n == 0
-            || c.releases
-                .iter()
-                .any(|r| r.expected != n || r.left.len() != n)
+            || full == 0
+            || partial > instances.len()
+            || instances.iter().any(|&k| !c.releases[k].holds)
         {
+            continue;
+        }
+        // Each thread's arrivals: from its first wait after its previous
+        // departure to the end of the wait a full broadcast released.
+        let round_of: HashMap<usize, u64> = instances
+            .iter()
+            .enumerate()
+            .map(|(r, &k)| (k, r as u64))
+            .collect();
+        let mut departures: Vec<Vec<Departure>> = vec![Vec::new(); instances.len()];
+        let mut complete = true;
+        let mut threads: Vec<&u32> = c.episodes.keys().collect();
+        threads.sort();
+        for &th in threads {
+            let mut arrival: Option<(u64, u64, u64, u32)> = None; // begin, wait, site, stack
+            for ep in &c.episodes[&th] {
+                let a = arrival.get_or_insert((ep.begin, 0, ep.site, ep.stack));
+                a.1 += ep.wait_ns;
+                if ep.stack != 0 {
+                    a.3 = ep.stack;
+                }
+                if let Some(&round) = ep.by.and_then(|k| round_of.get(&k)) {
+                    let Some(end) = ep.end else {
+                        complete = false;
+                        continue;
+                    };
+                    let (begin, wait, site, stack) = arrival.take().expect("set above");
+                    departures[round as usize].push((th, begin, wait, site, stack, end));
+                }
+            }
+        }
+        if !complete || departures.iter().any(|v| v.len() != full) {
             continue;
         }
         hm.mutexes.insert((cond.process, mutex));
         hm.conds.insert((cond.process, cond.addr), mutex);
-        for (round, r) in c.releases.iter().enumerate() {
+        for (round, (&k, left)) in instances.iter().zip(&departures).enumerate() {
             let round = round as u64;
-            let (by, at, site, stack) = r.by;
+            let (by, at, site, stack) = c.releases[k].by;
             let caller = caller_site(d, cond.process, site, stack);
             let stack = *canon.entry((cond.process, caller)).or_insert(stack);
             hm.crossings.insert(
@@ -455,7 +500,7 @@ fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
                     stack,
                 },
             );
-            for &(thread, arrive, wait_ns, site, stack, left) in &r.left {
+            for &(thread, arrive, wait_ns, site, stack, left) in left {
                 let caller = caller_site(d, cond.process, site, stack);
                 let stack = *canon.entry((cond.process, caller)).or_insert(stack);
                 hm.crossings.insert(
@@ -553,7 +598,11 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             _ => return,
         };
         let held = interp.held(st.thread);
-        if !outside && held.is_empty() {
+        // Only a plain access proves that accesses outside critical
+        // sections were recorded: atomics are recorded everywhere, in
+        // every mode.
+        if !outside && held.is_empty() && matches!(st.kind, StepKind::Memory(Op::Read | Op::Write))
+        {
             outside = true;
         }
         // A hand-made barrier's own counter and generation, touched under
@@ -1064,6 +1113,72 @@ mod tests {
         assert_eq!((r.instances, r.redundant), (1, 1), "{r:#?}");
     }
 
+    /// PARSEC's barrier shape: after the last arriver's broadcast, the
+    /// last thread to leave broadcasts again to open the next arrival
+    /// phase, waking a fast thread that already came back and waits for
+    /// it. Three threads, two instances; the departure broadcasts are not
+    /// instances, and the woken thread's arrival goes on.
+    #[test]
+    fn issue13_hand_made_barrier_with_a_departure_phase_broadcast() {
+        let b = |time| cond(time, Op::CondBroadcast, phase::DONE);
+        let wb = |time| cond(time, Op::CondWait, phase::BEGIN);
+        let we = |time| cond(time, Op::CondWait, phase::DONE);
+        let t = trace(vec![
+            vec![
+                wr(5, 0x100),
+                lock(10, M),
+                wb(11),
+                we(40),
+                unlock(41, M),
+                lock(80, M),
+                wb(81),
+                we(102),
+                unlock(103, M),
+            ],
+            vec![
+                lock(12, M),
+                wb(13),
+                we(50),
+                b(51), // departure phase: wakes t3, waiting to arrive
+                unlock(52, M),
+                lock(90, M),
+                b(91), // last arriver of the second instance
+                unlock(92, M),
+            ],
+            vec![
+                lock(30, M),
+                b(31), // last arriver of the first instance
+                unlock(32, M),
+                rd(35, 0x100),
+                lock(42, M),
+                wb(43),
+                we(60),
+                wb(61),
+                we(100),
+                unlock(101, M),
+            ],
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert_eq!((r.instances, r.redundant), (2, 1), "{r:#?}");
+        let bar = &r.barriers[0];
+        assert_eq!((bar.kind, bar.participants), ("mutex+condvar", 3));
+        let last: Vec<u32> = bar.instance_list.iter().map(|i| i.last_arriver).collect();
+        assert_eq!(last, vec![3, 2]);
+        assert!(bar.instance_list[0]
+            .dependence
+            .as_deref()
+            .unwrap()
+            .contains("thread 1 wrote 0x100 before, thread 3 reads it after"));
+        // t3's second arrival spans both of its waits (43..60, 61..100).
+        let w3 = bar.instance_list[1]
+            .waits
+            .iter()
+            .find(|w| w.thread == 3)
+            .unwrap();
+        assert_eq!(w3.wait_ns, 17 + 39, "{:#?}", bar.instance_list[1]);
+    }
+
     #[test]
     fn issue13_signalled_condition_is_not_a_barrier() {
         let t = hand_made(0x100, Op::CondSignal);
@@ -1071,6 +1186,37 @@ mod tests {
         let r = analyze(&t, &mut d);
         assert_eq!(r.instances, 0, "{r:#?}");
         assert!(r.barriers.is_empty());
+    }
+
+    /// Default detailed mode records atomics everywhere but plain accesses
+    /// only inside critical sections: an atomic outside one must not make
+    /// redundancy look decidable (it did: every instance came out
+    /// redundant).
+    #[test]
+    fn issue13_atomics_outside_sections_leave_redundancy_undecided() {
+        let rmw = |time| Event {
+            time,
+            op: Op::AtomicRmw as u8,
+            flags: 2,
+            addr: 0x500,
+            site: 0x40,
+            ..Event::default()
+        };
+        let t = trace(vec![
+            vec![
+                rmw(1),
+                bar(2, phase::BEGIN, 0x10),
+                bar(5, phase::DONE, 0x10),
+            ],
+            vec![bar(4, phase::DONE, 0x10), rmw(6)],
+        ]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert!(!r.all_accesses, "{r:#?}");
+        assert_eq!((r.instances, r.redundant), (1, 0));
+        assert_eq!(r.barriers[0].instance_list[0].redundant, None);
+        let dw = crate::deadwrites::analyze(&t, &mut d);
+        assert!(!dw.all_accesses, "{dw:#?}");
     }
 
     #[test]

@@ -274,7 +274,12 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
             },
             _ => return,
         };
-        if !outside && interp.held(st.thread).is_empty() {
+        // Only a plain access proves that accesses outside critical
+        // sections were recorded: atomics are recorded in every mode.
+        if !outside
+            && interp.held(st.thread).is_empty()
+            && matches!(st.kind, StepKind::Memory(Op::Read | Op::Write))
+        {
             outside = true;
         }
         let lo = e.addr;

@@ -66,6 +66,10 @@ pub enum Action {
         /// Recorder overhead removed from it, ns (added back when
         /// replaying the run as recorded, [`Scenario::keep_overhead`]).
         oh: u32,
+        /// It ended at a recorded memory access (detailed mode): its
+        /// recorder cost is the one estimated from the trace
+        /// ([`Program::access_ns`]), not the lock hooks' `event_ns`.
+        access: bool,
     },
     /// Run for `ns` on a CPU inside an unlock that entered the kernel to
     /// wake a waiter of `lock` (only when the replayed release did wake
@@ -193,6 +197,16 @@ pub struct Program {
     pub cpus: u32,
     /// Recorder overhead removed from the compute segments, ns.
     pub overhead_ns: u64,
+    /// Estimated cost of recording one memory access in a detailed-mode
+    /// trace, ns (0: no estimate, fewer than [`ACCESS_SAMPLES`] back-to-back
+    /// accesses): the 10th percentile of the intervals between two
+    /// consecutive accesses of a thread. The recorder measures the cost of
+    /// its lock hooks (`event_ns`, what the synchronization layer removes
+    /// per event) but not of the access hooks, which cost several times
+    /// more: without this, every access inside a critical section made it
+    /// look longer than it is in the uninstrumented program (issue 9: the
+    /// `--ulcp-free` prediction error).
+    pub access_ns: u64,
     /// Per lock: recorded acquisitions (turns).
     pub turns: Vec<u64>,
     /// Per lock: a bit per turn, set when it was a shared (reader)
@@ -294,6 +308,11 @@ struct Builder {
     last_signal: FxHashMap<(u8, ObjId), (u32, u64, u32)>,
     /// Barrier arrivals: (barrier, round, thread) -> (signal id, time).
     arrivals: BTreeMap<(ObjId, u64, u32), (u32, u64)>,
+    /// Per thread: its last step was a memory access.
+    last_mem: Vec<bool>,
+    /// Histogram (1 ns buckets) of the intervals between two consecutive
+    /// memory accesses of a thread ([`Program::access_ns`]).
+    access_hist: Vec<u64>,
     /// Last release per lock: (raw time, thread).
     last_release: Vec<(u64, u32)>,
 }
@@ -486,6 +505,23 @@ impl Builder {
             None => self.thread(s.thread, s.process, 0, format!("thread#{}", s.thread)),
         };
         let seg = s.segment;
+        let is_mem = matches!(s.kind, StepKind::Memory(_));
+        if is_mem {
+            if self.last_mem.len() <= ti as usize {
+                self.last_mem.resize(ti as usize + 1, false);
+            }
+            if self.last_mem[ti as usize] && seg.kind == SegKind::Compute {
+                if self.access_hist.is_empty() {
+                    self.access_hist = vec![0; ACCESS_HIST];
+                }
+                if let Some(c) = self.access_hist.get_mut(seg.raw_ns as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        if let Some(m) = self.last_mem.get_mut(ti as usize) {
+            *m = is_mem;
+        }
         if !self.started[ti as usize] {
             self.started[ti as usize] = true;
             self.p.threads[ti as usize].start = s.time.saturating_sub(seg.raw_ns);
@@ -517,6 +553,7 @@ impl Builder {
                         ns: seg.corrected_ns,
                         cs,
                         oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
+                        access: is_mem,
                     },
                 );
             }
@@ -691,6 +728,8 @@ impl Builder {
         // Signal ids: thread ends first, then the others.
         let base = self.p.threads.len() as u32;
         self.p.signals += base;
+        self.p.access_ns = percentile10(&self.access_hist);
+        let access_ns = self.p.access_ns;
         let n = u64::from(self.p.cpus);
         match std::mem::take(&mut self.sink) {
             Sink::Mem {
@@ -699,6 +738,7 @@ impl Builder {
             } => {
                 for a in actions.iter_mut().flatten() {
                     remap_signal(a, base);
+                    self.p.overhead_ns += correct_access(a, access_ns);
                 }
                 if n > 0 {
                     cpu_shares_sorted(n, &mut ivs, &mut actions);
@@ -714,12 +754,14 @@ impl Builder {
                     return Err(spill_error(e));
                 }
                 let threads = self.p.threads.len();
+                let mut removed = 0;
                 let stored = (|| {
                     let raw = actions.finish()?;
                     let ivs = ivs.finish()?;
-                    cpu_shares_merged(n, threads, base, &raw, &ivs)
+                    cpu_shares_merged(n, threads, base, access_ns, &mut removed, &raw, &ivs)
                 })()
                 .map_err(spill_error)?;
+                self.p.overhead_ns += removed;
                 self.p.actions = Store::Spill(stored);
             }
         }
@@ -742,6 +784,52 @@ fn remap_signal(a: &mut Action, base: u32) {
             *id = (*id & !SIGNAL_BIT) + base;
         }
         _ => {}
+    }
+}
+
+/// Access intervals above this (ns) are not counted: not back-to-back.
+const ACCESS_HIST: usize = 4096;
+
+/// Back-to-back access intervals needed for an estimate.
+pub const ACCESS_SAMPLES: u64 = 1000;
+
+/// The 10th percentile of a histogram with 1 ns buckets (0 with fewer
+/// than [`ACCESS_SAMPLES`] samples). A low percentile: the cost of the
+/// access hook is at most any interval between two accesses, and the
+/// shortest intervals are the ones with the least program work in them.
+fn percentile10(h: &[u64]) -> u64 {
+    let total: u64 = h.iter().sum();
+    if total < ACCESS_SAMPLES {
+        return 0;
+    }
+    let want = total.div_ceil(10);
+    let mut acc = 0;
+    for (ns, &c) in h.iter().enumerate() {
+        acc += c;
+        if acc >= want {
+            return ns as u64;
+        }
+    }
+    0
+}
+
+/// Removes from a compute segment that ended at a memory access the part
+/// of the access's recording cost the synchronization layer did not
+/// (it removed `oh`); returns what it removed.
+fn correct_access(a: &mut Action, access_ns: u64) -> u64 {
+    match a {
+        Action::Compute {
+            ns,
+            oh,
+            access: true,
+            ..
+        } => {
+            let extra = access_ns.saturating_sub(u64::from(*oh)).min(*ns);
+            *ns -= extra;
+            *oh = (u64::from(*oh) + extra).min(u64::from(u32::MAX)) as u32;
+            extra
+        }
+        _ => 0,
     }
 }
 
@@ -859,6 +947,8 @@ fn cpu_shares_merged(
     n: u64,
     threads: usize,
     base: u32,
+    access_ns: u64,
+    removed: &mut u64,
     raw: &store::Stored,
     ivs: &store::Stored,
 ) -> io::Result<store::Stored> {
@@ -878,6 +968,7 @@ fn cpu_shares_merged(
                 };
                 let mut a = store::decode(buf, pos);
                 remap_signal(&mut a, base);
+                *removed += correct_access(&mut a, access_ns);
                 if let Some((at, share)) = upto {
                     if written == at {
                         apply_share(&mut a, share);
@@ -982,6 +1073,9 @@ pub struct Scenario {
     /// Section keys that only read: they take their lock shared (as if it
     /// were a reader-writer lock and they its readers).
     pub readers: Vec<u32>,
+    /// Per lock, turns (positions in its recorded order) that take it
+    /// shared: `--rwlock`, from the read sets of a detailed-mode trace.
+    pub reader_turns: Vec<(u32, Vec<u64>)>,
     /// Add the recorder's overhead back to the work (replay the run as
     /// it was recorded, to compare with the recorded wall time).
     pub keep_overhead: bool,
@@ -1193,6 +1287,14 @@ pub fn simulate_logged(
             rw_changed[k.lock as usize] = true;
         }
     }
+    for (l, turns) in &sc.reader_turns {
+        if let Some(m) = modes.get_mut(*l as usize) {
+            for &k in turns {
+                set_bit(m, k);
+            }
+            rw_changed[*l as usize] = true;
+        }
+    }
     let mut free: Vec<Option<FreeLock>> = (0..p.locks.len()).map(|_| None).collect();
     if let Some(u) = &sc.ulcp_free {
         for (&l, deps) in &u.deps {
@@ -1307,7 +1409,10 @@ pub fn simulate_logged(
                     handoff,
                     cs,
                 } => {
-                    let shared = shared || reader.get(cs as usize).copied().unwrap_or(false);
+                    // As recorded, or made a reader by the scenario.
+                    let shared = shared
+                        || reader.get(cs as usize).copied().unwrap_or(false)
+                        || bit(&locks[lock as usize].shared, k);
                     if removed[lock as usize] {
                         pc[ti_us].next();
                         continue;
@@ -1529,7 +1634,7 @@ impl Sim {
 
 fn compute_ns(a: &Action, scale: &[u32], keep_overhead: bool) -> u64 {
     match *a {
-        Action::Compute { ns, cs, oh } => {
+        Action::Compute { ns, cs, oh, .. } => {
             let ns = if keep_overhead {
                 ns + u64::from(oh)
             } else {

@@ -869,7 +869,17 @@ impl Names<'_> {
                 return name;
             }
         }
-        raw.short()
+        self.runtime_only(&raw)
+    }
+    /// The name of a location that is runtime code only and that no call
+    /// path explains: marked, as in the sites table, so that a holder's
+    /// section or a first use is not read as the user's code.
+    fn runtime_only(&self, raw: &Location) -> String {
+        if self.frames_all {
+            raw.short()
+        } else {
+            format!("{} [no user frame]", raw.short())
+        }
     }
     /// The user frame that every call path of `stacks` names, if they all
     /// have one and it is the same.
@@ -945,7 +955,7 @@ impl Names<'_> {
                 return v.short();
             }
         }
-        raw.short()
+        self.runtime_only(&raw)
     }
     /// (the innermost frame of a call path, if any).
     fn path_first_pc(&self, stack: u32) -> Option<u64> {

@@ -326,8 +326,11 @@ impl Module {
             _ => None,
         };
         // Say why names are missing, and what would bring them.
-        let mut note =
-            (!has_dwarf && debug.path.is_none() && !debug.looked.is_empty()).then(|| {
+        // Not for the C and C++ runtimes: their frames are skipped unless
+        // `--frames all`, and a note per runtime library is noise.
+        let quiet = is_runtime_module(base_name(path));
+        let mut note = (!quiet && !has_dwarf && debug.path.is_none() && !debug.looked.is_empty())
+            .then(|| {
                 format!(
                     "{path}: no debug info (stripped) and no separate debug file found \
                  (looked for {}); install its debug package (-dbgsym / -dbg) for \

@@ -43,6 +43,10 @@ pub struct WhatifConfig {
     /// reader-writer lock and these sections its readers (one scenario
     /// for all of them).
     pub readers: Vec<String>,
+    /// Locks to turn into reader-writer locks whose readers are the
+    /// critical sections that only read (their write sets in the detailed
+    /// view passed to [`analyze_with`] are empty); one scenario per lock.
+    pub rwlock: Vec<String>,
     /// Run the ULCP-free scenario (needs the detailed view passed to
     /// [`analyze_with`]).
     pub ulcp_free: bool,
@@ -189,6 +193,43 @@ fn word_span(set: &BTreeMap<u64, u64>) -> impl Iterator<Item = u64> + '_ {
         let last = a.saturating_add(s.max(1) - 1) >> 3;
         (a >> 3)..=last
     })
+}
+
+/// The turns of lock `l` whose critical sections only read (empty write
+/// set in the detailed view; sections without any access count as
+/// readers too), and how many there are. The detailed view's sections of
+/// the lock must line up one to one with the replay's acquisitions (as
+/// for [`ulcp_free`]); `Err` says why not.
+fn read_only_turns(p: &Program, d: &Detailed, l: u32) -> Result<(Vec<u64>, usize), String> {
+    let id = p.locks[l as usize];
+    let secs: Vec<&crate::detailed::Section> = d
+        .sections
+        .iter()
+        .filter(|s| s.process == id.process && s.lock == id.addr)
+        .collect();
+    let turns = p.turns[l as usize];
+    if secs.is_empty() {
+        return Err(
+            "the trace has no memory accesses under this lock (record a program built \
+                    with `lockscope cc`/`c++`)"
+                .into(),
+        );
+    }
+    if secs.len() as u64 != turns {
+        return Err(format!(
+            "the detailed view has {} critical sections of this lock, the replay {turns} \
+             acquisitions: they cannot be matched",
+            secs.len()
+        ));
+    }
+    let readers: Vec<u64> = secs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.writes.is_empty())
+        .map(|(k, _)| k as u64)
+        .collect();
+    let n = readers.len();
+    Ok((readers, n))
 }
 
 /// The ULCP-free transformation of PerfPlay §4 on the replay: per lock,
@@ -409,7 +450,7 @@ fn hex_eq(want: &str, addr: u64) -> bool {
 }
 
 /// Resolves `--remove-lock` names to lock indexes.
-fn find_lock(p: &Program, names: &mut Names, want: &str) -> Result<u32, AnalysisError> {
+fn find_lock(p: &Program, names: &mut Names, opt: &str, want: &str) -> Result<u32, AnalysisError> {
     for l in 0..p.locks.len() as u32 {
         if hex_eq(want, p.locks[l as usize].addr) || names.lock(p, l) == want {
             return Ok(l);
@@ -419,7 +460,7 @@ fn find_lock(p: &Program, names: &mut Names, want: &str) -> Result<u32, Analysis
         .map(|l| names.lock(p, l))
         .collect();
     Err(AnalysisError::Config(format!(
-        "--remove-lock {want:?}: no lock of that name or address in the trace (locks: {})",
+        "{opt} {want:?}: no lock of that name or address in the trace (locks: {})",
         known.join(", ")
     )))
 }
@@ -496,7 +537,7 @@ pub fn analyze_with(
     let base = simulate(p, cpus, &Scenario::default());
     let mut scenarios = Vec::new();
     for want in &cfg.remove_locks {
-        let l = find_lock(p, &mut names, want)?;
+        let l = find_lock(p, &mut names, "--remove-lock", want)?;
         let sc = Scenario {
             remove_locks: vec![l],
             ..Scenario::default()
@@ -557,6 +598,33 @@ pub fn analyze_with(
         let what = format!(
             "reader-writer lock: sections entered at {} read (share the lock)",
             cfg.readers.join(", ")
+        );
+        scenarios.push(outcome(p, &mut names, what, &base, &r));
+    }
+    for want in &cfg.rwlock {
+        let l = find_lock(p, &mut names, "--rwlock", want)?;
+        let Some(d) = detailed.as_deref() else {
+            return Err(AnalysisError::Config(format!(
+                "--rwlock {want}: needs the read/write sets of a detailed-mode trace \
+                 (or name the sections that only read with --readers SITE)"
+            )));
+        };
+        let (turns, readers) = read_only_turns(p, d, l).map_err(|why| {
+            AnalysisError::Config(format!("--rwlock {want}: {why} (use --readers SITE)"))
+        })?;
+        let r = simulate(
+            p,
+            cpus,
+            &Scenario {
+                reader_turns: vec![(l, turns)],
+                ..Scenario::default()
+            },
+        );
+        let what = format!(
+            "reader-writer lock {}: the {readers} of its {} critical sections that only read \
+             share it",
+            names.lock(p, l),
+            p.turns[l as usize]
         );
         scenarios.push(outcome(p, &mut names, what, &base, &r));
     }

@@ -144,7 +144,14 @@ fn issue9_streaming_replay_matches_in_memory_on_a_synthetic_trace() {
             n += 1;
             want
         };
-        let rel = got + 50 + rng.below(400);
+        // Detailed-mode accesses inside the section, 40 ns apart: the
+        // access-cost estimate and its correction are exercised too.
+        let reads = rng.below(4);
+        for j in 0..reads {
+            tb.ev(t, got + 10 + 40 * j, Op::Read, 0, 0x9000 + 8 * j, site + 4);
+            n += 1;
+        }
+        let rel = got + 50 + 40 * reads + rng.below(400);
         tb.ev(t, rel, unlock, DONE, addr, site + 0x8);
         n += 1;
         free_at[k] = rel;
@@ -156,4 +163,22 @@ fn issue9_streaming_replay_matches_in_memory_on_a_synthetic_trace() {
     }
     let path = tb.write();
     assert_same(&path);
+    let meta = input::index(&path, &mut |_, _| {}).unwrap();
+    let p = replay::build(&path, &meta).unwrap();
+    assert_eq!(p.access_ns, 40, "back-to-back accesses are 40 ns apart");
+    // Every access is at most 40 ns after the step before it: with the
+    // estimated cost removed, no work is left before any of them.
+    let mut n = 0;
+    for t in 0..p.threads.len() {
+        for a in p.actions(t) {
+            if let replay::Action::Compute {
+                ns, access: true, ..
+            } = a
+            {
+                assert_eq!(ns, 0, "thread {t}: {a:?}");
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 1000, "{n} computes ended at an access");
 }

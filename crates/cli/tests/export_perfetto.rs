@@ -367,6 +367,50 @@ fn export_to(trace: &Path, format: &str, out: &Path) {
     ]);
 }
 
+/// Records the GPU fixture (a stand-in CUPTI and a program playing the
+/// CUDA driver with a known schedule, as in gpu_capture.rs: kernels
+/// `kernel_one` (20 ms) and `kernel_two` and a copy on stream 7, two
+/// synchronizes) into `dir`.
+fn record_gpu_fixture(dir: &Path) -> std::path::PathBuf {
+    let src = workspace().join("tests/programs/gpu");
+    let lib = dir.join("libcupti.so");
+    let app = dir.join("fake_cuda_app");
+    for (out, args) in [
+        (&lib, vec!["-O2", "-g", "-fPIC", "-shared", "-o"]),
+        (&app, vec!["-O2", "-g", "-o"]),
+    ] {
+        let file = if out == &lib {
+            "fake_cupti.c"
+        } else {
+            "fake_cuda_app.c"
+        };
+        let st = Command::new("gcc")
+            .args(args)
+            .arg(out)
+            .arg(src.join(file))
+            .arg("-ldl")
+            .status()
+            .unwrap();
+        assert!(st.success(), "gcc {file}");
+    }
+    let trace = dir.join("gpu.lstrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&app)
+        .env("LOCKSCOPE_CUPTI", &lib)
+        .env_remove("CUDA_INJECTION64_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    trace
+}
+
 /// `--format perfetto-proto` parses with Perfetto's own trace protos and
 /// holds exactly the JSON export's slices (same tracks, names, times to
 /// the nanosecond, sites), hand-off flows and counter samples; the JSON
@@ -376,8 +420,15 @@ fn issue11_perfetto_proto_reads_with_perfettos_protos_and_equals_the_json() {
     for (test, fixture) in [
         ("i11-pfproto-sleep", "report/sleep_hold"),
         ("i11-pfproto-queue", "export/queue_lock"),
+        ("i11-pfproto-gpu", "gpu/fake_cuda_app"),
     ] {
-        let (dir, trace) = record_fixture(test, fixture, &[]);
+        let (dir, trace) = if fixture.starts_with("gpu/") {
+            let dir = export_util::temp(test);
+            let trace = record_gpu_fixture(&dir);
+            (dir, trace)
+        } else {
+            record_fixture(test, fixture, &[])
+        };
         let pf = dir.join("run.pftrace");
         export_to(&trace, "perfetto-proto", &pf);
         let (pslices, pflows, pcounters) = proto_slices(&pf);
@@ -402,8 +453,19 @@ fn issue11_perfetto_proto_reads_with_perfettos_protos_and_equals_the_json() {
             };
             let proto_len = std::fs::metadata(&pf).unwrap().len();
             assert!(proto_len * 2 < json_len, "{proto_len} vs {json_len} bytes");
-        } else {
+        } else if fixture == "export/queue_lock" {
             assert!(pflows > 0, "queue_lock hands the lock off");
+        } else {
+            // Three GPU slices on the stream's track, two GPU waits.
+            let gpu: Vec<_> = pslices
+                .iter()
+                .filter(|s| s.0.ends_with("/GPU 0 stream 7"))
+                .collect();
+            assert_eq!(gpu.len(), 3, "{gpu:?}");
+            assert!(gpu.iter().any(|s| s.1.starts_with("kernel_one")), "{gpu:?}");
+            assert!(gpu.iter().any(|s| s.1 == "copy device-to-host"), "{gpu:?}");
+            let waits = pslices.iter().filter(|s| s.1 == "GPU wait").count();
+            assert_eq!(waits, 2, "one slice per synchronize");
         }
     }
 }

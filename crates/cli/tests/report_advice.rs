@@ -53,9 +53,30 @@ fn hot_mutex_gets_a_lock_recommendation_with_a_command() {
     let bin = build("hot_short", &dir);
     // A large buffer: ~1.7 M events in about a second, and none may be
     // lost for the counts to equal the truth.
-    let run = record(&dir, &["--buffer-kb", "65536"], &bin, &[], b"");
-    assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
-    let r: Value = serde_json::from_str(&report(&run.trace_path, &["--json"])).unwrap();
+    //
+    // The scenario needs the threads to overlap: on a machine whose other
+    // work leaves the program one CPU at a time, each thread runs its
+    // 200,000 sections alone and `hot` is hardly contended (seen: 4
+    // contended of 800,000 at load 13 on 2 CPUs). That is the truth of
+    // that run, not a defect, so such a run is recorded again (up to 3
+    // times); every run's counts are still checked exactly below.
+    let mut tries = 0;
+    let (run, r) = loop {
+        tries += 1;
+        let run = record(&dir, &["--buffer-kb", "65536"], &bin, &[], b"");
+        assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
+        let r: Value = serde_json::from_str(&report(&run.trace_path, &["--json"])).unwrap();
+        let contended = r["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "hot")
+            .map_or(0, |l| l["contended"].as_u64().unwrap_or(0));
+        if contended >= 20 || tries == 3 {
+            break (run, r);
+        }
+        eprintln!("hot contended {contended} times only (a busy machine): recording again");
+    };
     assert_eq!(r["lost_events"], 0, "events lost: the counts would differ");
     let hot = r["locks"]
         .as_array()

@@ -358,6 +358,7 @@ fn issue10_blame_waiter_sites_are_user_frames_at_o0_and_o2() {
                 // acquisitions carrying a path, nothing recorded says which
                 // function called the out-of-line std::mutex::lock().
                 if h == main_tid && opt == "-O0" && stacks == "contended" {
+                    assert!(hs.ends_with(" [no user frame]"), "{what}: {hs}");
                     continue;
                 }
                 assert_eq!(

@@ -446,7 +446,8 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
             let trace = dir.path("t.lstrace");
             let truth = truth_of(&record(&bin, &[], &trace, env));
             let failed = num(&truth, "hlock failed_attempts");
-            assert!(failed > 1, "{}: no contention: {truth:?}", c.label);
+            // ROUNDS * SPINS busy loads at least, by the fixture's handshake.
+            assert!(failed >= 2000, "{}: {truth:?}", c.label);
             let t = Trace::open(&trace).unwrap();
             let evs: Vec<_> = t.events.values().flatten().collect();
             let loads = evs.iter().filter(|e| e.op == Op::AtomicLoad as u8).count() as u64;
@@ -456,8 +457,15 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
                 .map(|e| e.arg)
                 .sum();
             if on {
-                assert!(repeated > 0, "{}: no load was coalesced", c.label);
-                assert!(loads < failed, "{}: {loads} loads", c.label);
+                // How many loads a run compresses depends on how the
+                // threads were scheduled (a busy machine breaks runs into
+                // fewer, shorter ones), so only that some were coalesced
+                // is asserted here; the exact counts are asserted below.
+                assert!(
+                    repeated > 0,
+                    "{}: no load was coalesced ({loads} loads)",
+                    c.label
+                );
             } else {
                 assert_eq!(repeated, 0, "{}", c.label);
             }

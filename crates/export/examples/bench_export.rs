@@ -44,6 +44,21 @@ fn rss_peak_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) of this process so far: less disturbed
+/// than wall time by other jobs on a shared machine.
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name (which may hold spaces).
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn one(format: &str, trace: &Path) {
     let t0 = Instant::now();
     let cfg = ReportConfig {
@@ -92,10 +107,12 @@ fn one(format: &str, trace: &Path) {
         }
         f => panic!("unknown format {f}"),
     }
+    let cpu = cpu_s();
     println!(
-        "{format:<14} {:>8.2} s  {:>8.2} M events/s  peak RSS {:>7.1} MB  output {:>9.1} MB",
+        "{format:<14} {:>7.2} s  CPU {:>6.2} s  {:>6.2} M events/CPU-s  peak RSS {:>6.1} MB  output {:>8.1} MB",
         t0.elapsed().as_secs_f64(),
-        meta.events as f64 / t0.elapsed().as_secs_f64() / 1e6,
+        cpu,
+        meta.events as f64 / cpu.max(0.01) / 1e6,
         rss_peak_kb() as f64 / 1024.0,
         out.0 as f64 / 1e6
     );

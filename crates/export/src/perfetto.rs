@@ -11,7 +11,9 @@
 //! when the slice ends. Written while the trace streams by: memory is one
 //! entry per lock and a short stack per track, not per event.
 
-use std::collections::HashMap;
+// Fx: the keys are small ids, hashed once or more per event (as in the
+// analysis crate); SipHash was a visible share of the writers' time.
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -50,7 +52,10 @@ pub struct Summary {
 /// (start, end), sorted, each enclosing or following the ones below it.
 #[derive(Default)]
 pub(crate) struct Lane {
-    open: Vec<(u64, u64)>,
+    // A deque: past NEST_DEPTH the oldest is dropped at each slice, which
+    // for a Vec moved the whole stack (most of the writer's time on a
+    // thread doing many short sections in a row).
+    open: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Lane {
@@ -65,9 +70,9 @@ impl Lane {
             return false;
         }
         self.open.truncate(k);
-        self.open.push((s, e));
+        self.open.push_back((s, e));
         if self.open.len() > NEST_DEPTH {
-            self.open.remove(0);
+            self.open.pop_front();
         }
         true
     }
@@ -143,16 +148,16 @@ pub fn write(
     let mut lanes: Vec<Vec<Lane>> = threads.iter().map(|_| vec![Lane::default()]).collect();
     // Last hold per lock (pid, track tid, start, end) and last wait per
     // thread (track tid, start, end): the ends of a hand-off's arrow.
-    let mut last_hold: HashMap<ObjId, (u32, u64, u64, u64)> = HashMap::new();
-    let mut last_wait: HashMap<u32, (u64, u64, u64)> = HashMap::new();
-    let mut pid_of_process: HashMap<u32, u32> = HashMap::new();
+    let mut last_hold: HashMap<ObjId, (u32, u64, u64, u64)> = HashMap::default();
+    let mut last_wait: HashMap<u32, (u64, u64, u64)> = HashMap::default();
+    let mut pid_of_process: HashMap<u32, u32> = HashMap::default();
     for &(id, pid) in &procs {
         pid_of_process.insert(id, pid);
     }
     let mut err: Option<std::io::Error> = None;
     let mut flow_id = 0u64;
     type FragKey = (SpanKind, Option<ObjId>, u32, u64, u32);
-    let mut fragments: HashMap<FragKey, String> = HashMap::new();
+    let mut fragments: HashMap<FragKey, String> = HashMap::default();
     // GPU stream tracks named so far: (pid, device, stream).
     let mut gpu_tracks: std::collections::HashSet<(u32, u32, u32)> = Default::default();
     timeline::scan(path, meta, |item| {

@@ -24,7 +24,9 @@
 //! generated encoder (prost) would bring a build script and protoc for
 //! what is one function per message here, and could not stream.
 
-use std::collections::HashMap;
+// Fx: the keys are small ids, hashed once or more per event (as in the
+// analysis crate); SipHash was a visible share of the writers' time.
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -373,7 +375,7 @@ pub fn write(
 
     let mut procs: Vec<(u32, u32)> = meta.processes.values().map(|p| (p.id, p.pid)).collect();
     procs.sort_unstable();
-    let mut proc_track: HashMap<u32, u64> = HashMap::new();
+    let mut proc_track: HashMap<u32, u64> = HashMap::default();
     for &(id, pid) in &procs {
         let p = &meta.processes[&id];
         let name = p.argv.first().cloned().unwrap_or_else(|| p.exe.clone());
@@ -400,12 +402,12 @@ pub fn write(
     let mut sum = Summary::default();
     // Last hold per lock (track, start, end) and last wait per thread
     // (start, end): the ends of a hand-off's arrow, as in the JSON.
-    let mut last_hold: HashMap<ObjId, (u64, u64, u64)> = HashMap::new();
-    let mut counters: HashMap<ObjId, u64> = HashMap::new();
-    let mut gpu_tracks: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    let mut last_hold: HashMap<ObjId, (u64, u64, u64)> = HashMap::default();
+    let mut counters: HashMap<ObjId, u64> = HashMap::default();
+    let mut gpu_tracks: HashMap<(u32, u32, u32), u64> = HashMap::default();
     type LookKey = (SpanKind, Option<ObjId>, u32, u64, u32);
     // Each distinct look once; a slice refers to it by index.
-    let mut look_ids: HashMap<LookKey, usize> = HashMap::new();
+    let mut look_ids: HashMap<LookKey, usize> = HashMap::default();
     let mut looks: Vec<Look> = Vec::new();
     let mut pending: Option<PendingWait> = None;
     let mut flow_id = 0u64;

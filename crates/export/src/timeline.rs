@@ -11,7 +11,9 @@
 //! overhead-corrected clock is per thread and cannot place threads side by
 //! side.
 
-use std::collections::HashMap;
+// Fx: the keys are small ids, hashed once or more per event (as in the
+// analysis crate); SipHash was a visible share of the writers' time.
+use rustc_hash::FxHashMap as HashMap;
 use std::path::Path;
 
 use lockscope_analysis::input::Meta;
@@ -212,12 +214,12 @@ pub enum Item {
 /// selects overhead correction in the interpreter (it only affects the
 /// wait figures it reports, not the recorded times used here).
 pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), ExportError> {
-    let mut waiters: HashMap<ObjId, u32> = HashMap::new();
-    let mut last_release: HashMap<ObjId, (u32, u64)> = HashMap::new();
-    let mut pending_futex: HashMap<u32, ObjId> = HashMap::new();
+    let mut waiters: HashMap<ObjId, u32> = HashMap::default();
+    let mut last_release: HashMap<ObjId, (u32, u64)> = HashMap::default();
+    let mut pending_futex: HashMap<u32, ObjId> = HashMap::default();
     // GPU launches by (process, correlation id): who launched the work
     // reported later (the launch comes first in time).
-    let mut launches: HashMap<(u32, u32), (u32, u64, u64)> = HashMap::new();
+    let mut launches: HashMap<(u32, u32), (u32, u64, u64)> = HashMap::default();
     let mut queue = |lock: ObjId, time_ns: u64, delta: i32, f: &mut dyn FnMut(Item)| {
         let n = waiters.entry(lock).or_default();
         let new = (*n as i64 + i64::from(delta)).max(0) as u32;

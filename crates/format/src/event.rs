@@ -173,12 +173,13 @@ ops! {
     /// released: addr = location, flags = size, arg = value.
     ReleaseValue = 62,
     /// The thread's previous access event (same address, size, kind, locks
-    /// held and, for reads, value; the pc may differ, as in an unrolled
+    /// held, call and, for reads, value; the pc may differ, as in an unrolled
     /// loop, and is the first one's) was repeated `arg` more times
     /// with nothing else recorded on the thread in between; `time` is the
     /// last repeat's. flags = size (0: more than 255 bytes), arg2 = kind
-    /// (1 plain read, 2 plain write, 3 atomic load). Emitted only when the
-    /// program ran with `LOCKSCOPE_COALESCE=1` (see docs/detailed.md).
+    /// (1 plain read, 2 plain write, 3 atomic load). Emitted by default;
+    /// not when the program ran with `LOCKSCOPE_COALESCE=0` (see
+    /// docs/detailed.md).
     AccessRepeat = 63,
     // ---- scheduling seen by a hardware trace (`lockscope import`) ----
     /// The thread starts running on core `arg` (a core-to-thread schedule

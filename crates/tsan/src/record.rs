@@ -90,7 +90,8 @@ pub const RUN_ATOMIC_LOAD: u64 = 3;
 /// Tries to fold an access into the thread's current run: true if it is
 /// identical to the last one recorded (and counted as a repeat), false if
 /// it must be recorded (the run is then flushed and this access starts
-/// the next one). Only with `LOCKSCOPE_COALESCE=1`.
+/// the next one). Only when coalescing (the default; not with
+/// `LOCKSCOPE_COALESCE=0`).
 #[inline]
 pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32) -> bool {
     let mut r = t.run.get();

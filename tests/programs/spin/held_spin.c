@@ -1,75 +1,99 @@
-/* A test-test-and-set lock whose holder keeps it for a while (a short
- * sleep inside the critical section) while the other thread spins on it
- * with atomic loads: long runs of identical busy loads, which detailed
- * mode coalesces by default (one load plus one `AccessRepeat`). `lockscope
+/* A test-test-and-set lock held while the other thread spins on it with
+ * atomic loads: long runs of identical busy loads, which detailed mode
+ * coalesces by default (one load plus one `AccessRepeat`). `lockscope
  * spin` must count every one of them: the program counts its own busy
  * loads and failed exchanges.
+ * Each round, after a barrier, the holder takes `hlock` and keeps it until
+ * the spinner has seen it busy at least SPINS times (a handshake through
+ * uninstrumented functions, so that it is not recorded and does not end
+ * the spinner's run of loads), then releases it; the spinner then takes
+ * and releases it. The count is cumulative (round r ends once the spinner
+ * has seen it busy (r + 1) * SPINS times in all), so at least
+ * ROUNDS * SPINS busy loads happen however the threads are scheduled.
  * stdout: hlock acquisitions N / hlock failed_attempts N. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "../detailed/truth.h"
 
-#define THREADS 2
-#define ITERS 20
-#define HOLD_US 200
+#define ROUNDS 20
+#define SPINS 100
 
 int hlock;
 long hdata;
-static long failed[THREADS];
-static pthread_barrier_t start;
+static pthread_barrier_t round_start;
+/* Handshake state: only touched by NOTSAN functions (x86: volatile
+ * accesses are enough for these flags). */
+static volatile long held_round = -1;
+static volatile long seen_busy;
+static long failed_total;
 
-static long acquire(int *l) {
-    long f = 0;
-    for (;;) {
-        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-            f++;
-            sched_yield();
-        }
-        if (!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-            return f;
-        f++;
-    }
+NOTSAN static void set_held(long r) { held_round = r; }
+NOTSAN static void wait_held(long r) {
+    while (held_round != r)
+        sched_yield();
 }
+NOTSAN static void publish(long f) { seen_busy = f; }
+NOTSAN static void wait_seen(long at_least) {
+    while (seen_busy < at_least)
+        sched_yield();
+}
+NOTSAN static void keep(long f) { failed_total = f; }
 
 static void release(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
-/* The truth is kept out of the recorded accesses. */
-NOTSAN static void keep(long id, long f) { failed[id] = f; }
-
-static void *worker(void *arg) {
-    long id = (long)arg;
-    long f = 0;
-    pthread_barrier_wait(&start);
-    for (int i = 0; i < ITERS; i++) {
-        f += acquire(&hlock);
+static void *holder(void *arg) {
+    (void)arg;
+    for (long r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&round_start);
+        /* Test, then test-and-set, like the spinner (never busy here:
+         * the spinner waits for set_held). */
+        while (__atomic_load_n(&hlock, __ATOMIC_RELAXED) ||
+               __atomic_exchange_n(&hlock, 1, __ATOMIC_ACQUIRE))
+            sched_yield();
         hdata++;
-        struct timespec d = {0, HOLD_US * 1000L};
-        nanosleep(&d, NULL);
+        set_held(r);
+        wait_seen((r + 1) * SPINS);
         release(&hlock);
+        pthread_barrier_wait(&round_start);
     }
-    keep(id, f);
     return NULL;
 }
 
-NOTSAN static long total(void) {
+static void *spinner(void *arg) {
+    (void)arg;
     long f = 0;
-    for (int i = 0; i < THREADS; i++)
-        f += failed[i];
-    return f;
+    for (long r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&round_start);
+        wait_held(r);
+        for (;;) {
+            while (__atomic_load_n(&hlock, __ATOMIC_RELAXED)) {
+                f++;
+                publish(f);
+                sched_yield();
+            }
+            if (!__atomic_exchange_n(&hlock, 1, __ATOMIC_ACQUIRE))
+                break;
+            f++;
+        }
+        hdata++;
+        release(&hlock);
+        pthread_barrier_wait(&round_start);
+    }
+    keep(f);
+    return NULL;
 }
 
 int main(void) {
-    pthread_t t[THREADS];
-    pthread_barrier_init(&start, NULL, THREADS);
-    for (long i = 0; i < THREADS; i++)
-        pthread_create(&t[i], NULL, worker, (void *)i);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
-    printf("hlock acquisitions %d\n", THREADS * ITERS);
-    printf("hlock failed_attempts %ld\n", total());
+    pthread_t a, b;
+    pthread_barrier_init(&round_start, NULL, 2);
+    pthread_create(&a, NULL, holder, NULL);
+    pthread_create(&b, NULL, spinner, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    printf("hlock acquisitions %d\n", 2 * ROUNDS);
+    printf("hlock failed_attempts %ld\n", failed_total);
     return 0;
 }

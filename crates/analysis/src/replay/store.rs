@@ -260,12 +260,13 @@ const T_RELEASE: u8 = 5;
 const T_SIGNAL: u8 = 6;
 const T_WAIT_FOR: u8 = 7;
 const T_SPAWN: u8 = 8;
+const T_COMPUTE_ACCESS: u8 = 9;
 
 /// Appends the encoding of `a`.
 pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
     match *a {
-        Action::Compute { ns, cs, oh } => {
-            out.push(T_COMPUTE);
+        Action::Compute { ns, cs, oh, access } => {
+            out.push(if access { T_COMPUTE_ACCESS } else { T_COMPUTE });
             put(out, ns);
             // u32::MAX (outside any section) is the common case: 0.
             put(out, u64::from(cs.wrapping_add(1)));
@@ -320,11 +321,16 @@ pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
     *pos += 1;
     let mut g = || get(buf, pos);
     match tag {
-        T_COMPUTE => {
+        T_COMPUTE | T_COMPUTE_ACCESS => {
             let ns = g();
             let cs = (g() as u32).wrapping_sub(1);
             let oh = g() as u32;
-            Action::Compute { ns, cs, oh }
+            Action::Compute {
+                ns,
+                cs,
+                oh,
+                access: tag == T_COMPUTE_ACCESS,
+            }
         }
         T_UNLOCK_WORK => {
             let lock = g() as u32;
@@ -368,11 +374,13 @@ mod tests {
                 ns: 12345,
                 cs: u32::MAX,
                 oh: 7,
+                access: false,
             },
             Action::Compute {
                 ns: 0,
                 cs: 3,
                 oh: u32::MAX,
+                access: true,
             },
             Action::UnlockWork { lock: 2, ns: 99 },
             Action::Sleep(u64::MAX),

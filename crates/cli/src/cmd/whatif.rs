@@ -34,6 +34,13 @@ pub struct Args {
     /// `--readers` together form one scenario); repeatable.
     #[arg(long, value_name = "SITE")]
     pub readers: Vec<String>,
+    /// LOCK becomes a reader-writer lock whose readers are its critical
+    /// sections that only read (from the read/write sets of a
+    /// detailed-mode trace: a program built with `lockscope cc`/`c++`;
+    /// otherwise name them with --readers SITE); repeatable, one scenario
+    /// per lock.
+    #[arg(long, value_name = "LOCK")]
+    pub rwlock: Vec<String>,
     /// PerfPlay's ULCP-free transformation: critical sections that do not
     /// truly conflict (read/write sets of a detailed-mode trace, see
     /// `lockscope ulcp`) no longer exclude each other; prints the gain per
@@ -78,20 +85,39 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         remove_locks: args.remove_lock.clone(),
         shrink,
         readers: args.readers.clone(),
+        rwlock: args.rwlock.clone(),
         ulcp_free: args.ulcp_free,
         curve_top: args.top,
         symbolize: !args.no_symbols,
     };
     let mut detailed = None;
-    if args.ulcp_free {
-        let t = util::open_trace(&args.trace)?;
+    if args.ulcp_free || !args.rwlock.is_empty() {
+        let t = util::open_trace(&args.trace).map_err(|e| {
+            if args.ulcp_free {
+                e
+            } else {
+                anyhow::anyhow!(
+                    "--rwlock: {e}; or name the sections that only read with --readers SITE"
+                )
+            }
+        })?;
         let d = Detailed::from_trace(&t, !args.no_symbols);
         if d.sections.iter().all(|s| s.is_empty()) {
             anyhow::bail!(
-                "{}: --ulcp-free needs a detailed-mode trace (memory accesses inside critical \
+                "{}: {} needs a detailed-mode trace (memory accesses inside critical \
                  sections), and this one has none: build the program with `lockscope cc` (or \
-                 `lockscope c++`) and record it with `lockscope record -- ./PROGRAM`",
-                args.trace.display()
+                 `lockscope c++`) and record it with `lockscope record -- ./PROGRAM`{}",
+                args.trace.display(),
+                if args.ulcp_free {
+                    "--ulcp-free"
+                } else {
+                    "--rwlock"
+                },
+                if args.ulcp_free {
+                    ""
+                } else {
+                    " (or name the sections that only read with --readers SITE)"
+                }
             );
         }
         detailed = Some(d);
