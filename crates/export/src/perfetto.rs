@@ -78,6 +78,67 @@ impl Lane {
     }
 }
 
+/// What a slice shows besides its times: the same in both Perfetto
+/// writers (their tests compare them slice for slice), computed once per
+/// (kind, object, process, site, path) by each.
+pub(crate) struct SliceLook {
+    /// `kind` alone, or `kind object`.
+    pub(crate) name: String,
+    /// The object's name, if the slice has one.
+    pub(crate) object: Option<String>,
+    /// The call site (user frame).
+    pub(crate) site: String,
+    /// The call path, innermost first; empty when none was recorded.
+    pub(crate) path: Vec<String>,
+}
+
+impl SliceLook {
+    pub(crate) fn new(
+        names: &mut Names,
+        kind: SpanKind,
+        obj: Option<ObjId>,
+        process: u32,
+        site: u64,
+        stack: u32,
+    ) -> SliceLook {
+        let object = obj.map(|o| names.object(o));
+        let name = match &object {
+            Some(n) => format!("{} {n}", kind.name()),
+            None => kind.name().to_string(),
+        };
+        SliceLook {
+            name,
+            object,
+            site: names.site(process, site, stack),
+            path: names.path(process, stack),
+        }
+    }
+}
+
+/// One thread's lanes: lane 0 is the thread's own track; a slice that
+/// partly overlaps a slice of every lane (an out-of-order release) opens
+/// another. Both Perfetto writers place slices through this.
+pub(crate) struct Lanes(Vec<Lane>);
+
+impl Lanes {
+    /// The thread's own lane alone.
+    pub(crate) fn new() -> Lanes {
+        Lanes(vec![Lane::default()])
+    }
+
+    /// The lane `[s, e]` goes to (the first it nests in), and whether it
+    /// was opened for it.
+    pub(crate) fn place(&mut self, s: u64, e: u64) -> (usize, bool) {
+        if let Some(k) = self.0.iter_mut().position(|l| l.place(s, e)) {
+            return (k, false);
+        }
+        let mut l = Lane::default();
+        l.place(s, e);
+        self.0.push(l);
+        (self.0.len() - 1, true)
+    }
+}
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -145,7 +206,7 @@ pub fn write(
     }
     let mut sum = Summary::default();
     // Per thread: its lanes (0 is the thread's own track).
-    let mut lanes: Vec<Vec<Lane>> = threads.iter().map(|_| vec![Lane::default()]).collect();
+    let mut lanes: Vec<Lanes> = threads.iter().map(|_| Lanes::new()).collect();
     // Last hold per lock (pid, track tid, start, end) and last wait per
     // thread (track tid, start, end): the ends of a hand-off's arrow.
     let mut last_hold: HashMap<ObjId, (u32, u64, u64, u64)> = HashMap::default();
@@ -179,21 +240,13 @@ pub fn write(
                         return Ok(());
                     };
                     let t = &threads[ti];
-                    let tl = &mut lanes[ti];
-                    let lane = match (0..tl.len()).find(|&k| tl[k].place(start_ns, end_ns)) {
-                        Some(k) => k,
-                        None => {
-                            let mut l = Lane::default();
-                            l.place(start_ns, end_ns);
-                            tl.push(l);
-                            let k = tl.len() - 1;
-                            sum.extra_tracks += 1;
-                            w.event(&json!({"ph":"M","name":"thread_name","pid":t.pid,
-                                "tid": EXTRA_TID_BASE + u64::from(t.tid) * 64 + k as u64,
-                                "args":{"name": format!("{} [{}]", t.name, k + 1)}}))?;
-                            k
-                        }
-                    };
+                    let (lane, opened) = lanes[ti].place(start_ns, end_ns);
+                    if opened {
+                        sum.extra_tracks += 1;
+                        w.event(&json!({"ph":"M","name":"thread_name","pid":t.pid,
+                            "tid": EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64,
+                            "args":{"name": format!("{} [{}]", t.name, lane + 1)}}))?;
+                    }
                     let tid = if lane == 0 {
                         u64::from(t.tid)
                     } else {
@@ -204,24 +257,19 @@ pub fn write(
                     // once per combination (a trace has few).
                     let key = (kind, obj, t.process, site, stack);
                     if let std::collections::hash_map::Entry::Vacant(slot) = fragments.entry(key) {
-                        let obj_name = obj.map(|o| names.object(o));
-                        let name = match &obj_name {
-                            Some(n) => format!("{} {n}", kind.name()),
-                            None => kind.name().to_string(),
-                        };
+                        let l = SliceLook::new(&mut names, kind, obj, t.process, site, stack);
                         let mut args = serde_json::Map::new();
-                        if let Some(n) = &obj_name {
+                        if let Some(n) = &l.object {
                             args.insert("object".into(), json!(n));
                         }
-                        args.insert("site".into(), json!(names.site(t.process, site, stack)));
-                        let path = names.path(t.process, stack);
-                        if !path.is_empty() {
-                            args.insert("path".into(), json!(path));
+                        args.insert("site".into(), json!(l.site));
+                        if !l.path.is_empty() {
+                            args.insert("path".into(), json!(l.path));
                         }
                         let frag = format!(
                             "\"cat\":{},\"name\":{},\"args\":{}",
                             json!(kind.name()),
-                            json!(name),
+                            json!(l.name),
                             serde_json::Value::Object(args)
                         );
                         slot.insert(frag);

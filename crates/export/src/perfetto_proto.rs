@@ -34,7 +34,7 @@ use lockscope_analysis::input::Meta;
 use lockscope_analysis::sync::ObjId;
 
 use crate::names::Names;
-use crate::perfetto::{Lane, Summary};
+use crate::perfetto::{Lanes, SliceLook, Summary};
 use crate::timeline::{self, Item, SpanKind};
 use crate::ExportError;
 
@@ -387,7 +387,7 @@ pub fn write(
         proc_track.insert(id, u);
     }
     // Per thread: its lanes (0 is the thread's own track) and their uuids.
-    let mut lanes: Vec<Vec<(Lane, u64)>> = Vec::with_capacity(threads.len());
+    let mut lanes: Vec<(Lanes, Vec<u64>)> = Vec::with_capacity(threads.len());
     for (i, t) in threads.iter().enumerate() {
         let mut td = Vec::new();
         uint(&mut td, field::THD_PID, u64::from(t.pid));
@@ -396,7 +396,7 @@ pub fn write(
         let u = uuid();
         let parent = proc_track.get(&t.process).copied().unwrap_or(0);
         o.track(u, parent, "", Some((field::TD_THREAD, &td)), Some(i as u64))?;
-        lanes.push(vec![(Lane::default(), u)]);
+        lanes.push((Lanes::new(), vec![u]));
     }
 
     let mut sum = Summary::default();
@@ -464,55 +464,46 @@ pub fn write(
                         return Ok(());
                     };
                     let t = &threads[ti];
-                    let tl = &mut lanes[ti];
-                    let track = match tl
-                        .iter_mut()
-                        .find_map(|(l, u)| l.place(start_ns, end_ns).then_some(*u))
-                    {
-                        Some(u) => u,
-                        None => {
-                            let mut l = Lane::default();
-                            l.place(start_ns, end_ns);
-                            let u = uuid();
-                            let parent = tl[0].1;
-                            let k = tl.len();
-                            tl.push((l, u));
-                            sum.extra_tracks += 1;
-                            o.track(u, parent, &format!("{} [{}]", t.name, k + 1), None, None)?;
-                            u
-                        }
-                    };
+                    let (tl, uuids) = &mut lanes[ti];
+                    let (lane, opened) = tl.place(start_ns, end_ns);
+                    if opened {
+                        let u = uuid();
+                        uuids.push(u);
+                        sum.extra_tracks += 1;
+                        o.track(
+                            u,
+                            uuids[0],
+                            &format!("{} [{}]", t.name, lane + 1),
+                            None,
+                            None,
+                        )?;
+                    }
+                    let track = uuids[lane];
                     let key = (kind, obj, t.process, site, stack);
                     let look = match look_ids.entry(key) {
                         std::collections::hash_map::Entry::Occupied(e) => *e.get(),
                         std::collections::hash_map::Entry::Vacant(slot) => {
-                            let obj_name = obj.map(|x| names.object(x));
-                            let name = match &obj_name {
-                                Some(n) => format!("{} {n}", kind.name()),
-                                None => kind.name().to_string(),
-                            };
+                            let l = SliceLook::new(&mut names, kind, obj, t.process, site, stack);
                             let mut args = Vec::new();
-                            if let Some(n) = &obj_name {
+                            if let Some(n) = &l.object {
                                 args.push((
                                     o.interned.arg_name("object"),
                                     Arg::Str(o.interned.string(n)),
                                 ));
                             }
-                            let s = names.site(t.process, site, stack);
                             args.push((
                                 o.interned.arg_name("site"),
-                                Arg::Str(o.interned.string(&s)),
+                                Arg::Str(o.interned.string(&l.site)),
                             ));
-                            let p = names.path(t.process, stack);
-                            if !p.is_empty() {
-                                let p = p.join("; ");
+                            if !l.path.is_empty() {
+                                let p = l.path.join("; ");
                                 args.push((
                                     o.interned.arg_name("path"),
                                     Arg::Str(o.interned.string(&p)),
                                 ));
                             }
                             let look = Look {
-                                name: o.interned.name(&name),
+                                name: o.interned.name(&l.name),
                                 cat: o.interned.cat(kind.name()),
                                 args,
                             };
