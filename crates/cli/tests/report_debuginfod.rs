@@ -13,29 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use record_util::{record, temp};
+use record_util::{build_id_hex, build_stripped_locks, record, run_tool, temp};
 use serde_json::Value;
-
-fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
-    let st = Command::new(cmd)
-        .args(args)
-        .current_dir(cwd)
-        .status()
-        .unwrap_or_else(|e| panic!("{cmd}: {e} (binutils must be installed)"));
-    assert!(st.success(), "{cmd} {args:?} failed");
-}
-
-fn build_id_hex(file: &Path) -> String {
-    let out = Command::new("readelf")
-        .arg("-n")
-        .arg(file)
-        .output()
-        .expect("readelf (binutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .unwrap_or_else(|| panic!("{}: no build-id", file.display()))
-}
 
 /// A debuginfod server on 127.0.0.1 for one test: it serves `file` at
 /// `/buildid/<id>/debuginfo` while `serving` is set (404 otherwise and for
@@ -203,19 +182,7 @@ fn named_from_debug_info(r: &Value, truth: &HashMap<String, (String, u64)>) -> b
 #[test]
 fn issue10_debuginfod_names_a_stripped_binary() {
     let dir = temp("issue10-debuginfod");
-    let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-pthread", "-rdynamic", "-o"])
-        .arg(dir.join("full"))
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    run_tool(
-        "objcopy",
-        &["--only-keep-debug", "full", "prog.debug"],
-        &dir,
-    );
+    build_stripped_locks(&dir);
     std::fs::copy(dir.join("full"), dir.join("prog")).unwrap();
     run_tool("strip", &["--strip-all", "prog"], &dir);
     let id = build_id_hex(&dir.join("prog"));

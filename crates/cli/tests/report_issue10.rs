@@ -7,7 +7,7 @@ mod record_util;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use record_util::{build_c, record, temp};
+use record_util::{build_c, build_id_hex, build_stripped_locks, record, run_tool, temp};
 use serde_json::Value;
 
 fn golden(name: &str) -> PathBuf {
@@ -682,15 +682,6 @@ fn issue10_paths_print_user_stacks() {
     assert!(!ok(&lockscope(&["report", p], None)).contains("call paths"));
 }
 
-fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
-    let st = Command::new(cmd)
-        .args(args)
-        .current_dir(cwd)
-        .status()
-        .unwrap_or_else(|e| panic!("{cmd}: {e} (binutils must be installed)"));
-    assert!(st.success(), "{cmd} {args:?} failed");
-}
-
 /// Item 2: a stripped binary whose debug info is in a separate file
 /// (`objcopy --only-keep-debug`), found through a build-id directory or a
 /// `.gnu_debuglink`: static locks are named from the debug file's symbols,
@@ -702,31 +693,9 @@ fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
 #[test]
 fn issue10_stripped_binary_named_through_its_debug_file() {
     let dir = temp("issue10-stripped");
-    let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-pthread", "-rdynamic", "-o"])
-        .arg(dir.join("full"))
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    run_tool(
-        "objcopy",
-        &["--only-keep-debug", "full", "prog.debug"],
-        &dir,
-    );
+    build_stripped_locks(&dir);
     // Build-id directory: ROOT/.build-id/ab/cdef.debug.
-    let id = {
-        let out = Command::new("readelf")
-            .args(["-n", "full"])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-            .expect("gcc writes a build-id")
-    };
+    let id = build_id_hex(&dir.join("full"));
     let root = dir.join("root");
     let idd = root.join(".build-id").join(&id[..2]);
     std::fs::create_dir_all(&idd).unwrap();

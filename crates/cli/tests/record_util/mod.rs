@@ -377,3 +377,43 @@ pub fn process_end(ix: &Index, pid: u32, gen: u32) -> lockscope_format::ProcessE
         })
         .unwrap()
 }
+
+/// Runs a binutils program (`objcopy`, `strip`, ...) in `cwd`; it must
+/// succeed.
+pub fn run_tool(cmd: &str, args: &[&str], cwd: &Path) {
+    let st = Command::new(cmd)
+        .args(args)
+        .current_dir(cwd)
+        .status()
+        .unwrap_or_else(|e| panic!("{cmd}: {e} (binutils must be installed)"));
+    assert!(st.success(), "{cmd} {args:?} failed");
+}
+
+/// The GNU build-id of an ELF file, as hex (readelf).
+pub fn build_id_hex(file: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(file)
+        .output()
+        .expect("readelf (binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("{}: no build-id", file.display()))
+}
+
+/// Builds tests/programs/report/stripped_locks.c into `dir/full` (with
+/// debug info and `-rdynamic`) and its separate debug file
+/// `dir/prog.debug` (`objcopy --only-keep-debug`): the inputs of the
+/// stripped-binary tests, which strip copies of `full` themselves.
+pub fn build_stripped_locks(dir: &Path) {
+    let src = workspace().join("tests/programs/report/stripped_locks.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-rdynamic", "-o"])
+        .arg(dir.join("full"))
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    run_tool("objcopy", &["--only-keep-debug", "full", "prog.debug"], dir);
+}
