@@ -660,15 +660,7 @@ mod tests {
 
     #[test]
     fn coalesced_repeats_count_as_accesses() {
-        let rep = |time: u64, a: u64, n: u64, kind: u64| Event {
-            time,
-            op: Op::AccessRepeat as u8,
-            flags: 8,
-            addr: a,
-            arg: n,
-            arg2: kind,
-            ..Event::default()
-        };
+        let rep = |time, a, n, kind| repeat(time, a, 8, n, kind);
         let t = trace(vec![vec![
             w(1, 0x100, 8, 0xA),
             rep(2, 0x100, 3, 2), // 3 more stores: 3 dead (the first and 2 repeats)

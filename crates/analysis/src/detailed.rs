@@ -723,6 +723,17 @@ pub(crate) mod testutil {
             ..ev(time, Op::ReleaseValue, 4, a)
         }
     }
+    /// `n` more accesses of `size` bytes at `a` like the one before
+    /// (coalesced): `kind` 1 read, 2 write, 3 atomic load.
+    pub fn repeat(time: u64, a: u64, size: u8, n: u64, kind: u64) -> Event {
+        Event {
+            arg: n,
+            arg2: kind,
+            // A repeat has no site of its own: it is the access before.
+            site: 0,
+            ..ev(time, Op::AccessRepeat, size, a)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -733,15 +744,7 @@ mod tests {
 
     #[test]
     fn issue13_coalesced_repeats_count_as_accesses_not_locations() {
-        let rep = |time: u64, a: u64, n: u64, kind: u64| Event {
-            time,
-            op: Op::AccessRepeat as u8,
-            flags: 4,
-            addr: a,
-            arg: n,
-            arg2: kind,
-            ..Event::default()
-        };
+        let rep = |time, a, n, kind| repeat(time, a, 4, n, kind);
         let t = trace(vec![vec![
             lock(10, 0xA),
             rd(11, 0x100),
