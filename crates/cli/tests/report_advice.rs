@@ -9,48 +9,21 @@
 #[path = "record_util/mod.rs"]
 mod record_util;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use record_util::{hex, record, temp, truths, workspace};
+use record_util::{build_c, hex, lockscope, ok, record, temp, truths};
 use serde_json::Value;
 
 fn report(trace: &Path, extra: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        // Text is fitted to $COLUMNS when set: these tests read the wide layout.
-        .env_remove("COLUMNS")
-        .arg("report")
-        .arg(trace)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn build(name: &str, dir: &Path) -> PathBuf {
-    let src = workspace()
-        .join("tests/programs/report")
-        .join(format!("{name}.c"));
-    let out = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed on {}", src.display());
-    out
+    let mut a = vec!["report", trace.to_str().unwrap()];
+    a.extend_from_slice(extra);
+    ok(&lockscope(&a, None))
 }
 
 #[test]
 fn hot_mutex_gets_a_lock_recommendation_with_a_command() {
     let dir = temp("report-advice");
-    let bin = build("hot_short", &dir);
+    let bin = build_c("report/hot_short", &dir);
     // A large buffer: ~1.7 M events in about a second, and none may be
     // lost for the counts to equal the truth.
     //

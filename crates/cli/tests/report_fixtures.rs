@@ -5,10 +5,10 @@
 mod record_util;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use record_util::{build_c, build_rust, hex, kv, record, temp, truths, workspace, Truth};
+use record_util::{build_c, build_rust, hex, kv, lockscope, ok, record, temp, truths, Truth};
 use serde_json::Value;
 
 const ACQ: &[&str] = &[
@@ -38,19 +38,9 @@ fn record_and_report(dir: &Path, prog: &Path) -> (String, Value) {
 }
 
 fn report_json(trace: &Path, extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .arg("report")
-        .arg(trace)
-        .arg("--json")
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
+    let mut a = vec!["report", trace.to_str().unwrap(), "--json"];
+    a.extend_from_slice(extra);
+    serde_json::from_str(&ok(&lockscope(&a, None))).expect("report --json prints JSON")
 }
 
 fn u(v: &Value) -> u64 {
@@ -320,25 +310,10 @@ fn report_futex_only_locks_from_rust_std() {
     }
 }
 
-fn build_report_fixture(name: &str, dir: &Path) -> PathBuf {
-    let src = workspace()
-        .join("tests/programs/report")
-        .join(format!("{name}.c"));
-    let out = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed on {}", src.display());
-    out
-}
-
 #[test]
 fn report_hold_across_sleep_and_blame_of_the_holder() {
     let dir = temp("report-sleep");
-    let bin = build_report_fixture("sleep_hold", &dir);
+    let bin = build_c("report/sleep_hold", &dir);
     let (out, r) = record_and_report(&dir, &bin);
     check_locks(&truths(&out), &r);
     check_breakdown(&r);
@@ -420,7 +395,7 @@ fn report_hold_across_sleep_and_blame_of_the_holder() {
 #[test]
 fn report_text_csv_and_options_work_on_a_recording() {
     let dir = temp("report-text");
-    let bin = build_report_fixture("sleep_hold", &dir);
+    let bin = build_c("report/sleep_hold", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
     // Issue 10: record's summary ranks locks by time waited and names
     // them by symbol, with a user-facing kind.

@@ -5,33 +5,18 @@
 mod record_util;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use record_util::{build_c, build_id_hex, build_stripped_locks, record, run_tool, temp};
+use record_util::{
+    build_c, build_id_hex, build_rust_with, build_stripped_locks, lockscope, ok, record, run_tool,
+    temp,
+};
 use serde_json::Value;
 
 fn golden(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/golden")
         .join(name)
-}
-
-fn lockscope(args: &[&str], cwd: Option<&Path>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
-    c.args(args).env_remove("COLUMNS");
-    if let Some(d) = cwd {
-        c.current_dir(d);
-    }
-    c.output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 fn report(trace: &Path, extra: &[&str]) -> String {
@@ -472,16 +457,7 @@ fn issue10_cxx_std_mutex_sites_are_the_users_functions() {
 #[test]
 fn issue10_rust_std_mutex_sites_are_the_users_lines() {
     let dir = temp("issue10-rust");
-    let src = record_util::workspace().join("tests/programs/rust_std_mutex.rs");
-    let bin = dir.join("rust_std_mutex");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let st = Command::new(rustc)
-        .args(["-O", "-g", "--edition", "2021", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("rustc");
-    assert!(st.success());
+    let bin = build_rust_with("rust_std_mutex", &dir, &["-O", "-g"]);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     // With symbols (the helpers above pass --no-symbols).
@@ -924,16 +900,7 @@ fn issue10_futex_rows_and_rust_rwlock() {
     );
 
     let dir = temp("issue10-rwlock");
-    let src = record_util::workspace().join("tests/programs/report/rust_rwlock.rs");
-    let bin = dir.join("rust_rwlock");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let st = Command::new(rustc)
-        .args(["-O", "-g", "--edition", "2021", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("rustc");
-    assert!(st.success());
+    let bin = build_rust_with("report/rust_rwlock", &dir, &["-O", "-g"]);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     let truth = run

@@ -24,21 +24,49 @@ pub fn temp(name: &str) -> TempDir {
     lockscope_test_support::scratch_dir(&format!("test-{name}"))
 }
 
-/// Compiles tests/programs/<name>.rs with rustc into `dir`.
+/// Compiles tests/programs/<name>.rs with `rustc -O` into `dir`.
 pub fn build_rust(name: &str, dir: &Path) -> PathBuf {
-    let src = workspace()
-        .join("tests/programs")
-        .join(format!("{name}.rs"));
-    let out = dir.join(name);
+    build_rust_with(name, dir, &["-O"])
+}
+
+/// Compiles tests/programs/<rel>.rs (`rel` like `report/rust_rwlock`) with
+/// rustc and the given flags into `dir/<file name of rel>`.
+pub fn build_rust_with(rel: &str, dir: &Path, flags: &[&str]) -> PathBuf {
+    let src = workspace().join("tests/programs").join(format!("{rel}.rs"));
+    let out = dir.join(Path::new(rel).file_name().expect("a file name"));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let st = Command::new(rustc)
-        .args(["-O", "--edition", "2021", "-o"])
+        .args(flags)
+        .args(["--edition", "2021", "-o"])
         .arg(&out)
         .arg(&src)
         .status()
         .expect("rustc");
     assert!(st.success(), "rustc failed on {}", src.display());
     out
+}
+
+/// Runs the `lockscope` binary under test with `args` (in `cwd` when
+/// given). `COLUMNS` is removed: text output is fitted to it when set, and
+/// the tests read the wide layout.
+pub fn lockscope(args: &[&str], cwd: Option<&Path>) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+    c.args(args).env_remove("COLUMNS");
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    c.output().unwrap()
+}
+
+/// The standard output of a command that must have succeeded (fails the
+/// test with its standard error otherwise).
+pub fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 pub struct Run {
