@@ -83,6 +83,36 @@ pub fn now() -> u64 {
     raw_tsc()
 }
 
+/// Reads the clock once every earlier instruction has executed: the
+/// stamp of an acquisition, taken after the real lock returned. A plain
+/// `rdtsc` may execute before the lock's locked instruction completes,
+/// and that instruction can wait ~100 ns for the cache line the previous
+/// owner released: the acquisition was then stamped before the release
+/// it followed (sections nested by up to ~85 ns, issue 8 item 6).
+/// `lfence; rdtsc` waits for them (lfence is dispatch-serializing on
+/// Intel, and on AMD under Linux, which enables that since Spectre v1).
+/// `rdtscp` would do the same in one instruction but is missing on some
+/// virtual CPUs, where it would kill the program with SIGILL.
+#[inline(always)]
+pub fn now_after() -> u64 {
+    if USE_MONOTONIC.load(Ordering::Relaxed) {
+        return monotonic_ns();
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: lfence (SSE2, part of x86-64) and rdtsc have no memory
+        // effects and exist on every x86-64 CPU.
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        monotonic_ns()
+    }
+}
+
 #[inline(always)]
 fn raw_tsc() -> u64 {
     #[cfg(target_arch = "x86_64")]

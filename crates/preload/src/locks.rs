@@ -88,8 +88,9 @@ fn acquire(
         // Stamp after the call, not before: an acquisition's time must
         // follow the previous owner's release (stamped before its real
         // unlock), so that ordering critical sections by time gives the
-        // real hand-off order. One TSC read per acquisition.
-        let t = tsc::now();
+        // real hand-off order. One TSC read per acquisition, fenced so
+        // that it does not run ahead of the lock's own instruction.
+        let t = tsc::now_after();
         *ret = Some(rc);
         if got(rc) {
             emit(g, op, phase::DONE, t, addr, site, fp, rc as u64, 0, false);
@@ -108,7 +109,7 @@ fn acquire(
     emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
     let rc = g.unguarded(block);
     *ret = Some(rc);
-    let t = tsc::now();
+    let t = tsc::now_after();
     if got(rc) {
         emit(
             g,
@@ -214,7 +215,7 @@ fn try_acquire(
 ) {
     // After the try, as in `acquire`.
     let rc = try_();
-    let t0 = tsc::now();
+    let t0 = tsc::now_after();
     *ret = Some(rc);
     if got(rc) {
         emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
