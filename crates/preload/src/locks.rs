@@ -521,7 +521,9 @@ unsafe fn cond_wait_common(
     }
     let rc = wait();
     if let Some(mut g) = thread::recorder() {
-        let t1 = tsc::now();
+        // Fenced like an acquisition's stamp: the wait returns holding the
+        // mutex again, and that re-acquisition follows another's release.
+        let t1 = tsc::now_after();
         guarded(|| {
             if rc == 0 {
                 emit(
@@ -704,7 +706,7 @@ unsafe extern "C-unwind" fn barrier_wait_impl(
         }
         let rc = real_barrier_wait(b);
         if let Some(mut g) = thread::recorder() {
-            let t1 = tsc::now();
+            let t1 = tsc::now_after();
             guarded(|| match rc {
                 0 => emit(
                     &mut g,
@@ -802,7 +804,7 @@ unsafe fn sem_wait_common(
         let rc = wait();
         let e = errno();
         if let Some(mut g) = thread::recorder() {
-            let t1 = tsc::now();
+            let t1 = tsc::now_after();
             let f = phase::CONTENDED | if rc == 0 { phase::DONE } else { phase::FAIL };
             let arg = if rc == 0 { 0 } else { e as u64 };
             guarded(|| emit(&mut g, op, f, t1, s as u64, site, fp, arg, 0, true));
