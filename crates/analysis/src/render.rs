@@ -643,6 +643,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         t.render(&mut out, "    ", o.width);
     }
 
+    idle_at_exit(r, several, o, &mut out);
     inversions(r, several, &mut out);
     out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
     let mut t = Table::new(&[
@@ -838,7 +839,7 @@ fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
             }
         }
     }
-    if !r.hangs.is_empty() {
+    if r.hangs.iter().any(|h| !h.idle_at_exit) {
         out.push_str("\nSTILL BLOCKED WHEN THE TRACE ENDED (waits that never returned)\n");
         let mut t = Table::new(&[
             ("tid", true),
@@ -849,7 +850,7 @@ fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
             ("held by", false),
             ("at", false),
         ]);
-        for h in &r.hangs {
+        for h in r.hangs.iter().filter(|h| !h.idle_at_exit) {
             let held: Vec<String> = h.held_by.iter().map(|t| t.to_string()).collect();
             t.row(vec![
                 h.tid.to_string(),
@@ -862,24 +863,55 @@ fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
             ]);
         }
         t.render(out, "  ", o.width);
-        if !r.open_holds.is_empty() {
-            out.push_str("  locks still held:\n");
-            let mut t = Table::new(&[
-                ("tid", true),
-                ("held", true),
-                ("lock", false),
-                ("taken at", false),
+    }
+    if !r.hangs.is_empty() && !r.open_holds.is_empty() {
+        out.push_str("  locks still held:\n");
+        let mut t = Table::new(&[
+            ("tid", true),
+            ("held", true),
+            ("lock", false),
+            ("taken at", false),
+        ]);
+        for h in &r.open_holds {
+            t.row(vec![
+                h.tid.to_string(),
+                ns(h.held_ns),
+                lock_label(&h.lock, h.pid, several),
+                h.site.clone(),
             ]);
-            for h in &r.open_holds {
-                t.row(vec![
-                    h.tid.to_string(),
-                    ns(h.held_ns),
-                    lock_label(&h.lock, h.pid, several),
-                    h.site.clone(),
-                ]);
-            }
-            t.render(out, "    ", o.width);
         }
+        t.render(out, "    ", o.width);
+    }
+}
+
+/// Threads waiting for work when their process exited on its own: after
+/// the blame tables, since they are not a finding, only an account of
+/// every wait that never returned.
+fn idle_at_exit(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
+    if r.hangs.iter().any(|h| h.idle_at_exit) {
+        out.push_str(
+            "\nWAITING FOR WORK WHEN THE PROGRAM EXITED (it ended on its own: idle threads, \
+             not hangs)\n",
+        );
+        let mut t = Table::new(&[
+            ("tid", true),
+            ("thread", false),
+            ("waited", true),
+            ("in", false),
+            ("on", false),
+            ("at", false),
+        ]);
+        for h in r.hangs.iter().filter(|h| h.idle_at_exit) {
+            t.row(vec![
+                h.tid.to_string(),
+                h.thread.clone(),
+                ns(h.waited_ns),
+                h.waiting_in.to_string(),
+                lock_label(&h.object, h.pid, several),
+                h.site.clone(),
+            ]);
+        }
+        t.render(out, "  ", o.width);
     }
 }
 

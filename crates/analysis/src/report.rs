@@ -232,6 +232,12 @@ pub struct HangOut {
     pub path: Vec<String>,
     /// Threads (tids) holding the lock waited for.
     pub held_by: Vec<u32>,
+    /// A wait for work, not a hang: on a condition variable, semaphore or
+    /// futex, in a process that then exited on its own (an exit status,
+    /// not a signal). A server's workers and maintenance threads wait so
+    /// when it shuts down (memcached on SIGINT). Left out of the verdict
+    /// and printed apart.
+    pub idle_at_exit: bool,
 }
 
 /// A lock still held at the end of the trace.
@@ -1240,6 +1246,13 @@ fn hang_rows(
             .data(process, addr)
             .unwrap_or_else(|| format!("{addr:#x}"))
     };
+    // The process exited on its own: `exit` or a return from `main`
+    // (statuses 0-127), as opposed to a signal (128+N) or an end not seen.
+    let exited = |process: u32| {
+        meta.process_ends
+            .get(&process)
+            .is_some_and(|e| (0..128).contains(&e.status))
+    };
     for w in &f.open_waits {
         let p = process_of(w.thread);
         let held_by: Vec<u32> = if w.kind == WaitKind::Lock {
@@ -1266,10 +1279,17 @@ fn hang_rows(
             site: names.pc_str(p, w.site, w.stack),
             path: names.path(p, w.stack),
             held_by,
+            // Lock, join and barrier waits at exit stay hangs: a thread
+            // stuck there when the program gave up is worth a look.
+            idle_at_exit: exited(p)
+                && matches!(
+                    w.kind,
+                    WaitKind::Cond | WaitKind::Semaphore | WaitKind::Futex
+                ),
         });
     }
     r.hangs
-        .sort_by_key(|h| (std::cmp::Reverse(h.waited_ns), h.pid, h.tid));
+        .sort_by_key(|h| (h.idle_at_exit, std::cmp::Reverse(h.waited_ns), h.pid, h.tid));
     for (t, h) in &f.open_holds {
         let p = process_of(*t);
         r.open_holds.push(OpenHoldOut {
@@ -1510,11 +1530,13 @@ fn verdict(r: &Report) -> Verdict {
             },
             crate::render::ns(longest)
         );
-    } else if let Some(h) = r.hangs.first() {
+    } else if let Some(h) = r.hangs.first().filter(|h| !h.idle_at_exit) {
+        // Sorted with the idle ones last: the first is a real hang if any.
+        let n = r.hangs.iter().filter(|h| !h.idle_at_exit).count();
         text.push_str(&format!(
             "; {} thread{} still blocked when the trace ended (longest: {} in {} at {})",
-            r.hangs.len(),
-            if r.hangs.len() == 1 { "" } else { "s" },
+            n,
+            if n == 1 { "" } else { "s" },
             crate::render::ns(h.waited_ns),
             h.waiting_in,
             h.site

@@ -1040,3 +1040,65 @@ fn issue10_python_gil_is_a_condition_variable_lock() {
         "the cond with most wait"
     );
 }
+
+/// Threads waiting for work when the program exits on its own are not
+/// hangs (a server's idle workers at shutdown: memcached stopped by
+/// SIGINT left four in the verdict). tests/programs/report/idle_workers.c:
+/// three workers wait on a condition variable and one thread on a lock
+/// main holds. Returning from main: exactly the three condition waits are
+/// `idle_at_exit`, printed in their own section and kept out of the
+/// verdict; the lock wait stays a hang. Killed by SIGTERM: all four are
+/// hangs, as before.
+#[test]
+fn report_idle_workers_at_exit_are_not_hangs() {
+    let dir = temp("idle-workers");
+    let bin = build_c("report/idle_workers", &dir);
+    for (mode, code, idle, hung) in [("exit", 0, 3, 1), ("kill", 128 + 15, 0, 4)] {
+        let run = record(&dir, &[], &bin, &[mode], b"");
+        assert_eq!(run.code, code, "{mode}: {}", run.stderr);
+        let gate = run
+            .stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("gate="))
+            .expect("truth line")
+            .to_string();
+        let a = ["report", run.trace_path.to_str().unwrap(), "--json"];
+        let r: Value = serde_json::from_str(&ok(&lockscope(&a, None))).unwrap();
+        let hangs = r["hangs"].as_array().unwrap();
+        let (idle_rows, hung_rows): (Vec<&Value>, Vec<&Value>) =
+            hangs.iter().partition(|h| h["idle_at_exit"] == true);
+        assert_eq!(idle_rows.len(), idle, "{mode}: {hangs:#?}");
+        assert_eq!(hung_rows.len(), hung, "{mode}: {hangs:#?}");
+        for h in &idle_rows {
+            assert_eq!(h["waiting_in"], "condition variable", "{h}");
+            assert_eq!(h["object"], "qcond", "{h}");
+        }
+        let gate_wait: Vec<&&Value> = hung_rows
+            .iter()
+            .filter(|h| h["waiting_in"] == "lock")
+            .collect();
+        assert_eq!(gate_wait.len(), 1, "{mode}: {hangs:#?}");
+        assert_eq!(gate_wait[0]["object"], "gate", "{mode}: gate at {gate}");
+        let verdict = r["verdict"]["text"].as_str().unwrap();
+        assert!(
+            verdict.contains(&format!(
+                "; {hung} thread{} still blocked when the trace ended",
+                if hung == 1 { "" } else { "s" }
+            )),
+            "{mode}: {verdict}"
+        );
+        let text = ok(&lockscope(
+            &["report", run.trace_path.to_str().unwrap()],
+            None,
+        ));
+        assert_eq!(
+            text.contains("WAITING FOR WORK WHEN THE PROGRAM EXITED"),
+            idle > 0,
+            "{mode}: {text}"
+        );
+        assert!(
+            text.contains("STILL BLOCKED WHEN THE TRACE ENDED"),
+            "{text}"
+        );
+    }
+}
