@@ -458,28 +458,51 @@ fn cycle_from(next: &BTreeMap<u32, Vec<DeadlockStep>>, start: u32) -> Option<Vec
     None
 }
 
-/// Runs the tracker over a whole trace (its own time-ordered pass, so
-/// that it depends on nothing of the timing model). Returns the findings
-/// and the time of the last event.
+/// The tracker fed with a trace's events in time order, run by run (a
+/// tap of [`crate::sync::for_each_step_tapped`]), with the time of the
+/// last event.
+pub struct Scan {
+    tracker: Tracker,
+    last: u64,
+}
+
+impl Scan {
+    /// A tracker that knows the trace's threads.
+    pub fn new(meta: &crate::input::Meta) -> Scan {
+        Scan {
+            tracker: Tracker::new(meta.threads.values().map(|t| (t.id, t.process, t.tid))),
+            last: 0,
+        }
+    }
+
+    /// One thread's events, next in time order.
+    pub fn events(&mut self, thread: u32, events: &[Event]) {
+        for e in events {
+            self.last = self.last.max(e.time);
+            self.tracker.event(thread, e);
+        }
+    }
+
+    /// The findings and the time of the last event.
+    pub fn finish(self) -> (Findings, u64) {
+        (self.tracker.finish(), self.last)
+    }
+}
+
+/// Runs the tracker over a whole trace in a pass of its own. Returns the
+/// findings and the time of the last event. (The report feeds a [`Scan`]
+/// from the timing model's pass instead.)
 pub fn scan(
     path: &std::path::Path,
     meta: &crate::input::Meta,
 ) -> Result<(Findings, u64), crate::AnalysisError> {
-    let mut t = Tracker::new(meta.threads.values().map(|t| (t.id, t.process, t.tid)));
-    let mut last = 0u64;
-    // The one place this module reads the trace: issue 9's index layer
-    // changes how a Merge is opened.
+    let mut s = Scan::new(meta);
     let mut merge = crate::input::Merge::new(path, &meta.index)?;
     merge.run_runs(
-        |thread, buf, a, b| {
-            for e in &buf[a..b] {
-                last = last.max(e.time);
-                t.event(thread, e);
-            }
-        },
+        |thread, buf, a, b| s.events(thread, &buf[a..b]),
         &mut |_, _| {},
     )?;
-    Ok((t.finish(), last))
+    Ok(s.finish())
 }
 
 #[cfg(test)]

@@ -572,6 +572,18 @@ impl Model {
         cfg: ModelConfig,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model, AnalysisError> {
+        Model::build_tapped(path, meta, cfg, progress, &mut |_, _| {})
+    }
+
+    /// [`Model::build`], handing the raw events to `tap` as they are read
+    /// ([`crate::sync::for_each_step_tapped`]).
+    pub fn build_tapped(
+        path: &Path,
+        meta: &Meta,
+        cfg: ModelConfig,
+        progress: &mut dyn FnMut(u64, u64),
+        tap: &mut (dyn FnMut(u32, &[lockscope_format::Event]) + Send),
+    ) -> Result<Model, AnalysisError> {
         let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
         overhead.sort_by_key(|o| o.process);
         let correct = cfg.correct_overhead;
@@ -589,7 +601,7 @@ impl Model {
         for l in &meta.locks {
             model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
         }
-        let si = crate::sync::for_each_step_progress(path, meta, correct, progress, |s, _| {
+        let si = crate::sync::for_each_step_tapped(path, meta, correct, progress, tap, |s, _| {
             model.step(s)
         })?;
         model.anomalies = si.anomalies;

@@ -120,6 +120,12 @@ pub struct Report {
     pub lost_events: u64,
     /// Set when the trace was cut short.
     pub truncated: Option<String>,
+    /// Detailed-mode and imported events among [`Report::events`]
+    /// (accesses, atomics, allocations): the whole-trace sections (spin
+    /// locks, barriers, dead writes) are worth loading the trace for only
+    /// when there are some. Not in the JSON.
+    #[serde(skip)]
+    pub detail_events: u64,
     /// Recorder overhead subtracted.
     pub overhead: OverheadOut,
     /// Locks (mutex, rwlock, spin, futex), sorted.
@@ -728,31 +734,35 @@ pub fn analyze(
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Report, AnalysisError> {
     let meta = index(path, &mut |d, t| progress(d, t, 0))?;
-    // Hangs and deadlocks come from their own pass over the events, on
-    // a third thread beside the model's two.
-    let (model, hangs) = std::thread::scope(|s| {
-        let h = s.spawn(|| crate::hangs::scan(path, &meta));
-        let model = build_model(path, &meta, cfg, progress);
-        let hangs = h.join().unwrap_or_else(|_| {
-            Err(AnalysisError::Config(
-                "the hang analysis failed (a bug): no hang report".into(),
-            ))
-        });
-        (model, hangs)
-    });
-    let mut model = model?;
-    // The model read the same events: an error only here is a bug of
-    // this pass, and must not cost the user the rest of the report.
-    let (hangs, problem) = match hangs {
-        Ok(h) => (h, None),
-        Err(e) => ((crate::hangs::Findings::default(), 0), Some(e)),
-    };
+    // Hangs and deadlocks are tracked from the raw events of the model's
+    // own pass (on its reading thread), and so is whether the trace has
+    // detailed-mode or imported events.
+    let mut scan = crate::hangs::Scan::new(&meta);
+    let mut detail_events = 0u64;
+    let mut model = Model::build_tapped(
+        path,
+        &meta,
+        ModelConfig {
+            correct_overhead: cfg.correct_overhead,
+        },
+        &mut |d, t| progress(d, t, 1),
+        &mut |thread, events| {
+            detail_events += events.iter().filter(|e| is_detail_op(e.op)).count() as u64;
+            scan.events(thread, events);
+        },
+    )?;
+    let hangs = scan.finish();
     let mut r = build_report_with(&meta, &mut model, cfg, &hangs);
-    if let Some(e) = problem {
-        r.notes
-            .push(format!("hangs and deadlocks not analysed: {e}"));
-    }
+    r.detail_events = detail_events;
     Ok(r)
+}
+
+/// Events of detailed mode (accesses, atomics, allocations) and of
+/// imported hardware traces: what the spin, barrier and dead-write
+/// analyses read. A trace with none needs none of them.
+fn is_detail_op(op: u8) -> bool {
+    (lockscope_format::Op::Read as u8..=lockscope_format::Op::AccessRepeat as u8).contains(&op)
+        || (80..=89).contains(&op)
 }
 
 /// Runs the timing model over a trace (exposed for other analyses).
@@ -1190,6 +1200,8 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
             .max(lost_records)
             .max(lost_annot),
         truncated: meta.truncated.clone(),
+        // Set by `analyze`, which counts them in its pass.
+        detail_events: 0,
         overhead,
         locks,
         blame,
