@@ -232,7 +232,14 @@ fn atomic_event_slow(
             }
         }
         let head = Head {
-            tsc: lockscope_capture::tsc::now(),
+            // Fenced, as the preload library stamps acquisitions: the
+            // operation has run (an exchange that took a spinlock waited
+            // for the previous owner's releasing store), and a plain
+            // `rdtsc` could read the clock before it completed, stamping
+            // the acquisition ahead of that release and making the two
+            // owners' critical sections overlap in the trace. The lfence
+            // costs a few ns against the ~40 ns of recording an event.
+            tsc: lockscope_capture::tsc::now_after(),
             addr,
             site: pc,
             op: op as u8,
