@@ -484,7 +484,7 @@ fn main() {
                     e.2.push(maxrss_kb as f64 / 1024.0);
                     let t = Trace::open(&r.trace).expect("trace");
                     e.3 += t.footer.as_ref().map_or(0, |f| f.lost);
-                    // "lockscope: N threads reused the buffer of a joined thread"
+                    // "lockscope: N threads reused the buffer of a finished thread"
                     let reused = r
                         .stderr
                         .lines()

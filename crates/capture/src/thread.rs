@@ -437,6 +437,39 @@ impl Guard {
         }
     }
 
+    /// Offers this thread's ring for reuse once the thread is gone; call it
+    /// at thread exit of a thread nobody will join (detached), after
+    /// [`Guard::stamp_exit`]. No join will prove that the thread has
+    /// finished (destructors that run after this may still record), so
+    /// the proof is the kernel's: a later new thread sweeps the table and
+    /// takes a ring only once `tgkill(pid, tid, 0)` fails with `ESRCH`
+    /// (see [`sweep_detached`]). A full table leaves the ring mapped until
+    /// the process ends, counted as not pooled.
+    pub fn retire_detached_ring(&mut self) {
+        let st = self.st();
+        // The main thread's tid is the process's: it exists (a zombie
+        // leader) until the process ends, so it would never be swept.
+        if !st.prod.is_attached() || st.tid == 0 || st.tid == process::pid() {
+            return;
+        }
+        // SAFETY: attached; the header is the start of the mapping.
+        let base = unsafe { st.prod.header() } as *const _ as usize;
+        let tid = st.tid as usize;
+        for k in 0..DETACHED_SLOTS {
+            let i = (tid + k) % DETACHED_SLOTS;
+            if DETACHED_TID[i]
+                .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                DETACHED_RING[i].store(base, Ordering::Release);
+                DETACHED_TID[i].store(tid, Ordering::Release);
+                DETACHED_COUNT.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        process::count_ring_not_pooled();
+    }
+
     /// Stamps the ring header's `end_tsc` (thread exit). Events may still
     /// follow (destructors at thread exit); the recorder keeps draining.
     pub fn stamp_exit(&mut self, tsc: u64) {
@@ -575,6 +608,73 @@ pub fn release_joined(t: libc::pthread_t) {
     }
 }
 
+/// Rings of exited detached threads, keyed by kernel tid, waiting for
+/// the kernel to say the thread is gone (issue 8: a server that detaches
+/// a thread per connection otherwise maps a fresh ring per connection and
+/// keeps every one mapped until it exits). Filled by
+/// [`Guard::retire_detached_ring`], emptied by [`sweep_detached`].
+const DETACHED_SLOTS: usize = 256;
+static DETACHED_TID: [AtomicUsize; DETACHED_SLOTS] =
+    [const { AtomicUsize::new(0) }; DETACHED_SLOTS];
+static DETACHED_RING: [AtomicUsize; DETACHED_SLOTS] =
+    [const { AtomicUsize::new(0) }; DETACHED_SLOTS];
+/// Slots in use: lets a new thread skip the sweep when there are none
+/// (the common case: programs that join their threads).
+static DETACHED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Where the next sweep starts (a sweep looks at a bounded number of
+/// slots, so that 256 long-lived detached threads do not cost every new
+/// thread 256 system calls).
+static DETACHED_CURSOR: AtomicUsize = AtomicUsize::new(0);
+/// Slots one sweep examines at most.
+const SWEEP_SLOTS: usize = 32;
+
+/// Moves the rings of detached threads that the kernel no longer knows to
+/// the free list (or unmaps them when the list will not take them).
+///
+/// Why `tgkill(pid, tid, 0)` is a proof: it fails with `ESRCH` only when
+/// no thread `tid` exists in this process, and a thread exists until its
+/// last user instruction (destructors included) has run. A tid reused by
+/// a newer thread makes the check fail safe: the ring waits longer. The
+/// alternative, the descriptor's tid that the kernel clears at exit
+/// (`CLONE_CHILD_CLEARTID`), would read glibc's private `struct pthread`,
+/// whose memory a detached thread's exit also gives back to glibc's stack
+/// cache, to be reused by the next thread.
+fn sweep_detached() {
+    if DETACHED_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let pid = process::pid() as libc::c_long;
+    let start = DETACHED_CURSOR.fetch_add(SWEEP_SLOTS, Ordering::Relaxed);
+    for k in 0..SWEEP_SLOTS {
+        let i = (start + k) % DETACHED_SLOTS;
+        let tid = DETACHED_TID[i].load(Ordering::Acquire);
+        if tid == 0
+            || tid == CLAIMED
+            || DETACHED_TID[i]
+                .compare_exchange(tid, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        // SAFETY: a signal-0 tgkill only checks that the thread exists and
+        // may be signalled; it delivers nothing.
+        let gone = unsafe {
+            libc::syscall(libc::SYS_tgkill, pid, tid as libc::c_long, 0) == -1
+                && *libc::__errno_location() == libc::ESRCH
+        };
+        if !gone {
+            DETACHED_TID[i].store(tid, Ordering::Release);
+            continue;
+        }
+        let base = DETACHED_RING[i].swap(0, Ordering::AcqRel);
+        DETACHED_TID[i].store(0, Ordering::Release);
+        DETACHED_COUNT.fetch_sub(1, Ordering::Relaxed);
+        if base != 0 && !pool_ring(base) {
+            unmap_ring(base);
+        }
+    }
+}
+
 /// Rings of joined threads, kept mapped for new threads (issue 8: 1000
 /// short threads cost 3x their unrecorded time, most of it the program's
 /// kernel time mapping a fresh ring per thread and unmapping it at join:
@@ -643,6 +743,7 @@ pub(crate) fn release_pool() {
 /// list is empty, or none of its rings is usable yet (the recorder has not
 /// read its previous hand-over, or it is more than half full).
 fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
+    sweep_detached();
     let mut waiting = false;
     for slot in &POOL {
         let base = slot.load(Ordering::Relaxed);
@@ -717,6 +818,14 @@ pub(crate) fn forget_retired_after_fork() {
             unmap_ring(base);
         }
     }
+    for i in 0..DETACHED_SLOTS {
+        let base = DETACHED_RING[i].swap(0, Ordering::AcqRel);
+        DETACHED_TID[i].store(0, Ordering::Release);
+        if base != 0 {
+            unmap_ring(base);
+        }
+    }
+    DETACHED_COUNT.store(0, Ordering::Relaxed);
     // Pooled rings are the parent's too (its recorder state follows their
     // owners): unmapped here, their headers left as they are.
     for slot in &POOL {

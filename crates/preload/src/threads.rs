@@ -207,8 +207,12 @@ fn thread_exit_event(site: u64, joinable: bool) {
         guarded(|| {
             g.event(Op::ThreadExit as u8, phase::DONE, t, 0, site, 0);
             g.stamp_exit(t);
-            if joinable {
+            // Asked now, not at creation: `pthread_detach` may have
+            // detached a thread created joinable.
+            if joinable && self_joinable() {
                 g.retire_ring();
+            } else {
+                g.retire_detached_ring();
             }
         });
     }

@@ -325,8 +325,8 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
         // Programs that start many short threads: how well recycling
         // worked (a thread that found no drained buffer created one).
         eprintln!(
-            "lockscope: {} thread{} reused the buffer of a joined thread ({} found none \
-             emptied yet, {} joined thread buffer{} unmapped)",
+            "lockscope: {} thread{} reused the buffer of a finished thread ({} found none \
+             emptied yet, {} finished thread buffer{} unmapped)",
             thousands(o.buffers_reused),
             if o.buffers_reused == 1 { "" } else { "s" },
             thousands(o.pool_not_ready),
