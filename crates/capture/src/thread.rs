@@ -443,7 +443,7 @@ impl Guard {
     /// finished (destructors that run after this may still record), so
     /// the proof is the kernel's: a later new thread sweeps the table and
     /// takes a ring only once `tgkill(pid, tid, 0)` fails with `ESRCH`
-    /// (see [`sweep_detached`]). A full table leaves the ring mapped until
+    /// (see `sweep_detached`). A full table leaves the ring mapped until
     /// the process ends, counted as not pooled.
     pub fn retire_detached_ring(&mut self) {
         let st = self.st();
