@@ -117,8 +117,13 @@ macro_rules! tables {
 }
 tables!(Tas => Tas, Ttas => Ttas, Ticket => Ticket, Mcs => Mcs, Clh => Clh, Cmcs => Cmcs, Hmcs => Hmcs, Ahmcs => Ahmcs);
 
+/// The lock's bytes. In an `UnsafeCell`: the algorithms write their
+/// state (atomics) through a pointer derived from `&self`, and a pointer
+/// derived from a shared reference to plain `[u64; 8]` may only read
+/// (Miri's Stacked Borrows rejected the plain array: a write through a
+/// read-only tag).
 #[repr(C, align(64))]
-struct Line([u64; 8]);
+struct Line(std::cell::UnsafeCell<[u64; 8]>);
 
 /// A lock whose algorithm and policy are chosen at run time, alone on its
 /// cache line.
@@ -132,11 +137,11 @@ impl DynLock {
     pub fn new(algorithm: Algorithm, wait: WaitPolicy) -> DynLock {
         DynLock {
             ops: ops(algorithm, wait),
-            state: Box::new(Line([0; 8])),
+            state: Box::new(Line(std::cell::UnsafeCell::new([0; 8]))),
         }
     }
     fn p(&self) -> *const u8 {
-        &*self.state as *const Line as *const u8
+        self.state.0.get() as *const u8
     }
     /// The operations in use.
     pub fn ops(&self) -> &'static LockOps {
@@ -174,7 +179,7 @@ impl DynLock {
 impl Drop for DynLock {
     fn drop(&mut self) {
         // SAFETY: we own the lock; nobody holds it (we have &mut).
-        unsafe { (self.ops.reset)(&mut *self.state as *mut Line as *mut u8) }
+        unsafe { (self.ops.reset)(self.state.0.get() as *mut u8) }
     }
 }
 
