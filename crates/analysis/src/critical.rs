@@ -121,7 +121,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
             None => cur = None,
         }
     }
-    let mut sym = Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize);
+    let mut sym = Symbolizer::for_meta(meta, symbolize);
     let mut threads: Vec<ThreadOnPath> = (0..n)
         .filter(|&i| per_thread[i] > 0)
         .map(|i| ThreadOnPath {

@@ -135,8 +135,7 @@ pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, cra
         end = end.max(s.time);
         g.step(s);
     })?;
-    let mut sym =
-        crate::symbols::Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize);
+    let mut sym = crate::symbols::Symbolizer::for_meta(&meta, symbolize);
     let mut name = |process: u32, pc: u64| {
         if pc == 0 {
             return "(unknown)".to_string();

@@ -39,6 +39,9 @@ pub struct Meta {
     pub maps: HashMap<u32, Vec<MapEntry>>,
     /// Interned strings.
     pub strings: HashMap<u32, String>,
+    /// Names of code addresses the files cannot give (GPU kernel
+    /// handles), by (process, address).
+    pub code_names: HashMap<(u32, u64), String>,
     /// Interned call paths by id.
     pub stacks: HashMap<u32, StackTrace>,
     /// First sightings of locks.
@@ -122,6 +125,9 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
                 m.thread_ends.insert(t.thread, t.end_ns);
             }
             Record::Map(e) => m.maps.entry(e.process).or_default().push(e),
+            Record::CodeName(n) => {
+                m.code_names.insert((n.process, n.addr), n.name);
+            }
             Record::Stack(s) => {
                 m.stacks.insert(s.id, s);
             }

@@ -1119,7 +1119,7 @@ pub fn build_report_with(
 ) -> Report {
     let model: &Model = model;
     let mut names = Names {
-        sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), cfg.symbolize),
+        sym: Symbolizer::for_meta(meta, cfg.symbolize),
         model,
         meta,
         sites: HashMap::new(),

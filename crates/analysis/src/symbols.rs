@@ -43,6 +43,10 @@ pub struct Location {
     pub frames: Vec<Frame>,
 }
 
+/// The module of a [`Location`] named by the trace itself (a GPU
+/// kernel's `CodeName`), not by a file.
+pub const GPU_KERNEL_MODULE: &str = "[gpu kernel]";
+
 impl Location {
     /// Innermost function name, if known.
     pub fn function(&self) -> Option<&str> {
@@ -66,6 +70,8 @@ impl Location {
     pub fn short(&self) -> String {
         let mut s = match (self.function(), self.file_line()) {
             (Some(f), Some((file, line))) => format!("{f} ({}:{line})", base_name(file)),
+            // A name the trace gave (a GPU kernel): no module to show.
+            (Some(f), None) if self.module == GPU_KERNEL_MODULE => format!("{f} (GPU kernel)"),
             (Some(f), None) => format!("{f} ({})", self.module_offset()),
             _ => return self.module_offset(),
         };
@@ -490,6 +496,9 @@ fn demangle(name: &str) -> String {
 pub struct Symbolizer {
     maps: HashMap<u32, Vec<MapEntry>>,
     strings: HashMap<u32, String>,
+    /// Names the trace gives exact code addresses (`CodeName` records:
+    /// GPU kernel handles), by (process, address).
+    code_names: HashMap<(u32, u64), String>,
     modules: HashMap<(String, Vec<u8>), Option<Module>>,
     /// Why modules could not be used, for the report's notes.
     problems: Vec<String>,
@@ -512,10 +521,19 @@ impl Symbolizer {
         Symbolizer {
             maps,
             strings,
+            code_names: HashMap::new(),
             modules: HashMap::new(),
             problems: Vec::new(),
             enabled,
         }
+    }
+
+    /// A symbolizer over everything a trace holds for naming: its maps,
+    /// strings and the names it gives code addresses directly.
+    pub fn for_meta(meta: &crate::input::Meta, enabled: bool) -> Self {
+        let mut s = Symbolizer::new(meta.maps.clone(), meta.strings.clone(), enabled);
+        s.code_names = meta.code_names.clone();
+        s
     }
 
     /// Messages about modules that could not be read.
@@ -586,6 +604,27 @@ impl Symbolizer {
     /// Resolves a return address (the call site): the line looked up is the
     /// one of `pc - 1`, the call instruction itself.
     pub fn code(&mut self, process: u32, pc: u64) -> Location {
+        // A name the trace gives this exact address wins over the maps: a
+        // kernel handle lies in the heap, where no file names anything.
+        // (Callers name a function's entry `f` as the return address
+        // `f + 1`.) Demangled even when symbolization is off: the name
+        // comes from the trace, not from reading files.
+        if let Some(name) = self.code_names.get(&(process, pc.saturating_sub(1))) {
+            let function = cpp_demangle::Symbol::new(name.as_bytes())
+                .ok()
+                .and_then(|sym| sym.demangle().ok())
+                .unwrap_or_else(|| name.clone());
+            return Location {
+                module: GPU_KERNEL_MODULE.into(),
+                // The address keeps two kernels apart in `key`.
+                offset: pc.saturating_sub(1),
+                frames: vec![Frame {
+                    function: Some(function),
+                    file: None,
+                    line: None,
+                }],
+            };
+        }
         let (module, offset, resolved) = self.locate(process, pc.saturating_sub(1));
         let mut loc = Location {
             module,

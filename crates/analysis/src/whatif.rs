@@ -532,7 +532,7 @@ pub fn analyze_with(
 ) -> Result<WhatifReport, AnalysisError> {
     let cpus = effective_cpus(p, cfg.cpus);
     let mut names = Names {
-        sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), cfg.symbolize),
+        sym: Symbolizer::for_meta(meta, cfg.symbolize),
     };
     let base = simulate(p, cpus, &Scenario::default());
     let mut scenarios = Vec::new();
@@ -799,7 +799,7 @@ pub fn gain_lines(
 ) -> Vec<String> {
     let cpus = effective_cpus(p, 0);
     let mut names = Names {
-        sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize),
+        sym: Symbolizer::for_meta(meta, symbolize),
     };
     let base = simulate(p, cpus, &Scenario::default());
     let mut order: Vec<u32> = (0..p.locks.len() as u32)

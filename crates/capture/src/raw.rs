@@ -142,6 +142,13 @@ pub const OP_THREAD_NAME: u8 = 250;
 /// new tid; args = (parent tid, 0); two "frames" = the 16-byte name.
 pub const OP_RING_HANDOFF: u8 = 251;
 
+/// Capture-internal pseudo-op (not a `lockscope_format::Op`): a name for
+/// the code address `addr` that the program's files cannot give (a GPU
+/// kernel's runtime handle, named by CUPTI at its launch). The name's
+/// bytes are packed little-endian into the "frames", NUL-padded, at most
+/// `MAX_FRAMES * 8` bytes. The recorder turns it into a CodeName record.
+pub const OP_CODE_NAME: u8 = 252;
+
 #[cfg(test)]
 mod tests {
     use super::*;

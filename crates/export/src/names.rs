@@ -20,7 +20,7 @@ impl<'m> Names<'m> {
     /// DWARF of the recorded modules).
     pub fn new(meta: &'m Meta, symbolize: bool) -> Self {
         Names {
-            sym: Symbolizer::new(meta.maps.clone(), meta.strings.clone(), symbolize),
+            sym: Symbolizer::for_meta(meta, symbolize),
             meta,
             code: HashMap::new(),
             data: HashMap::new(),

@@ -50,7 +50,7 @@ pub use error::FormatError;
 pub use event::{phase, Event, Op};
 pub use reader::{Trace, TraceReader};
 pub use record::{
-    EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process,
+    CodeName, EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process,
     ProcessEnd, Record, StackTrace, StringEntry, Thread, ThreadEnd, ThreadName,
 };
 pub use writer::TraceWriter;

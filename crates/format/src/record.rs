@@ -22,6 +22,7 @@ pub(crate) mod kind {
     pub const LOSS: u8 = 10;
     pub const OVERHEAD: u8 = 11;
     pub const PROCESS_END: u8 = 12;
+    pub const CODE_NAME: u8 = 13;
     pub const FOOTER: u8 = 255;
 }
 
@@ -126,6 +127,20 @@ pub struct ThreadName {
     /// When, ns since trace start.
     pub time: u64,
     /// The new name.
+    pub name: String,
+}
+
+/// A name for one code address that the program's files cannot give:
+/// a GPU kernel launched through a runtime handle (CUDA 13's launch
+/// stubs pass a heap handle, not the kernel's host function), named by
+/// the CUDA runtime itself. Symbolizers use it for exactly `addr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CodeName {
+    /// Trace id of the process.
+    pub process: u32,
+    /// The address named.
+    pub addr: u64,
+    /// The name as the runtime gave it (a C++ kernel's is mangled).
     pub name: String,
 }
 
@@ -338,6 +353,8 @@ pub enum Record {
     Loss(Loss),
     /// Recorder cost measured at start-up.
     Overhead(Overhead),
+    /// A name for a code address (a GPU kernel's handle).
+    CodeName(CodeName),
     /// The end of the trace.
     Footer(Footer),
     /// A record kind this build does not know (from a newer minor version).
@@ -506,6 +523,12 @@ impl Record {
                 }
                 kind::OVERHEAD
             }
+            Record::CodeName(n) => {
+                put_varint(out, u64::from(n.process));
+                put_varint(out, n.addr);
+                put_str(out, &n.name);
+                kind::CODE_NAME
+            }
             Record::Footer(f) => {
                 put_varint(out, f.duration_ns);
                 put_varint(out, f.events);
@@ -621,6 +644,11 @@ impl Record {
                 acquire_ns: f64::from_bits(c.u64_le("overhead acquire")?),
                 release_ns: f64::from_bits(c.u64_le("overhead release")?),
                 event_ns: f64::from_bits(c.u64_le("overhead event")?),
+            }),
+            kind::CODE_NAME => Record::CodeName(CodeName {
+                process: c.varint_u32("code-name process")?,
+                addr: c.varint("code-name address")?,
+                name: c.string("code-name name")?,
             }),
             kind::FOOTER => Record::Footer(Footer {
                 duration_ns: c.varint("footer duration")?,

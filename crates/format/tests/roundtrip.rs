@@ -76,6 +76,11 @@ fn sample() -> (Header, Vec<Record>, Vec<Event>) {
             time: 50,
             name: "worker".into(),
         }),
+        Record::CodeName(CodeName {
+            process: 1,
+            addr: 0x5555_7777_0000,
+            name: "_Z11spin_kernelxPi".into(),
+        }),
         Record::ThreadEnd(ThreadEnd {
             thread: 1,
             end_ns: 1000,

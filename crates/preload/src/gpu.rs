@@ -41,6 +41,7 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use lockscope_capture::raw::{Head, MAX_FRAMES, OP_CODE_NAME};
 use lockscope_capture::thread;
 use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
@@ -403,13 +404,15 @@ unsafe fn on_api(domain: u32, d: *const u8) {
         return;
     }
     // CUpti_CallbackData: callbackSite u32 @0, functionName @8,
-    // functionParams @16, ..., correlationId u32 @64.
+    // functionParams @16, functionReturnValue @24, symbolName @32, ...,
+    // correlationId u32 @64.
     // SAFETY: the struct is at least 68 bytes and aligned for its fields.
-    let (site, fname, params, corr) = unsafe {
+    let (site, fname, params, symbol, corr) = unsafe {
         (
             core::ptr::read(d.cast::<u32>()),
             core::ptr::read(d.add(8).cast::<*const c_char>()),
             core::ptr::read(d.add(16).cast::<*const u8>()),
+            core::ptr::read(d.add(32).cast::<*const c_char>()),
             core::ptr::read(d.add(64).cast::<u32>()),
         )
     };
@@ -440,6 +443,12 @@ unsafe fn on_api(domain: u32, d: *const u8) {
     };
     let now = tsc::now();
     let site = user_site();
+    if class == CallClass::Launch && enter && func != 0 && !symbol.is_null() && first_sight(func) {
+        // SAFETY: CUPTI's symbolName is a NUL-terminated string, valid
+        // during the callback, for launch callbacks.
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        emit_code_name(&mut g, now, func, name);
+    }
     match (class, enter) {
         (CallClass::Launch, true) => emit(
             &mut g,
@@ -523,6 +532,49 @@ unsafe fn on_api(domain: u32, d: *const u8) {
 /// lockscope: the user's call site. Found with glibc's `backtrace`
 /// (DWARF unwinding: CUDA's libraries have no frame pointers) and
 /// `dladdr`; a few microseconds, against CUDA calls of tens.
+/// Kernel handles already named in this process: a name is recorded at
+/// the first launch of each (open addressing over the handle; a full
+/// table names again, which only repeats a record).
+const NAMED_SLOTS: usize = 1024;
+static NAMED: [AtomicU64; NAMED_SLOTS] = [const { AtomicU64::new(0) }; NAMED_SLOTS];
+
+/// True the first time `func` is seen (and the table had room).
+fn first_sight(func: u64) -> bool {
+    let start = (func >> 4) as usize % NAMED_SLOTS;
+    for k in 0..NAMED_SLOTS {
+        let slot = &NAMED[(start + k) % NAMED_SLOTS];
+        match slot.compare_exchange(0, func, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(v) if v == func => return false,
+            Err(_) => {}
+        }
+    }
+    true
+}
+
+/// Records the name CUPTI gives the kernel behind the launch handle
+/// `func` (`OP_CODE_NAME`). Why: CUDA 13's launch stubs pass a runtime
+/// handle (a heap address) as the launch's function, which no file can
+/// name; seen on an H100 with CUDA 13.0, where every kernel showed as
+/// `[heap]+0x...`. The name's bytes travel as the event's frames (at most
+/// 512 bytes; a longer mangled name is cut).
+fn emit_code_name(g: &mut thread::Guard, now: u64, func: u64, name: &[u8]) {
+    let mut words = [0u64; MAX_FRAMES];
+    let n = name.len().min(MAX_FRAMES * 8);
+    for (i, chunk) in name[..n].chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        words[i] = u64::from_le_bytes(b);
+    }
+    let head = Head {
+        tsc: now,
+        addr: func,
+        op: OP_CODE_NAME,
+        ..Head::default()
+    };
+    g.emit(head, None, &words[..n.div_ceil(8)]);
+}
+
 fn user_site() -> u64 {
     let mut frames = [core::ptr::null_mut::<c_void>(); 24];
     // SAFETY: backtrace fills at most `len` entries of a valid buffer.

@@ -16,11 +16,11 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockscope_capture::raw::{Head, Slot, MAX_FRAMES, OP_THREAD_NAME, XF_ARGS};
+use lockscope_capture::raw::{Head, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS};
 use lockscope_format::codec::Encoder;
 use lockscope_format::{
-    phase, Event, EventChunk, FormatError, LockInfo, Loss, LossReason, Op, ProcessEnd, Record,
-    StackTrace, ThreadEnd, ThreadName, TraceWriter,
+    phase, CodeName, Event, EventChunk, FormatError, LockInfo, Loss, LossReason, Op, ProcessEnd,
+    Record, StackTrace, ThreadEnd, ThreadName, TraceWriter,
 };
 
 use crate::drain::{ClockConv, Msg};
@@ -452,6 +452,23 @@ impl<W: Write> Converter<W> {
                     // Its ring is not open yet (the drain lists the
                     // session directory every few ms).
                     pending_names.push((process, tid, ns, name));
+                }
+                continue;
+            }
+            if h.op == OP_CODE_NAME {
+                let bytes: Vec<u8> = slots[fstart..]
+                    .iter()
+                    .flat_map(|s| s.0)
+                    .take(usize::from(h.nframes))
+                    .flat_map(u64::to_le_bytes)
+                    .take_while(|&b| b != 0)
+                    .collect();
+                if !bytes.is_empty() {
+                    side.push(Record::CodeName(CodeName {
+                        process,
+                        addr: h.addr,
+                        name: String::from_utf8_lossy(&bytes).into_owned(),
+                    }));
                 }
                 continue;
             }

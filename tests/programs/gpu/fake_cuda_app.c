@@ -16,6 +16,7 @@
 #include <time.h>
 
 static void (*fake_api)(uint32_t, const char *, const void *, uint32_t, uint32_t);
+static void (*fake_api_sym)(uint32_t, const char *, const void *, uint32_t, uint32_t, const char *);
 static void (*fake_kernel)(uint64_t, uint64_t, uint32_t, uint32_t);
 static void (*fake_copy)(uint64_t, uint64_t, uint32_t, uint8_t, uint64_t);
 static uint64_t (*fake_now)(void);
@@ -34,7 +35,6 @@ static void sleep_until(uint64_t t) {
  * `func` points at: they symbolize to the kernel's name). */
 static volatile int sink;
 __attribute__((noinline)) void kernel_one(void) { sink = 1; }
-__attribute__((noinline)) void kernel_two(void) { sink = 2; }
 
 struct launch_params { const void *func; uint32_t grid[3], block[3]; void **args; size_t shmem; void *stream; };
 
@@ -55,11 +55,17 @@ __attribute__((noinline)) void sync_device(uint64_t until) {
 
 __attribute__((noinline)) void host_work(uint64_t until) { sleep_until(until); }
 
+/* launch_two launches as CUDA 13's stubs do: `func` is a runtime handle
+ * in the heap (no file names it), and CUPTI's symbolName names the
+ * kernel (mangled: kernel_two()). launch_one passes the host function,
+ * as CUDA 11 and 12 do, and no symbolName. */
 __attribute__((noinline)) void launch_two(void) {
-    struct launch_params p = { (const void *)kernel_two, {1,1,1}, {1,1,1}, 0, 0, (void *)0x51 };
+    static void *handle;
+    if (!handle) handle = malloc(64);
+    struct launch_params p = { handle, {1,1,1}, {1,1,1}, 0, 0, (void *)0x51 };
     uint64_t t = fake_now();
-    fake_api(1, "cudaLaunchKernel_v7000", &p, 3, 0);
-    fake_api(1, "cudaLaunchKernel_v7000", &p, 3, 1);
+    fake_api_sym(1, "cudaLaunchKernel_v7000", &p, 3, 0, "_Z10kernel_twov");
+    fake_api_sym(1, "cudaLaunchKernel_v7000", &p, 3, 1, "_Z10kernel_twov");
     fake_kernel(t + MS / 2, t + MS / 2 + 10 * MS, 3, 7);
     void *cp[5] = {0, 0, (void *)4096, (void *)2, (void *)0x51};
     fake_api(1, "cudaMemcpyAsync_v3020", cp, 4, 0);
@@ -89,6 +95,7 @@ int main(int argc, char **argv) {
     void *c = dlopen(cupti, RTLD_NOW);
     if (!c) { printf("no-cupti %s\n", dlerror()); return 1; }
     fake_api = dlsym(c, "fake_api");
+    fake_api_sym = dlsym(c, "fake_api_sym");
     fake_kernel = dlsym(c, "fake_kernel");
     fake_copy = dlsym(c, "fake_copy");
     fake_now = dlsym(c, "fake_now");
@@ -102,7 +109,10 @@ int main(int argc, char **argv) {
     launch_one(t0);
     host_work(t0 + 5 * MS);
     sync_device(t0 + 23 * MS);
-    host_work(t0 + 33 * MS);
+    /* 10 ms from the sync's return, not to an absolute time: a sync that
+     * returns late on a loaded machine must not shorten the GPU's idle
+     * gap below the 10 ms the test expects (it once measured 8.6 ms). */
+    host_work(fake_now() + 10 * MS);
     launch_two();
     sync_stream(fake_now() + 12 * MS);
     flush(1);

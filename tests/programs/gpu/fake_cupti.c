@@ -106,13 +106,21 @@ struct cbdata {
 };
 
 /* Fires the callback for entry (site 0) or exit (site 1) of API `name`
- * in domain 1 (runtime) or 2 (driver). */
-void fake_api(uint32_t domain, const char *name, const void *params, uint32_t corr, uint32_t site) {
+ * in domain 1 (runtime) or 2 (driver), with `symbol` as the callback
+ * data's symbolName (the kernel's name, which CUPTI gives at launches;
+ * 0 for none). */
+void fake_api_sym(uint32_t domain, const char *name, const void *params, uint32_t corr,
+                  uint32_t site, const char *symbol) {
     if (!callback || !(enabled_domains & (1 << domain))) return;
     struct cbdata d = {0};
     d.site = site;
     d.name = name;
     d.params = params;
+    d.symbol = symbol;
     d.corr = corr;
     callback(userdata, domain, 0, &d);
+}
+
+void fake_api(uint32_t domain, const char *name, const void *params, uint32_t corr, uint32_t site) {
+    fake_api_sym(domain, name, params, corr, site, 0);
 }

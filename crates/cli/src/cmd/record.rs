@@ -381,8 +381,7 @@ fn lock_names(
     let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
         return out;
     };
-    let mut sym =
-        lockscope_analysis::symbols::Symbolizer::new(meta.maps.clone(), meta.strings.clone(), true);
+    let mut sym = lockscope_analysis::symbols::Symbolizer::for_meta(&meta, true);
     for l in locks {
         // The newest image of that pid (after exec, the one that ran last).
         let process = meta
