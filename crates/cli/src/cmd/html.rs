@@ -67,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(t) => t,
         None => newest_trace()?,
     };
-    let report = super::export_formats::report(&trace)?;
+    crate::cmd::util::check_trace_file(&trace)?;
     let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {})
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let output = a.output.unwrap_or_else(|| trace.with_extension("html"));
@@ -80,8 +80,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         max_spans: a.spans,
         symbolize: !a.no_symbols,
     };
-    let s = html::write(&trace, &meta, &report, &opts, &mut out)
-        .with_context(|| format!("cannot write {}", output.display()))?;
+    // The report with the settings every export uses (the text report's
+    // defaults, as `export_formats::report`), and the timeline, from one
+    // read of the trace.
+    let cfg = lockscope_analysis::ReportConfig::default();
+    let s = match html::write_analyzed(&trace, &meta, &cfg, &opts, &mut out) {
+        Ok((_, s)) => s,
+        Err(e @ lockscope_export::ExportError::Io(_)) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot write {}", output.display())))
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot read {}", trace.display())))
+        }
+    };
     out.flush()?;
     eprintln!(
         "lockscope: wrote {} ({:.1} MB; {} of {} spans individually)",
