@@ -210,9 +210,10 @@ pub enum Item {
     },
 }
 
-/// Streams the timeline of a trace file (bounded memory). `correct`
-/// selects overhead correction in the interpreter (it only affects the
-/// wait figures it reports, not the recorded times used here).
+/// Streams the timeline of a trace file (bounded memory). The
+/// interpreter runs with overhead correction, which only affects the wait
+/// figures it reports, not the recorded times used here (so steps of an
+/// interpreter run either way give the same timeline).
 pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), ExportError> {
     let mut tl = Timeline::new();
     sync::for_each_step(path, meta, true, |step, _| tl.step(step, &mut f))?;

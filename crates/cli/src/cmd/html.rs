@@ -71,10 +71,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {})
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let output = a.output.unwrap_or_else(|| trace.with_extension("html"));
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(&output)
-            .with_context(|| format!("cannot create {}", output.display()))?,
-    );
     let opts = HtmlOptions {
         bins: a.bins,
         max_spans: a.spans,
@@ -82,18 +78,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     // The report with the settings every export uses (the text report's
     // defaults, as `export_formats::report`), and the timeline, from one
-    // read of the trace.
+    // read of the trace. The page (a few MB at most, whatever the trace)
+    // is made in memory first, so that a trace that fails to read leaves
+    // no output file behind, as when the report was computed before the
+    // file was created.
     let cfg = lockscope_analysis::ReportConfig::default();
-    let s = match html::write_analyzed(&trace, &meta, &cfg, &opts, &mut out) {
-        Ok((_, s)) => s,
-        Err(e @ lockscope_export::ExportError::Io(_)) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot write {}", output.display())))
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot read {}", trace.display())))
-        }
-    };
-    out.flush()?;
+    let mut page = Vec::new();
+    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut page)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    let mut out = std::fs::File::create(&output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    out.write_all(&page)
+        .and_then(|()| out.flush())
+        .with_context(|| format!("cannot write {}", output.display()))?;
     eprintln!(
         "lockscope: wrote {} ({:.1} MB; {} of {} spans individually)",
         output.display(),
