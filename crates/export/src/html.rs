@@ -682,12 +682,102 @@ mod tests {
         one_pass_equals_two(&cut);
     }
 
+    /// A complete trace of `threads` threads taking one lock in turn,
+    /// most acquisitions contended (a hand-off each), sections of varied
+    /// lengths: many spans and hand-offs, for the trims of the kept spans.
+    fn contended_trace(path: &Path, threads: u32, rounds: u32) {
+        use lockscope_format::*;
+        let header = Header {
+            tsc_hz: 1e9,
+            command: vec!["contended".into()],
+            ..Header::default()
+        };
+        let f = std::fs::File::create(path).unwrap();
+        let mut w = TraceWriter::new(std::io::BufWriter::new(f), &header).unwrap();
+        w.write(&Record::Process(Process {
+            id: 1,
+            pid: 100,
+            argv: vec!["contended".into()],
+            ..Process::default()
+        }))
+        .unwrap();
+        for t in 1..=threads {
+            w.write(&Record::Thread(Thread {
+                id: t,
+                process: 1,
+                tid: 100 + t,
+                name: format!("t{t}"),
+                start_ns: 0,
+                parent: 0,
+            }))
+            .unwrap();
+        }
+        let lock = 0x5000u64;
+        let ev = |time, op: Op, flags, site| Event {
+            time,
+            op: op as u8,
+            flags,
+            addr: lock,
+            site,
+            ..Event::default()
+        };
+        let mut events: Vec<Vec<Event>> = vec![Vec::new(); threads as usize];
+        let mut want = vec![10u64; threads as usize];
+        let mut free_at = 0u64;
+        let mut n = 0u64;
+        for r in 0..rounds {
+            for ti in 0..threads as usize {
+                let site = 0x1000 + 0x100 * ti as u64;
+                let b = &mut events[ti];
+                let got = if want[ti] < free_at {
+                    b.push(ev(want[ti], Op::MutexLock, phase::BEGIN, site));
+                    b.push(ev(
+                        free_at + 5,
+                        Op::MutexLock,
+                        phase::DONE | phase::CONTENDED,
+                        site,
+                    ));
+                    n += 2;
+                    free_at + 5
+                } else {
+                    b.push(ev(want[ti], Op::MutexLock, phase::DONE, site));
+                    n += 1;
+                    want[ti]
+                };
+                // Section lengths varied and repeated (ties among spans).
+                let rel = got + 20 + u64::from((r * 7 + ti as u32 * 13) % 50) * 3;
+                b.push(ev(rel, Op::MutexUnlock, phase::DONE, site + 0x20));
+                n += 1;
+                free_at = rel;
+                want[ti] = rel + 1 + u64::from((r * 5 + ti as u32) % 4);
+            }
+        }
+        let end = free_at + 10;
+        for (ti, b) in events.iter().enumerate() {
+            w.write_events(ti as u32 + 1, b).unwrap();
+            w.write(&Record::ThreadEnd(ThreadEnd {
+                thread: ti as u32 + 1,
+                end_ns: end,
+            }))
+            .unwrap();
+        }
+        w.finish(&Footer {
+            duration_ns: end,
+            events: n,
+            lost: 0,
+            exit_status: 0,
+        })
+        .unwrap();
+    }
+
     #[test]
     fn issue11_html_longest_spans_keep_their_hand_offs_through_trims() {
         // More spans than kept: the page keeps the longest, and a kept
         // wait keeps its hand-off whenever the buffer was trimmed.
-        let trace =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/sleep_hold.lstrace");
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("contended.lstrace");
+        contended_trace(&trace, 3, 400);
+        one_pass_equals_two(&trace);
         let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {}).unwrap();
         let cfg = ReportConfig {
             symbolize: false,
@@ -702,7 +792,8 @@ mod tests {
         let (_, s) = write_analyzed(&trace, &meta, &cfg, &all, &mut page).unwrap();
         let full = page_data(&page);
         assert_eq!(s.spans, s.spans_kept);
-        for max in [1usize, 2, 3, 7, 50] {
+        assert!(full["handoffs"].as_array().unwrap().len() > 500);
+        for max in [1usize, 2, 3, 7, 50, 333, 1000] {
             let opts = HtmlOptions {
                 max_spans: max,
                 ..all.clone()
