@@ -38,4 +38,4 @@ pub mod ulcp;
 pub mod whatif;
 
 pub use error::AnalysisError;
-pub use report::{analyze, Report, ReportConfig, SortKey, SCHEMA};
+pub use report::{analyze, analyze_observed, Report, ReportConfig, SortKey, SCHEMA};

@@ -734,14 +734,30 @@ pub fn analyze(
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Report, AnalysisError> {
     let meta = index(path, &mut |d, t| progress(d, t, 0))?;
+    analyze_observed(path, &meta, cfg, progress, |_| {})
+}
+
+/// [`analyze`] of a trace already indexed (`meta`), handing every step of
+/// the synchronization layer to `observe` as the report's own pass reads
+/// it ([`crate::sync::for_each_step`]'s steps, with the overhead
+/// correction of `cfg`; the recorded times of a step do not depend on
+/// it). For a consumer of the steps that needs the report too (the HTML
+/// report's timeline): one read of the trace serves both.
+pub fn analyze_observed(
+    path: &Path,
+    meta: &Meta,
+    cfg: &ReportConfig,
+    progress: &mut dyn FnMut(u64, u64, u8),
+    observe: impl FnMut(&crate::sync::Step<'_>),
+) -> Result<Report, AnalysisError> {
     // Hangs and deadlocks are tracked from the raw events of the model's
     // own pass (on its reading thread), and so is whether the trace has
     // detailed-mode or imported events.
-    let mut scan = crate::hangs::Scan::new(&meta);
+    let mut scan = crate::hangs::Scan::new(meta);
     let mut detail_events = 0u64;
-    let mut model = Model::build_tapped(
+    let mut model = Model::build_observed(
         path,
-        &meta,
+        meta,
         ModelConfig {
             correct_overhead: cfg.correct_overhead,
         },
@@ -750,9 +766,10 @@ pub fn analyze(
             detail_events += events.iter().filter(|e| is_detail_op(e.op)).count() as u64;
             scan.events(thread, events);
         },
+        observe,
     )?;
     let hangs = scan.finish();
-    let mut r = build_report_with(&meta, &mut model, cfg, &hangs);
+    let mut r = build_report_with(meta, &mut model, cfg, &hangs);
     r.detail_events = detail_events;
     Ok(r)
 }

@@ -98,6 +98,17 @@ fn one(format: &str, trace: &Path) {
             speedscope::write(trace, &meta, false, &mut out).unwrap();
         }
         "html" => {
+            // As `lockscope html` does: the report and the timeline from
+            // one read of the trace.
+            let opts = html::HtmlOptions {
+                symbolize: false,
+                ..html::HtmlOptions::default()
+            };
+            html::write_analyzed(trace, &meta, &cfg, &opts, &mut out).unwrap();
+        }
+        "html-two-pass" => {
+            // The report, then the timeline on a second read (what a
+            // trace without a footer gets).
             let r = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).expect("report");
             let opts = html::HtmlOptions {
                 symbolize: false,

@@ -15,18 +15,19 @@
 //! can close the data's script element) and is put into the document as
 //! text, never as markup.
 
-use std::collections::HashMap;
+// Fx: the keys are small ids, hashed once or more per span.
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
 use lockscope_analysis::input::Meta;
 use lockscope_analysis::sync::ObjId;
-use lockscope_analysis::Report;
+use lockscope_analysis::{Report, ReportConfig};
 use serde_json::{json, Value};
 
 use crate::names::Names;
 use crate::stacks::{self, WeightedStack};
-use crate::timeline::{self, Item, SpanKind};
+use crate::timeline::{self, Item, SpanKind, Timeline};
 use crate::ExportError;
 
 const SCRIPT: &str = include_str!("html/report.js");
@@ -247,7 +248,206 @@ fn report_data(r: &Report) -> Value {
     })
 }
 
-/// Writes the page for the trace at `path`, whose report is `report`.
+/// The page's timeline, aggregated while the timeline's items stream by
+/// (from [`timeline::scan`], or from the report's own pass).
+struct Agg {
+    threads: Vec<timeline::ThreadInfo>,
+    by_id: HashMap<u32, usize>,
+    /// GPU streams get rows of their own after the threads, as they
+    /// appear: (process, device, stream) -> row.
+    gpu_rows: HashMap<(u32, u32, u32), usize>,
+    /// Trace process id -> OS pid, for the GPU rows.
+    pids: HashMap<u32, u32>,
+    end: u64,
+    nb: usize,
+    bin_ns: u64,
+    /// Per thread, per category: ns in each bin (sparse).
+    heat: Vec<[HashMap<u32, u64>; 4]>,
+    kept: Vec<RawSpan>,
+    max: usize,
+    /// Once `kept` was trimmed: the duration of its shortest span. A
+    /// later span no longer than that cannot be among the longest
+    /// `max` (the earlier ones win ties), so it is not pushed at all:
+    /// most spans of a long trace are skipped this way instead of being
+    /// pushed and sorted away.
+    floor: Option<u64>,
+    /// Whether the last span seen is `kept`'s last (its hand-off, which
+    /// follows it, is then attached to it).
+    last_kept: bool,
+    sum: Summary,
+}
+
+impl Agg {
+    /// For a run of `duration_ns` (the report's duration).
+    fn new(meta: &Meta, duration_ns: u64, opts: &HtmlOptions) -> Agg {
+        let threads = timeline::threads(meta);
+        let by_id = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        let end = threads
+            .iter()
+            .map(|t| t.end_ns)
+            .max()
+            .unwrap_or(0)
+            .max(duration_ns)
+            .max(1);
+        let nb = opts.bins.max(1);
+        let bin_ns = end.div_ceil(nb as u64).max(1);
+        let heat = threads.iter().map(|_| Default::default()).collect();
+        Agg {
+            threads,
+            by_id,
+            gpu_rows: HashMap::default(),
+            pids: meta.processes.values().map(|p| (p.id, p.pid)).collect(),
+            end,
+            nb,
+            bin_ns,
+            heat,
+            kept: Vec::new(),
+            max: opts.max_spans.max(1),
+            floor: None,
+            last_kept: false,
+            sum: Summary::default(),
+        }
+    }
+
+    /// Adds `[start_ns, end_ns)` of category `cat` to row `ti`'s bins.
+    fn bin(&mut self, ti: usize, cat: usize, start_ns: u64, end_ns: u64) {
+        let (nb, bin_ns) = (self.nb as u64, self.bin_ns);
+        let h = &mut self.heat[ti][cat];
+        let mut t = start_ns;
+        while t < end_ns {
+            let b = (t / bin_ns).min(nb - 1);
+            let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
+            *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
+            t = bend;
+        }
+    }
+
+    /// Keeps `s` if it may be among the longest spans.
+    fn keep(&mut self, s: RawSpan) {
+        if self.floor.is_some_and(|f| s.end - s.start <= f) {
+            self.last_kept = false;
+            return;
+        }
+        // Trimmed before a push, not after: the span just pushed stays
+        // `kept`'s last until the next one, for its hand-off to find.
+        // (Trimming after the push sorted it away from the end, and the
+        // hand-off of a span kept through that trim was lost.)
+        if self.kept.len() >= 2 * self.max {
+            self.trim();
+        }
+        self.kept.push(s);
+        self.last_kept = true;
+    }
+
+    /// Down to the `max` longest spans (the earlier first among equals).
+    fn trim(&mut self) {
+        self.kept
+            .sort_by_key(|s| std::cmp::Reverse(s.end - s.start));
+        self.kept.truncate(self.max);
+        if self.kept.len() == self.max {
+            self.floor = self.kept.last().map(|s| s.end - s.start);
+        }
+    }
+
+    fn item(&mut self, item: Item) {
+        match item {
+            Item::Span {
+                thread,
+                kind,
+                obj,
+                start_ns,
+                end_ns,
+                site,
+                stack,
+            } => {
+                let Some(&ti) = self.by_id.get(&thread) else {
+                    return;
+                };
+                self.sum.spans += 1;
+                self.bin(ti, cat(kind), start_ns, end_ns);
+                self.keep(RawSpan {
+                    thread: ti as u32,
+                    kind,
+                    obj,
+                    start: start_ns,
+                    end: end_ns,
+                    site,
+                    stack,
+                    handoff: None,
+                });
+            }
+            Item::GpuWork {
+                process,
+                device,
+                stream,
+                start_ns,
+                end_ns,
+                func,
+                site,
+                ..
+            } => {
+                let ti = match self.gpu_rows.get(&(process, device, stream)) {
+                    Some(&ti) => ti,
+                    None => {
+                        self.threads.push(timeline::ThreadInfo {
+                            id: u32::MAX,
+                            process,
+                            pid: self.pids.get(&process).copied().unwrap_or(0),
+                            tid: 0,
+                            name: format!("GPU {device} stream {stream}"),
+                            start_ns: 0,
+                            end_ns: self.end,
+                        });
+                        self.heat.push(Default::default());
+                        let ti = self.threads.len() - 1;
+                        self.gpu_rows.insert((process, device, stream), ti);
+                        ti
+                    }
+                };
+                self.sum.spans += 1;
+                self.bin(ti, cat(SpanKind::GpuWork), start_ns, end_ns);
+                self.keep(RawSpan {
+                    thread: ti as u32,
+                    kind: SpanKind::GpuWork,
+                    obj: None,
+                    start: start_ns,
+                    end: end_ns,
+                    // The kernel's host function names it (a function's
+                    // entry is named like a return address: + 1); a copy
+                    // is named by its launch site.
+                    site: if func != 0 { func + 1 } else { site },
+                    stack: 0,
+                    handoff: None,
+                });
+            }
+            Item::HandOff {
+                from,
+                from_ns,
+                to,
+                to_ns,
+                ..
+            } => {
+                // It follows the waiter's span, the last one seen.
+                if !self.last_kept {
+                    return;
+                }
+                if let (Some(&fi), Some(last)) = (self.by_id.get(&from), self.kept.last_mut()) {
+                    if self.by_id.get(&to) == Some(&(last.thread as usize))
+                        && last.kind == SpanKind::Wait
+                        && last.end == to_ns
+                    {
+                        last.handoff = Some((fi as u32, from_ns));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Writes the page for the trace at `path`, whose report is `report`
+/// (the trace is read again for the timeline; [`write_analyzed`] reads
+/// it once for both).
 pub fn write(
     path: &Path,
     meta: &Meta,
@@ -255,142 +455,71 @@ pub fn write(
     opts: &HtmlOptions,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
-    let mut threads = timeline::threads(meta);
-    let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-    // GPU streams get rows of their own after the threads, as they appear.
-    let mut gpu_rows: HashMap<(u32, u32, u32), usize> = HashMap::new();
-    let end = threads
-        .iter()
-        .map(|t| t.end_ns)
-        .max()
-        .unwrap_or(0)
-        .max(report.duration_ns)
-        .max(1);
-    let nb = opts.bins.max(1);
-    let bin_ns = end.div_ceil(nb as u64).max(1);
-    // Per thread, per category: ns in each bin (sparse).
-    let mut heat: Vec<[HashMap<u32, u64>; 4]> =
-        threads.iter().map(|_| Default::default()).collect();
-    let mut kept: Vec<RawSpan> = Vec::new();
-    let mut sum = Summary::default();
-    let max = opts.max_spans.max(1);
-    let trim = |kept: &mut Vec<RawSpan>| {
-        kept.sort_by_key(|s| std::cmp::Reverse(s.end - s.start));
-        kept.truncate(max);
+    let mut agg = Agg::new(meta, report.duration_ns, opts);
+    timeline::scan(path, meta, |item| agg.item(item))?;
+    finish(agg, meta, report, opts, out)
+}
+
+/// Analyses the trace at `path` (indexed as `meta`) with `cfg` and writes
+/// its page: the report (returned) and the timeline come from the same
+/// read of the trace, its steps handed to both as they are interpreted.
+///
+/// The timeline's bins need the run's duration before the first span;
+/// a complete trace states it in its footer (the report's duration is
+/// that). A trace cut short (no footer) has its end known only after
+/// the pass, so it is read twice: analysed, then walked for the timeline
+/// as [`write`] does (reading and keeping every span until the end is
+/// known was the alternative, memory growing with the trace).
+pub fn write_analyzed(
+    path: &Path,
+    meta: &Meta,
+    cfg: &ReportConfig,
+    opts: &HtmlOptions,
+    out: &mut dyn Write,
+) -> Result<(Report, Summary), ExportError> {
+    let Some(duration_ns) = meta.footer.as_ref().map(|f| f.duration_ns) else {
+        let report =
+            lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |_| {})?;
+        let sum = write(path, meta, &report, opts, out)?;
+        return Ok((report, sum));
     };
-    timeline::scan(path, meta, |item| match item {
-        Item::Span {
-            thread,
-            kind,
-            obj,
-            start_ns,
-            end_ns,
-            site,
-            stack,
-        } => {
-            let Some(&ti) = by_id.get(&thread) else {
-                return;
-            };
-            sum.spans += 1;
-            let h = &mut heat[ti][cat(kind)];
-            let mut t = start_ns;
-            while t < end_ns {
-                let b = (t / bin_ns).min(nb as u64 - 1);
-                let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
-                *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
-                t = bend;
-            }
-            kept.push(RawSpan {
-                thread: ti as u32,
-                kind,
-                obj,
-                start: start_ns,
-                end: end_ns,
-                site,
-                stack,
-                handoff: None,
-            });
-            if kept.len() >= 2 * max {
-                trim(&mut kept);
-            }
-        }
-        Item::GpuWork {
-            process,
-            device,
-            stream,
-            start_ns,
-            end_ns,
-            func,
-            site,
-            ..
-        } => {
-            let ti = *gpu_rows
-                .entry((process, device, stream))
-                .or_insert_with(|| {
-                    threads.push(timeline::ThreadInfo {
-                        id: u32::MAX,
-                        process,
-                        pid: meta.processes.get(&process).map_or(0, |p| p.pid),
-                        tid: 0,
-                        name: format!("GPU {device} stream {stream}"),
-                        start_ns: 0,
-                        end_ns: end,
-                    });
-                    heat.push(Default::default());
-                    threads.len() - 1
-                });
-            sum.spans += 1;
-            let h = &mut heat[ti][cat(SpanKind::GpuWork)];
-            let mut t = start_ns;
-            while t < end_ns {
-                let b = (t / bin_ns).min(nb as u64 - 1);
-                let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
-                *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
-                t = bend;
-            }
-            kept.push(RawSpan {
-                thread: ti as u32,
-                kind: SpanKind::GpuWork,
-                obj: None,
-                start: start_ns,
-                end: end_ns,
-                // The kernel's host function names it (a function's
-                // entry is named like a return address: + 1); a copy
-                // is named by its launch site.
-                site: if func != 0 { func + 1 } else { site },
-                stack: 0,
-                handoff: None,
-            });
-            if kept.len() >= 2 * max {
-                trim(&mut kept);
-            }
-        }
-        Item::HandOff {
-            from,
-            from_ns,
-            to,
-            to_ns,
-            ..
-        } => {
-            // It follows the waiter's span, the last one pushed.
-            if let (Some(&fi), Some(last)) = (by_id.get(&from), kept.last_mut()) {
-                if by_id.get(&to) == Some(&(last.thread as usize))
-                    && last.kind == SpanKind::Wait
-                    && last.end == to_ns
-                {
-                    last.handoff = Some((fi as u32, from_ns));
-                }
-            }
-        }
-        _ => {}
-    })?;
-    trim(&mut kept);
+    let mut agg = Agg::new(meta, duration_ns, opts);
+    let mut tl = Timeline::new();
+    let report =
+        lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |step| {
+            tl.step(step, &mut |item| agg.item(item))
+        })?;
+    let sum = finish(agg, meta, &report, opts, out)?;
+    Ok((report, sum))
+}
+
+/// The page, from the aggregated timeline and the report.
+fn finish(
+    agg: Agg,
+    meta: &Meta,
+    report: &Report,
+    opts: &HtmlOptions,
+    out: &mut dyn Write,
+) -> Result<Summary, ExportError> {
+    let Agg {
+        threads,
+        end,
+        nb,
+        bin_ns,
+        heat,
+        mut kept,
+        max,
+        mut sum,
+        ..
+    } = agg;
+    kept.sort_by_key(|s| std::cmp::Reverse(s.end - s.start));
+    kept.truncate(max);
     kept.sort_by_key(|s| (s.thread, s.start));
     sum.spans_kept = kept.len() as u64;
 
     let mut names = Names::new(meta, opts.symbolize);
     let mut strings: Vec<String> = Vec::new();
-    let mut sid: HashMap<String, usize> = HashMap::new();
+    let mut sid: HashMap<String, usize> = HashMap::default();
     let mut intern = |s: String| -> usize {
         if let Some(&i) = sid.get(&s) {
             return i;
@@ -486,5 +615,224 @@ mod tests {
         assert!(!s.contains('<'), "{s}");
         let back: Value = serde_json::from_str(&s).unwrap();
         assert_eq!(back, v);
+    }
+
+    /// The page's embedded data (the JSON of its data script element).
+    fn page_data(page: &[u8]) -> Value {
+        let page = std::str::from_utf8(page).unwrap();
+        let start = page
+            .find("id=\"lockscope-data\">")
+            .map(|i| i + "id=\"lockscope-data\">".len())
+            .unwrap();
+        let len = page[start..].find("</script>").unwrap();
+        serde_json::from_str(&page[start..start + len]).unwrap()
+    }
+
+    /// The page of `trace` from one pass (`write_analyzed`) and from the
+    /// report computed apart then a second read (`write`): same report,
+    /// same bytes.
+    fn one_pass_equals_two(trace: &Path) -> (Report, Vec<u8>) {
+        let cfg = ReportConfig {
+            symbolize: false,
+            ..ReportConfig::default()
+        };
+        let opts = HtmlOptions {
+            symbolize: false,
+            ..HtmlOptions::default()
+        };
+        let meta = lockscope_analysis::input::index(trace, &mut |_, _| {}).unwrap();
+        let mut one = Vec::new();
+        let (r1, s1) = write_analyzed(trace, &meta, &cfg, &opts, &mut one).unwrap();
+        let r2 = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).unwrap();
+        assert_eq!(
+            serde_json::to_value(&r1).unwrap(),
+            serde_json::to_value(&r2).unwrap(),
+            "{}",
+            trace.display()
+        );
+        assert_eq!(page_data(&one)["report"], report_data(&r2));
+        let mut two = Vec::new();
+        let s2 = write(trace, &meta, &r2, &opts, &mut two).unwrap();
+        assert!(one == two, "{}: the one-pass page differs", trace.display());
+        assert_eq!((s1.spans, s1.spans_kept), (s2.spans, s2.spans_kept));
+        assert!(s1.spans > 0);
+        (r2, one)
+    }
+
+    #[test]
+    fn issue11_html_one_pass_report_equals_analyze() {
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
+        for name in ["sleep_hold.lstrace", "rust_std_mutex.lstrace"] {
+            let trace = golden.join(name);
+            let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {}).unwrap();
+            assert!(meta.footer.is_some(), "{name}: the one-pass case");
+            let (r, page) = one_pass_equals_two(&trace);
+            assert!(r.events > 0 && !r.locks.is_empty(), "{name}");
+            let data = page_data(&page);
+            assert_eq!(data["report"]["events"], r.events);
+            assert!(!data["spans"].as_array().unwrap().is_empty(), "{name}");
+        }
+        // A trace cut short has no footer: read twice, same result.
+        let bytes = std::fs::read(golden.join("sleep_hold.lstrace")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cut = dir.path().join("cut.lstrace");
+        std::fs::write(&cut, &bytes[..bytes.len() * 3 / 4]).unwrap();
+        let meta = lockscope_analysis::input::index(&cut, &mut |_, _| {}).unwrap();
+        assert!(meta.footer.is_none());
+        one_pass_equals_two(&cut);
+    }
+
+    /// A complete trace of `threads` threads taking one lock in turn,
+    /// most acquisitions contended (a hand-off each), sections of varied
+    /// lengths: many spans and hand-offs, for the trims of the kept spans.
+    fn contended_trace(path: &Path, threads: u32, rounds: u32) {
+        use lockscope_format::*;
+        let header = Header {
+            tsc_hz: 1e9,
+            command: vec!["contended".into()],
+            ..Header::default()
+        };
+        let f = std::fs::File::create(path).unwrap();
+        let mut w = TraceWriter::new(std::io::BufWriter::new(f), &header).unwrap();
+        w.write(&Record::Process(Process {
+            id: 1,
+            pid: 100,
+            argv: vec!["contended".into()],
+            ..Process::default()
+        }))
+        .unwrap();
+        for t in 1..=threads {
+            w.write(&Record::Thread(Thread {
+                id: t,
+                process: 1,
+                tid: 100 + t,
+                name: format!("t{t}"),
+                start_ns: 0,
+                parent: 0,
+            }))
+            .unwrap();
+        }
+        let lock = 0x5000u64;
+        let ev = |time, op: Op, flags, site| Event {
+            time,
+            op: op as u8,
+            flags,
+            addr: lock,
+            site,
+            ..Event::default()
+        };
+        let mut events: Vec<Vec<Event>> = vec![Vec::new(); threads as usize];
+        let mut want = vec![10u64; threads as usize];
+        let mut free_at = 0u64;
+        let mut n = 0u64;
+        for r in 0..rounds {
+            for ti in 0..threads as usize {
+                let site = 0x1000 + 0x100 * ti as u64;
+                let b = &mut events[ti];
+                let got = if want[ti] < free_at {
+                    b.push(ev(want[ti], Op::MutexLock, phase::BEGIN, site));
+                    b.push(ev(
+                        free_at + 5,
+                        Op::MutexLock,
+                        phase::DONE | phase::CONTENDED,
+                        site,
+                    ));
+                    n += 2;
+                    free_at + 5
+                } else {
+                    b.push(ev(want[ti], Op::MutexLock, phase::DONE, site));
+                    n += 1;
+                    want[ti]
+                };
+                // Section lengths varied and repeated (ties among spans).
+                let rel = got + 20 + u64::from((r * 7 + ti as u32 * 13) % 50) * 3;
+                b.push(ev(rel, Op::MutexUnlock, phase::DONE, site + 0x20));
+                n += 1;
+                free_at = rel;
+                want[ti] = rel + 1 + u64::from((r * 5 + ti as u32) % 4);
+            }
+        }
+        let end = free_at + 10;
+        for (ti, b) in events.iter().enumerate() {
+            w.write_events(ti as u32 + 1, b).unwrap();
+            w.write(&Record::ThreadEnd(ThreadEnd {
+                thread: ti as u32 + 1,
+                end_ns: end,
+            }))
+            .unwrap();
+        }
+        w.finish(&Footer {
+            duration_ns: end,
+            events: n,
+            lost: 0,
+            exit_status: 0,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn issue11_html_longest_spans_keep_their_hand_offs_through_trims() {
+        // More spans than kept: the page keeps the longest, and a kept
+        // wait keeps its hand-off whenever the buffer was trimmed.
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("contended.lstrace");
+        contended_trace(&trace, 3, 400);
+        one_pass_equals_two(&trace);
+        let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {}).unwrap();
+        let cfg = ReportConfig {
+            symbolize: false,
+            ..ReportConfig::default()
+        };
+        let all = HtmlOptions {
+            symbolize: false,
+            max_spans: 1 << 20,
+            ..HtmlOptions::default()
+        };
+        let mut page = Vec::new();
+        let (_, s) = write_analyzed(&trace, &meta, &cfg, &all, &mut page).unwrap();
+        let full = page_data(&page);
+        assert_eq!(s.spans, s.spans_kept);
+        assert!(full["handoffs"].as_array().unwrap().len() > 500);
+        for max in [1usize, 2, 3, 7, 50, 333, 1000] {
+            let opts = HtmlOptions {
+                max_spans: max,
+                ..all.clone()
+            };
+            let mut page = Vec::new();
+            let (_, s) = write_analyzed(&trace, &meta, &cfg, &opts, &mut page).unwrap();
+            let d = page_data(&page);
+            assert_eq!(s.spans_kept as usize, max.min(s.spans as usize));
+            // The kept spans are the longest of all (ties: the earlier).
+            let dur = |v: &Value| v[3].as_u64().unwrap() - v[2].as_u64().unwrap();
+            let mut want: Vec<&Value> = full["spans"].as_array().unwrap().iter().collect();
+            want.sort_by_key(|v| std::cmp::Reverse(dur(v)));
+            let shortest_kept = d["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(dur)
+                .min()
+                .unwrap();
+            assert_eq!(
+                shortest_kept,
+                dur(want[max.min(want.len()) - 1]),
+                "max {max}"
+            );
+            // Every hand-off of a kept wait is there, as in the full page.
+            let kept: Vec<(u64, u64)> = d["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| (v[0].as_u64().unwrap(), v[3].as_u64().unwrap()))
+                .collect();
+            let want_h: Vec<&Value> = full["handoffs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| kept.contains(&(h[2].as_u64().unwrap(), h[3].as_u64().unwrap())))
+                .collect();
+            let got_h: Vec<&Value> = d["handoffs"].as_array().unwrap().iter().collect();
+            assert_eq!(got_h.len(), want_h.len(), "max {max}");
+        }
     }
 }

@@ -26,6 +26,7 @@
 pub mod diff;
 pub mod folded;
 pub mod html;
+mod jsonout;
 pub mod names;
 pub mod perfetto;
 pub mod perfetto_proto;

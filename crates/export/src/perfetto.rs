@@ -21,6 +21,7 @@ use lockscope_analysis::input::Meta;
 use lockscope_analysis::sync::ObjId;
 use serde_json::json;
 
+use crate::jsonout::JsonOut;
 use crate::names::Names;
 use crate::timeline::{self, Item, SpanKind};
 use crate::ExportError;
@@ -143,34 +144,14 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
-struct Writer<'a> {
-    out: &'a mut dyn Write,
-    first: bool,
-}
-
-impl Writer<'_> {
-    /// The separator before an event.
-    fn sep(&mut self) -> std::io::Result<()> {
-        if !self.first {
-            self.out.write_all(b",\n")?;
-        }
-        self.first = false;
-        Ok(())
-    }
-    fn event(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
-        self.sep()?;
-        serde_json::to_writer(&mut *self.out, v)?;
-        Ok(())
-    }
-}
-
-/// Nanoseconds written as microseconds with three exact decimals.
-struct Us(u64);
-
-impl std::fmt::Display for Us {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
-    }
+/// Per lock, its two names as JSON strings, escaped once: the hand-off
+/// flows' (`"hand-off LOCK"`) and the waiter counter's (`"waiters LOCK"`).
+/// Formatting and escaping them per event was a visible share of the
+/// writer's time (a counter sample per queue change, a flow pair per
+/// hand-off).
+struct LockNames {
+    handoff: Vec<u8>,
+    waiters: Vec<u8>,
 }
 
 /// Writes the trace at `path` as trace-event JSON.
@@ -183,27 +164,41 @@ pub fn write(
     let mut names = Names::new(meta, symbolize);
     let threads = timeline::threads(meta);
     let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-    let mut w = Writer { out, first: true };
-    w.out
-        .write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+    // Every event goes through one buffered writer: the metadata (rare)
+    // serialized by serde_json as before, the per-event objects written
+    // field by field in the same key order (serde_json's maps are sorted
+    // by key), so the output is byte for byte what it was.
+    let mut w = JsonOut::new(out);
+    let mut first = true;
+    let mut sep = |w: &mut JsonOut| {
+        if !first {
+            w.raw(b",\n");
+        }
+        first = false;
+    };
+    w.raw(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     let mut procs: Vec<(u32, u32)> = meta.processes.values().map(|p| (p.id, p.pid)).collect();
     procs.sort_unstable();
     for &(id, pid) in &procs {
         let p = &meta.processes[&id];
         let name = p.argv.first().cloned().unwrap_or_else(|| p.exe.clone());
-        w.event(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,
-            "args":{"name": name}}))?;
+        sep(&mut w);
+        w.value(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,
+            "args":{"name": name}}));
     }
     for (i, t) in threads.iter().enumerate() {
-        w.event(
+        sep(&mut w);
+        w.value(
             &json!({"ph":"M","name":"thread_name","pid":t.pid,"tid":t.tid,
             "args":{"name": t.name}}),
-        )?;
-        w.event(
+        );
+        sep(&mut w);
+        w.value(
             &json!({"ph":"M","name":"thread_sort_index","pid":t.pid,"tid":t.tid,
             "args":{"sort_index": i}}),
-        )?;
+        );
     }
+    w.maybe_flush()?;
     let mut sum = Summary::default();
     // Per thread: its lanes (0 is the thread's own track).
     let mut lanes: Vec<Lanes> = threads.iter().map(|_| Lanes::new()).collect();
@@ -215,6 +210,7 @@ pub fn write(
     for &(id, pid) in &procs {
         pid_of_process.insert(id, pid);
     }
+    let mut lock_names: HashMap<ObjId, LockNames> = HashMap::default();
     let mut err: Option<std::io::Error> = None;
     let mut flow_id = 0u64;
     type FragKey = (SpanKind, Option<ObjId>, u32, u64, u32);
@@ -225,179 +221,225 @@ pub fn write(
         if err.is_some() {
             return;
         }
-        let r = (|| -> std::io::Result<()> {
-            match item {
-                Item::Span {
-                    thread,
-                    kind,
-                    obj,
-                    start_ns,
-                    end_ns,
-                    site,
-                    stack,
-                } => {
-                    let Some(&ti) = by_id.get(&thread) else {
-                        return Ok(());
-                    };
-                    let t = &threads[ti];
-                    let (lane, opened) = lanes[ti].place(start_ns, end_ns);
-                    if opened {
-                        sum.extra_tracks += 1;
-                        w.event(&json!({"ph":"M","name":"thread_name","pid":t.pid,
-                            "tid": EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64,
-                            "args":{"name": format!("{} [{}]", t.name, lane + 1)}}))?;
-                    }
-                    let tid = if lane == 0 {
-                        u64::from(t.tid)
-                    } else {
-                        EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64
-                    };
-                    // The category, name and args of a slice depend on
-                    // its kind, object, site and path only: serialized
-                    // once per combination (a trace has few).
-                    let key = (kind, obj, t.process, site, stack);
-                    if let std::collections::hash_map::Entry::Vacant(slot) = fragments.entry(key) {
-                        let l = SliceLook::new(&mut names, kind, obj, t.process, site, stack);
-                        let mut args = serde_json::Map::new();
-                        if let Some(n) = &l.object {
-                            args.insert("object".into(), json!(n));
-                        }
-                        args.insert("site".into(), json!(l.site));
-                        if !l.path.is_empty() {
-                            args.insert("path".into(), json!(l.path));
-                        }
-                        let frag = format!(
-                            "\"cat\":{},\"name\":{},\"args\":{}",
-                            json!(kind.name()),
-                            json!(l.name),
-                            serde_json::Value::Object(args)
-                        );
-                        slot.insert(frag);
-                    }
-                    let frag = &fragments[&key];
-                    w.sep()?;
-                    write!(
-                        w.out,
-                        "{{\"ph\":\"X\",\"pid\":{},\"tid\":{tid},\"ts\":{},\"dur\":{},{frag}}}",
-                        t.pid,
-                        Us(start_ns),
-                        Us(end_ns - start_ns)
-                    )?;
-                    sum.slices += 1;
-                    match kind {
-                        SpanKind::Hold => {
-                            if let Some(o) = obj {
-                                last_hold.insert(o, (t.pid, tid, start_ns, end_ns));
-                            }
-                        }
-                        SpanKind::Wait => {
-                            last_wait.insert(thread, (tid, start_ns, end_ns));
-                        }
-                        _ => {}
-                    }
+        match item {
+            Item::Span {
+                thread,
+                kind,
+                obj,
+                start_ns,
+                end_ns,
+                site,
+                stack,
+            } => {
+                let Some(&ti) = by_id.get(&thread) else {
+                    return;
+                };
+                let t = &threads[ti];
+                let (lane, opened) = lanes[ti].place(start_ns, end_ns);
+                if opened {
+                    sum.extra_tracks += 1;
+                    sep(&mut w);
+                    w.value(&json!({"ph":"M","name":"thread_name","pid":t.pid,
+                        "tid": EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64,
+                        "args":{"name": format!("{} [{}]", t.name, lane + 1)}}));
                 }
-                Item::HandOff {
-                    lock,
-                    from: _,
-                    from_ns,
-                    to,
-                    to_ns,
-                } => {
-                    let (Some(&(hpid, htid, hs, he)), Some(&(wtid, ws, we)), Some(&ti)) =
-                        (last_hold.get(&lock), last_wait.get(&to), by_id.get(&to))
-                    else {
-                        return Ok(());
-                    };
-                    if he != from_ns || we != to_ns {
-                        return Ok(());
-                    }
-                    // Inside the slices they bind to: the releasing hold's
-                    // last nanosecond, the unblocked wait's last one.
-                    let s_ts = he.saturating_sub(1).max(hs);
-                    let f_ts = we.saturating_sub(1).max(ws);
-                    flow_id += 1;
-                    let name = format!("hand-off {}", names.object(lock));
-                    w.event(&json!({"ph":"s","cat":"handoff","name":name,"id":flow_id,
-                        "pid":hpid,"tid":htid,"ts":us(s_ts)}))?;
-                    w.event(
-                        &json!({"ph":"f","bp":"e","cat":"handoff","name":name,"id":flow_id,
-                        "pid":threads[ti].pid,"tid":wtid,"ts":us(f_ts)}),
-                    )?;
-                    sum.flows += 1;
-                }
-                Item::GpuWork {
-                    process,
-                    device,
-                    stream,
-                    kind,
-                    start_ns,
-                    end_ns,
-                    correlation,
-                    launched_by,
-                    func,
-                    site,
-                } => {
-                    // One track per GPU stream, in the process that
-                    // launched the work (streams of one device side by
-                    // side; CUDA's own timeline shows them so).
-                    let pid = pid_of_process.get(&process).copied().unwrap_or(0);
-                    let tid = GPU_TID_BASE + (u64::from(device) << 20) + u64::from(stream);
-                    if gpu_tracks.insert((pid, device, stream)) {
-                        w.event(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,
-                            "args":{"name": format!("GPU {device} stream {stream}")}}))?;
-                        w.event(&json!({"ph":"M","name":"thread_sort_index","pid":pid,
-                            "tid":tid,"args":{"sort_index": 1_000_000 + gpu_tracks.len()}}))?;
-                    }
-                    let name = if func != 0 {
-                        // A function's entry, named like a return address.
-                        names.site(process, func + 1, 0)
-                    } else {
-                        kind.name().to_string()
-                    };
+                let tid = if lane == 0 {
+                    u64::from(t.tid)
+                } else {
+                    EXTRA_TID_BASE + u64::from(t.tid) * 64 + lane as u64
+                };
+                // The category, name and args of a slice depend on
+                // its kind, object, site and path only: serialized
+                // once per combination (a trace has few).
+                let key = (kind, obj, t.process, site, stack);
+                let frag = fragments.entry(key).or_insert_with(|| {
+                    let l = SliceLook::new(&mut names, kind, obj, t.process, site, stack);
                     let mut args = serde_json::Map::new();
-                    args.insert("correlation".into(), json!(correlation));
-                    if launched_by != 0 {
-                        args.insert("launched_by_thread".into(), json!(launched_by));
-                        args.insert("launch_site".into(), json!(names.site(process, site, 0)));
+                    if let Some(n) = &l.object {
+                        args.insert("object".into(), json!(n));
                     }
-                    w.sep()?;
-                    write!(
-                        w.out,
-                        "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"cat\":\"gpu\",\"name\":{},\"args\":{}}}",
-                        Us(start_ns),
-                        Us(end_ns - start_ns),
-                        json!(name),
+                    args.insert("site".into(), json!(l.site));
+                    if !l.path.is_empty() {
+                        args.insert("path".into(), json!(l.path));
+                    }
+                    format!(
+                        "\"cat\":{},\"name\":{},\"args\":{}",
+                        json!(kind.name()),
+                        json!(l.name),
                         serde_json::Value::Object(args)
-                    )?;
-                    sum.slices += 1;
-                    sum.gpu_slices += 1;
-                }
-                Item::Begin { .. } | Item::Dropped { .. } => {}
-                Item::Waiters {
-                    lock,
-                    time_ns,
-                    count,
-                } => {
-                    let pid = pid_of_process.get(&lock.process).copied().unwrap_or(0);
-                    let name = format!("waiters {}", names.object(lock));
-                    w.event(
-                        &json!({"ph":"C","name":name,"pid":pid,"tid":0,"ts":us(time_ns),
-                        "args":{"waiters":count}}),
-                    )?;
-                    sum.counters += 1;
+                    )
+                });
+                sep(&mut w);
+                w.raw(b"{\"ph\":\"X\",\"pid\":");
+                w.u64(u64::from(t.pid));
+                w.raw(b",\"tid\":");
+                w.u64(tid);
+                w.raw(b",\"ts\":");
+                w.us3(start_ns);
+                w.raw(b",\"dur\":");
+                w.us3(end_ns - start_ns);
+                w.raw(b",");
+                w.raw(frag.as_bytes());
+                w.raw(b"}");
+                sum.slices += 1;
+                match kind {
+                    SpanKind::Hold => {
+                        if let Some(o) = obj {
+                            last_hold.insert(o, (t.pid, tid, start_ns, end_ns));
+                        }
+                    }
+                    SpanKind::Wait => {
+                        last_wait.insert(thread, (tid, start_ns, end_ns));
+                    }
+                    _ => {}
                 }
             }
-            Ok(())
-        })();
-        if let Err(e) = r {
+            Item::HandOff {
+                lock,
+                from: _,
+                from_ns,
+                to,
+                to_ns,
+            } => {
+                let (Some(&(hpid, htid, hs, he)), Some(&(wtid, ws, we)), Some(&ti)) =
+                    (last_hold.get(&lock), last_wait.get(&to), by_id.get(&to))
+                else {
+                    return;
+                };
+                if he != from_ns || we != to_ns {
+                    return;
+                }
+                // Inside the slices they bind to: the releasing hold's
+                // last nanosecond, the unblocked wait's last one.
+                let s_ts = he.saturating_sub(1).max(hs);
+                let f_ts = we.saturating_sub(1).max(ws);
+                flow_id += 1;
+                let ln = lock_names
+                    .entry(lock)
+                    .or_insert_with(|| lock_names_of(&mut names, lock));
+                // serde_json's key order (sorted), as before.
+                sep(&mut w);
+                w.raw(b"{\"cat\":\"handoff\",\"id\":");
+                w.u64(flow_id);
+                w.raw(b",\"name\":");
+                w.raw(&ln.handoff);
+                w.raw(b",\"ph\":\"s\",\"pid\":");
+                w.u64(u64::from(hpid));
+                w.raw(b",\"tid\":");
+                w.u64(htid);
+                w.raw(b",\"ts\":");
+                w.f64(us(s_ts));
+                w.raw(b"}");
+                sep(&mut w);
+                w.raw(b"{\"bp\":\"e\",\"cat\":\"handoff\",\"id\":");
+                w.u64(flow_id);
+                w.raw(b",\"name\":");
+                w.raw(&ln.handoff);
+                w.raw(b",\"ph\":\"f\",\"pid\":");
+                w.u64(u64::from(threads[ti].pid));
+                w.raw(b",\"tid\":");
+                w.u64(wtid);
+                w.raw(b",\"ts\":");
+                w.f64(us(f_ts));
+                w.raw(b"}");
+                sum.flows += 1;
+            }
+            Item::GpuWork {
+                process,
+                device,
+                stream,
+                kind,
+                start_ns,
+                end_ns,
+                correlation,
+                launched_by,
+                func,
+                site,
+            } => {
+                // One track per GPU stream, in the process that
+                // launched the work (streams of one device side by
+                // side; CUDA's own timeline shows them so).
+                let pid = pid_of_process.get(&process).copied().unwrap_or(0);
+                let tid = GPU_TID_BASE + (u64::from(device) << 20) + u64::from(stream);
+                if gpu_tracks.insert((pid, device, stream)) {
+                    sep(&mut w);
+                    w.value(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,
+                        "args":{"name": format!("GPU {device} stream {stream}")}}));
+                    sep(&mut w);
+                    w.value(&json!({"ph":"M","name":"thread_sort_index","pid":pid,
+                        "tid":tid,"args":{"sort_index": 1_000_000 + gpu_tracks.len()}}));
+                }
+                let name = if func != 0 {
+                    // A function's entry, named like a return address.
+                    names.site(process, func + 1, 0)
+                } else {
+                    kind.name().to_string()
+                };
+                let mut args = serde_json::Map::new();
+                args.insert("correlation".into(), json!(correlation));
+                if launched_by != 0 {
+                    args.insert("launched_by_thread".into(), json!(launched_by));
+                    args.insert("launch_site".into(), json!(names.site(process, site, 0)));
+                }
+                sep(&mut w);
+                w.raw(b"{\"ph\":\"X\",\"pid\":");
+                w.u64(u64::from(pid));
+                w.raw(b",\"tid\":");
+                w.u64(tid);
+                w.raw(b",\"ts\":");
+                w.us3(start_ns);
+                w.raw(b",\"dur\":");
+                w.us3(end_ns - start_ns);
+                w.raw(b",\"cat\":\"gpu\",\"name\":");
+                w.value(&name);
+                w.raw(b",\"args\":");
+                w.value(&serde_json::Value::Object(args));
+                w.raw(b"}");
+                sum.slices += 1;
+                sum.gpu_slices += 1;
+            }
+            Item::Begin { .. } | Item::Dropped { .. } => {}
+            Item::Waiters {
+                lock,
+                time_ns,
+                count,
+            } => {
+                let pid = pid_of_process.get(&lock.process).copied().unwrap_or(0);
+                let ln = lock_names
+                    .entry(lock)
+                    .or_insert_with(|| lock_names_of(&mut names, lock));
+                sep(&mut w);
+                w.raw(b"{\"args\":{\"waiters\":");
+                w.u64(u64::from(count));
+                w.raw(b"},\"name\":");
+                w.raw(&ln.waiters);
+                w.raw(b",\"ph\":\"C\",\"pid\":");
+                w.u64(u64::from(pid));
+                w.raw(b",\"tid\":0,\"ts\":");
+                w.f64(us(time_ns));
+                w.raw(b"}");
+                sum.counters += 1;
+            }
+        }
+        if let Err(e) = w.maybe_flush() {
             err = Some(e);
         }
     })?;
     if let Some(e) = err {
         return Err(e.into());
     }
-    w.out.write_all(b"\n]}\n")?;
+    w.raw(b"\n]}\n");
+    w.finish()?;
     Ok(sum)
+}
+
+/// A lock's names as the flows and counters write them.
+fn lock_names_of(names: &mut Names, lock: ObjId) -> LockNames {
+    let n = names.object(lock);
+    LockNames {
+        handoff: JsonOut::string(&format!("hand-off {n}")),
+        waiters: JsonOut::string(&format!("waiters {n}")),
+    }
 }
 
 #[cfg(test)]

@@ -197,9 +197,16 @@ struct Look {
     args: Vec<(u64, Arg)>,
 }
 
+/// Bytes of packets buffered before they are handed to the output.
+const FLUSH_AT: usize = 256 << 10;
+
 /// The packet writer: reused buffers, one packet at a time.
 struct Out<'a> {
     out: &'a mut dyn Write,
+    /// Whole packets not yet handed to `out`: two `write_all` calls per
+    /// packet through `&mut dyn Write` were a visible share of the
+    /// writer's time (two packets per slice).
+    buf: Vec<u8>,
     pkt: Vec<u8>,
     ev: Vec<u8>,
     tmp: Vec<u8>,
@@ -225,10 +232,21 @@ impl Out<'_> {
         }
         head[n] = len as u8;
         n += 1;
-        self.out.write_all(&head[..n])?;
-        self.out.write_all(&self.pkt)?;
+        self.buf.extend_from_slice(&head[..n]);
+        self.buf.extend_from_slice(&self.pkt);
         self.pkt.clear();
+        if self.buf.len() >= FLUSH_AT {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
         Ok(())
+    }
+
+    /// Hands what is buffered to the output and flushes it.
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        self.out.flush()
     }
 
     /// A TrackDescriptor packet. `kind`: the process or thread
@@ -352,6 +370,7 @@ pub fn write(
     let by_id: HashMap<u32, usize> = threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
     let mut o = Out {
         out,
+        buf: Vec::with_capacity(FLUSH_AT + 4096),
         pkt: Vec::with_capacity(256),
         ev: Vec::with_capacity(128),
         tmp: Vec::with_capacity(32),
@@ -404,6 +423,7 @@ pub fn write(
     // (start, end): the ends of a hand-off's arrow, as in the JSON.
     let mut last_hold: HashMap<ObjId, (u64, u64, u64)> = HashMap::default();
     let mut counters: HashMap<ObjId, u64> = HashMap::default();
+    let mut flow_names: HashMap<ObjId, u64> = HashMap::default();
     let mut gpu_tracks: HashMap<(u32, u32, u32), u64> = HashMap::default();
     type LookKey = (SpanKind, Option<ObjId>, u32, u64, u32);
     // Each distinct look once; a slice refers to it by index.
@@ -433,9 +453,21 @@ pub fn write(
                     if let Some(&(htrack, hs, he)) = last_hold.get(&lock) {
                         if to == w.thread && w.end == to_ns && he == from_ns {
                             flow_id += 1;
-                            let name = format!("release {}", names.object(lock));
+                            // The name's iid, interned at the lock's
+                            // first hand-off (the same packet as before):
+                            // formatted and hashed once per lock, not
+                            // per hand-off.
+                            let name = match flow_names.get(&lock) {
+                                Some(&i) => i,
+                                None => {
+                                    let n = format!("release {}", names.object(lock));
+                                    let i = o.interned.name(&n);
+                                    flow_names.insert(lock, i);
+                                    i
+                                }
+                            };
                             let look = Look {
-                                name: o.interned.name(&name),
+                                name,
                                 cat: o.interned.cat("handoff"),
                                 args: Vec::new(),
                             };
@@ -633,7 +665,7 @@ pub fn write(
         o.slice(w.track, w.start, w.end, &looks[w.look], None)?;
         sum.slices += 1;
     }
-    o.out.flush()?;
+    o.finish()?;
     Ok(sum)
 }
 

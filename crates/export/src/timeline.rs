@@ -210,29 +210,58 @@ pub enum Item {
     },
 }
 
-/// Streams the timeline of a trace file (bounded memory). `correct`
-/// selects overhead correction in the interpreter (it only affects the
-/// wait figures it reports, not the recorded times used here).
+/// Streams the timeline of a trace file (bounded memory). The
+/// interpreter runs with overhead correction, which only affects the wait
+/// figures it reports, not the recorded times used here (so steps of an
+/// interpreter run either way give the same timeline).
 pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), ExportError> {
-    let mut waiters: HashMap<ObjId, u32> = HashMap::default();
-    let mut last_release: HashMap<ObjId, (u32, u64)> = HashMap::default();
-    let mut pending_futex: HashMap<u32, ObjId> = HashMap::default();
+    let mut tl = Timeline::new();
+    sync::for_each_step(path, meta, true, |step, _| tl.step(step, &mut f))?;
+    Ok(())
+}
+
+/// The timeline's state between steps: [`scan`]'s walk, for a caller that
+/// gets the steps from a pass of its own (the HTML report takes them from
+/// the report's analysis, [`lockscope_analysis::analyze_observed`], so
+/// that the trace is read once for both).
+#[derive(Default)]
+pub struct Timeline {
+    waiters: HashMap<ObjId, u32>,
+    last_release: HashMap<ObjId, (u32, u64)>,
+    pending_futex: HashMap<u32, ObjId>,
     // GPU launches by (process, correlation id): who launched the work
     // reported later (the launch comes first in time).
-    let mut launches: HashMap<(u32, u32), (u32, u64, u64)> = HashMap::default();
-    let mut queue = |lock: ObjId, time_ns: u64, delta: i32, f: &mut dyn FnMut(Item)| {
-        let n = waiters.entry(lock).or_default();
-        let new = (*n as i64 + i64::from(delta)).max(0) as u32;
-        if new != *n {
-            *n = new;
-            f(Item::Waiters {
-                lock,
-                time_ns,
-                count: new,
-            });
-        }
-    };
-    sync::for_each_step(path, meta, true, |step, _| {
+    launches: HashMap<(u32, u32), (u32, u64, u64)>,
+}
+
+impl Timeline {
+    /// No step seen yet.
+    pub fn new() -> Timeline {
+        Timeline::default()
+    }
+
+    /// Takes the next step (in the order [`sync::for_each_step`] gives
+    /// them) and hands what it ends or begins to `f`.
+    #[inline]
+    pub fn step(&mut self, step: &sync::Step<'_>, f: &mut impl FnMut(Item)) {
+        let Timeline {
+            waiters,
+            last_release,
+            pending_futex,
+            launches,
+        } = self;
+        let mut queue = |lock: ObjId, time_ns: u64, delta: i32, f: &mut dyn FnMut(Item)| {
+            let n = waiters.entry(lock).or_default();
+            let new = (*n as i64 + i64::from(delta)).max(0) as u32;
+            if new != *n {
+                *n = new;
+                f(Item::Waiters {
+                    lock,
+                    time_ns,
+                    count: new,
+                });
+            }
+        };
         let t = step.time;
         let seg_start = t.saturating_sub(step.segment.raw_ns);
         let span = |kind, obj, start_ns: u64, site, stack| Item::Span {
@@ -245,10 +274,10 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
             stack,
         };
         match step.kind {
-            StepKind::AcquireBegin { lock } => queue(lock, t, 1, &mut f),
+            StepKind::AcquireBegin { lock } => queue(lock, t, 1, &mut *f),
             StepKind::FutexWaitBegin { futex } => {
                 pending_futex.insert(step.thread, futex);
-                queue(futex, t, 1, &mut f);
+                queue(futex, t, 1, &mut *f);
             }
             StepKind::Acquired {
                 section,
@@ -257,7 +286,7 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
                 ..
             } => {
                 if matched {
-                    queue(section.lock, t, -1, &mut f);
+                    queue(section.lock, t, -1, &mut *f);
                 }
                 if waited {
                     f(span(
@@ -281,7 +310,7 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
                 }
             }
             StepKind::AcquireFailed { lock, matched, .. } if matched => {
-                queue(lock, t, -1, &mut f);
+                queue(lock, t, -1, &mut *f);
                 f(span(
                     SpanKind::Wait,
                     Some(lock),
@@ -292,10 +321,10 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
             }
             StepKind::Abandoned {
                 queued: Some((lock, _)),
-            } => queue(lock, t, -1, &mut f),
+            } => queue(lock, t, -1, &mut *f),
             StepKind::FutexWaitEnd { futex, .. } => {
                 if pending_futex.remove(&step.thread).is_some() {
-                    queue(futex, t, -1, &mut f);
+                    queue(futex, t, -1, &mut *f);
                 }
                 if step.segment.kind == SegKind::Blocked(BlockedOn::Lock) {
                     f(span(
@@ -442,6 +471,5 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
                 stack,
             });
         }
-    })?;
-    Ok(())
+    }
 }

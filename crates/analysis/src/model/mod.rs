@@ -453,6 +453,22 @@ impl Model {
         progress: &mut dyn FnMut(u64, u64),
         tap: &mut (dyn FnMut(u32, &[lockscope_format::Event]) + Send),
     ) -> Result<Model, AnalysisError> {
+        Model::build_observed(path, meta, cfg, progress, tap, |_| {})
+    }
+
+    /// [`Model::build_tapped`], also handing every step to `observe` after
+    /// the model took it (on the interpreter's thread): for a consumer of
+    /// the same steps (the HTML report's timeline) that would otherwise
+    /// read, decode and interpret the whole trace a second time. Generic,
+    /// not `dyn`, so that the plain build pays nothing for it.
+    pub fn build_observed(
+        path: &Path,
+        meta: &Meta,
+        cfg: ModelConfig,
+        progress: &mut dyn FnMut(u64, u64),
+        tap: &mut (dyn FnMut(u32, &[lockscope_format::Event]) + Send),
+        mut observe: impl FnMut(&crate::sync::Step<'_>),
+    ) -> Result<Model, AnalysisError> {
         let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
         overhead.sort_by_key(|o| o.process);
         let correct = cfg.correct_overhead;
@@ -471,7 +487,8 @@ impl Model {
             model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
         }
         let si = crate::sync::for_each_step_tapped(path, meta, correct, progress, tap, |s, _| {
-            model.step(s)
+            model.step(s);
+            observe(s);
         })?;
         model.anomalies = si.anomalies;
         for l in &meta.losses {

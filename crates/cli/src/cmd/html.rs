@@ -67,22 +67,30 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(t) => t,
         None => newest_trace()?,
     };
-    let report = super::export_formats::report(&trace)?;
+    crate::cmd::util::check_trace_file(&trace)?;
     let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {})
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let output = a.output.unwrap_or_else(|| trace.with_extension("html"));
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(&output)
-            .with_context(|| format!("cannot create {}", output.display()))?,
-    );
     let opts = HtmlOptions {
         bins: a.bins,
         max_spans: a.spans,
         symbolize: !a.no_symbols,
     };
-    let s = html::write(&trace, &meta, &report, &opts, &mut out)
+    // The report with the settings every export uses (the text report's
+    // defaults, as `export_formats::report`), and the timeline, from one
+    // read of the trace. The page (a few MB at most, whatever the trace)
+    // is made in memory first, so that a trace that fails to read leaves
+    // no output file behind, as when the report was computed before the
+    // file was created.
+    let cfg = lockscope_analysis::ReportConfig::default();
+    let mut page = Vec::new();
+    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut page)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    let mut out = std::fs::File::create(&output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    out.write_all(&page)
+        .and_then(|()| out.flush())
         .with_context(|| format!("cannot write {}", output.display()))?;
-    out.flush()?;
     eprintln!(
         "lockscope: wrote {} ({:.1} MB; {} of {} spans individually)",
         output.display(),
