@@ -75,6 +75,7 @@ pub struct RingIdentity {
 
 /// The producer side. Plain data with a `const` empty value, so that it
 /// can live in initial-exec TLS with no constructor and no destructor.
+#[derive(Debug)]
 pub struct Producer {
     hdr: *mut RingHeader,
     slots: *mut Slot,

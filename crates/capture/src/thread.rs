@@ -55,6 +55,7 @@ pub(crate) static RECORDING: AtomicU8 = AtomicU8::new(REC_OFF);
 
 /// One thread's recorder state. All-zero is the valid initial value.
 #[repr(C)]
+#[derive(Debug)]
 pub(crate) struct ThreadState {
     pub(crate) prod: Producer,
     /// 1 while the thread is inside the recorder (a [`Guard`] is alive).
@@ -985,12 +986,14 @@ mod tests {
 
     #[test]
     fn empty_state_is_all_zero_bytes() {
-        // `.tbss` hands every thread zeroes: that must be EMPTY.
-        let s = ThreadState::EMPTY;
-        let p = &s as *const ThreadState as *const u8;
-        // SAFETY: `s` is a live ThreadState of that size; any byte is a u8.
-        let bytes = unsafe { core::slice::from_raw_parts(p, core::mem::size_of::<ThreadState>()) };
-        assert!(bytes.iter().all(|&b| b == 0));
+        // `.tbss` hands every thread zeroes: that must be EMPTY. Compared
+        // field by field (through Debug), not as bytes: reading EMPTY's
+        // padding bytes was undefined behaviour (Miri: uninitialized
+        // memory), and padding is not part of the value anyway.
+        // SAFETY: ThreadState is integers, a bool and raw pointers, for
+        // which all-zero bytes are valid values (null pointers, false).
+        let zeroed: ThreadState = unsafe { core::mem::zeroed() };
+        assert_eq!(format!("{zeroed:?}"), format!("{:?}", ThreadState::EMPTY));
     }
 
     #[test]
@@ -1065,15 +1068,26 @@ mod tests {
     fn walk_follows_a_synthetic_chain() {
         // Three frame records laid out like a real stack, in one array.
         let mut stack = [0u64; 8];
-        let base = stack.as_ptr() as u64;
-        stack[0] = base + 16; // frame 0 -> frame 1
-        stack[1] = 0x40_1000;
-        stack[2] = base + 32; // frame 1 -> frame 2
-        stack[3] = 0x40_2000;
-        stack[4] = base + 8; // frame 2 -> goes down: stop after it
-        stack[5] = 0x40_3000;
-        // The walk reads the array through raw addresses.
-        core::hint::black_box(&stack);
+        // Filled through the pointer whose address the walk is given, not
+        // through `stack` itself: a write through the array would end the
+        // pointer's permission to read it (Miri's Stacked Borrows), and
+        // the walk reads through that address.
+        let p = stack.as_mut_ptr();
+        let base = p as u64;
+        let words = [
+            base + 16,
+            0x40_1000,
+            base + 32,
+            0x40_2000,
+            base + 8,
+            0x40_3000,
+        ];
+        // frame 0 -> frame 1 -> frame 2, whose next (base + 8) goes
+        // down: the walk stops after it.
+        for (i, w) in words.into_iter().enumerate() {
+            // SAFETY: i < 6 < 8: inside `stack`.
+            unsafe { p.add(i).write(w) };
+        }
         let mut out = [0u64; 8];
         // SAFETY: [base, base+64) is `stack`, readable.
         let n = unsafe { walk_frames(base, base, base + 64, &mut out) };
