@@ -468,7 +468,7 @@ pub fn write(
 /// a complete trace states it in its footer (the report's duration is
 /// that). A trace cut short (no footer) has its end known only after
 /// the pass, so it is read twice: analysed, then walked for the timeline
-/// as [`write`] does (reading and keeping every span until the end is
+/// as [`write()`] does (reading and keeping every span until the end is
 /// known was the alternative, memory growing with the trace).
 pub fn write_analyzed(
     path: &Path,

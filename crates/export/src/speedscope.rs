@@ -18,7 +18,7 @@
 //!
 //! Speed: a frame is named once per (kind, object, site, call path), not
 //! once per event (naming it formats, parses and hashes several strings),
-//! and the events are written through [`crate::jsonout`] (itoa into one
+//! and the events are written through `crate::jsonout` (itoa into one
 //! buffer) rather than `write!` per event.
 
 // Fx: the keys are small ids, hashed once per event (as in the other
