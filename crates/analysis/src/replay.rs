@@ -36,6 +36,7 @@
 //! the spilled replay is tested against, and small traces).
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::io;
 use std::path::Path;
@@ -47,6 +48,31 @@ use crate::sync::{for_each_step, BlockedOn, ObjId, SegKind, Step, StepKind};
 use crate::AnalysisError;
 
 mod store;
+
+/// Phase timings of a replay on stderr when `LOCKSCOPE_REPLAY_TIMINGS`
+/// is set (issue 9: where the time of a 100 M-event replay goes). An
+/// environment variable rather than a command-line option: a profiling
+/// aid, not part of the interface.
+mod timings {
+    use std::time::Instant;
+
+    fn on() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var_os("LOCKSCOPE_REPLAY_TIMINGS").is_some())
+    }
+
+    /// The start of a phase (`None` when timings are off).
+    pub(super) fn start() -> Option<Instant> {
+        on().then(Instant::now)
+    }
+
+    /// Prints how long the phase started at `t` took.
+    pub(super) fn phase(t: Option<Instant>, what: &str) {
+        if let Some(t) = t {
+            eprintln!("replay timing: {what}: {:.3} s", t.elapsed().as_secs_f64());
+        }
+    }
+}
 
 /// JSON schema name of [`ReplayReport`].
 pub const SCHEMA: &str = "lockscope.replay/1";
@@ -152,7 +178,21 @@ pub struct ThreadProgram {
 #[derive(Debug)]
 enum Store {
     Mem(Vec<Vec<Action>>),
-    Spill(store::Stored),
+    Spill(Spilled),
+}
+
+/// A program's actions in temporary files: per thread, the actions
+/// without their work, and the work of its `Compute` and `UnlockWork`
+/// actions, in the same order (see `store`).
+#[derive(Debug)]
+struct Spilled {
+    actions: store::Stored,
+    work: store::Stored,
+    /// Signal ids counted from [`SIGNAL_BIT`] by the builder are
+    /// remapped when read ([`remap_signal`]): the base is only known once
+    /// the trace is read, and remapping as they are decoded costs less
+    /// than rewriting the actions.
+    base: u32,
 }
 
 impl Default for Store {
@@ -166,7 +206,11 @@ pub struct Actions<'a>(ActionsInner<'a>);
 
 enum ActionsInner<'a> {
     Mem(std::slice::Iter<'a, Action>),
-    Spill(store::Reader<'a>),
+    Spill {
+        actions: store::Reader<'a>,
+        work: store::Reader<'a>,
+        base: u32,
+    },
 }
 
 impl Iterator for Actions<'_> {
@@ -174,9 +218,20 @@ impl Iterator for Actions<'_> {
     fn next(&mut self) -> Option<Action> {
         match &mut self.0 {
             ActionsInner::Mem(it) => it.next().copied(),
-            ActionsInner::Spill(r) => {
-                let (buf, pos) = r.data()?;
-                Some(store::decode(buf, pos))
+            ActionsInner::Spill {
+                actions,
+                work,
+                base,
+            } => {
+                let (buf, pos) = actions.data()?;
+                let mut a = store::decode(buf, pos);
+                if store::has_work(&a) {
+                    let (buf, pos) = work.data()?;
+                    store::get_work(&mut a, buf, pos);
+                } else {
+                    remap_signal(&mut a, *base);
+                }
+                Some(a)
             }
         }
     }
@@ -223,7 +278,11 @@ impl Program {
     pub fn actions(&self, t: usize) -> Actions<'_> {
         Actions(match &self.actions {
             Store::Mem(v) => ActionsInner::Mem(v.get(t).map_or(&[][..], |a| &a[..]).iter()),
-            Store::Spill(st) => ActionsInner::Spill(st.reader(t)),
+            Store::Spill(st) => ActionsInner::Spill {
+                actions: st.actions.reader(t),
+                work: st.work.reader(t),
+                base: st.base,
+            },
         })
     }
 
@@ -231,15 +290,15 @@ impl Program {
     pub fn action_count(&self) -> u64 {
         match &self.actions {
             Store::Mem(v) => v.iter().map(|a| a.len() as u64).sum(),
-            Store::Spill(st) => (0..self.threads.len()).map(|t| st.count(t)).sum(),
+            Store::Spill(st) => (0..self.threads.len()).map(|t| st.actions.count(t)).sum(),
         }
     }
 
-    /// Bytes of the spill file (0 for an in-memory program).
+    /// Bytes of the spill files (0 for an in-memory program).
     pub fn spilled_bytes(&self) -> u64 {
         match &self.actions {
             Store::Mem(_) => 0,
-            Store::Spill(st) => st.bytes(),
+            Store::Spill(st) => st.actions.bytes() + st.work.bytes(),
         }
     }
 
@@ -248,7 +307,7 @@ impl Program {
     pub fn take_error(&self) -> Option<io::Error> {
         match &self.actions {
             Store::Mem(_) => None,
-            Store::Spill(st) => st.take_error(),
+            Store::Spill(st) => st.actions.take_error().or_else(|| st.work.take_error()),
         }
     }
 
@@ -277,8 +336,11 @@ enum Sink {
         ivs: Vec<(u64, u64, u32, u32)>,
     },
     Spill {
+        /// Per thread: the actions, without their work.
         actions: store::Streams,
-        /// Per thread: (start, length, action index), varints.
+        /// Per thread, per `Compute` or `UnlockWork` action: its recorded
+        /// interval and work, varints: start, length, `ns`, then `oh << 2
+        /// | access << 1 | is UnlockWork`.
         ivs: store::Streams,
         error: Option<io::Error>,
     },
@@ -452,6 +514,44 @@ impl Builder {
         }
     }
 
+    /// Pushes a `Compute` or `UnlockWork` action whose recorded interval
+    /// was `start..end` (its work is scaled by the CPU share the thread
+    /// had then, see [`Builder::cpu_shares`]).
+    fn push_work(&mut self, ti: u32, start: u64, end: u64, a: Action) {
+        match &mut self.sink {
+            Sink::Mem { .. } => {
+                self.interval(ti, start, end);
+                self.push(ti, a);
+            }
+            Sink::Spill {
+                actions,
+                ivs,
+                error,
+            } => {
+                let (ns, flags) = match a {
+                    Action::Compute { ns, oh, access, .. } => {
+                        (ns, u64::from(oh) << 2 | u64::from(access) << 1)
+                    }
+                    Action::UnlockWork { ns, .. } => (ns, 1),
+                    _ => (0, 0),
+                };
+                let r = actions
+                    .push(ti as usize, |b| store::encode(&a, b))
+                    .and_then(|_| {
+                        ivs.push(ti as usize, |b| {
+                            store::put(b, start);
+                            store::put(b, end.saturating_sub(start));
+                            store::put(b, ns);
+                            store::put(b, flags);
+                        })
+                    });
+                if let Err(e) = r {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
     /// Actions of thread `ti` so far.
     fn action_count(&self, ti: u32) -> u32 {
         match &self.sink {
@@ -461,24 +561,11 @@ impl Builder {
     }
 
     /// A recorded compute interval of thread `ti` whose work is its
-    /// next action (see [`Builder::cpu_shares`]).
+    /// next action, in memory (see [`Builder::cpu_shares`]).
     fn interval(&mut self, ti: u32, start: u64, end: u64) {
         let at = self.action_count(ti);
-        match &mut self.sink {
-            Sink::Mem { ivs, .. } => ivs.push((start, end, ti, at)),
-            Sink::Spill { ivs, error, .. } => {
-                // Empty ones get no CPU share: not needed.
-                if end > start {
-                    let r = ivs.push(ti as usize, |b| {
-                        store::put(b, start);
-                        store::put(b, end - start);
-                        store::put(b, u64::from(at));
-                    });
-                    if let Err(e) = r {
-                        error.get_or_insert(e);
-                    }
-                }
-            }
+        if let Sink::Mem { ivs, .. } = &mut self.sink {
+            ivs.push((start, end, ti, at));
         }
     }
 
@@ -536,27 +623,22 @@ impl Builder {
                 // offset into it.
                 self.push(ti, Action::Spawn { child, offset });
             }
-            self.interval(ti, s.time.saturating_sub(seg.raw_ns), s.time);
-            if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) = (seg.kind, s.kind) {
-                let l = self.lock(lock);
-                self.push(
-                    ti,
-                    Action::UnlockWork {
-                        lock: l,
-                        ns: seg.corrected_ns,
-                    },
-                );
+            let a = if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) =
+                (seg.kind, s.kind)
+            {
+                Action::UnlockWork {
+                    lock: self.lock(lock),
+                    ns: seg.corrected_ns,
+                }
             } else {
-                self.push(
-                    ti,
-                    Action::Compute {
-                        ns: seg.corrected_ns,
-                        cs,
-                        oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
-                        access: is_mem,
-                    },
-                );
-            }
+                Action::Compute {
+                    ns: seg.corrected_ns,
+                    cs,
+                    oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
+                    access: is_mem,
+                }
+            };
+            self.push_work(ti, s.time.saturating_sub(seg.raw_ns), s.time, a);
         }
         match s.kind {
             StepKind::Acquired { section, .. } => {
@@ -755,14 +837,19 @@ impl Builder {
                 }
                 let threads = self.p.threads.len();
                 let mut removed = 0;
-                let stored = (|| {
-                    let raw = actions.finish()?;
+                let spilled = (|| {
+                    let actions = actions.finish()?;
                     let ivs = ivs.finish()?;
-                    cpu_shares_merged(n, threads, base, access_ns, &mut removed, &raw, &ivs)
+                    let work = cpu_shares_merged(n, threads, access_ns, &mut removed, &ivs)?;
+                    Ok(Spilled {
+                        actions,
+                        work,
+                        base,
+                    })
                 })()
                 .map_err(spill_error)?;
                 self.p.overhead_ns += removed;
-                self.p.actions = Store::Spill(stored);
+                self.p.actions = Store::Spill(spilled);
             }
         }
         Ok(self.p)
@@ -937,94 +1024,132 @@ fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Ve
     }
 }
 
-/// Rewrites the raw spilled actions into the final ones: signal ids
-/// remapped, compute work scaled by its CPU share. The shares come from a
+/// Writes the final work of every spilled `Compute` and `UnlockWork`
+/// action: the recorded work less the access cost
+/// ([`correct_access`]), scaled by its CPU share. The shares come from a
 /// merge, in time order, of every thread's interval stream (each is
 /// time-ordered: a thread's intervals follow each other), holding one
 /// interval per thread: what [`cpu_shares_sorted`] computes with a sort of
-/// every interval end.
+/// every interval end. Only the work is written, not the actions: a
+/// rewrite of every action here took as long as reading and interpreting
+/// the trace (issue 9).
 fn cpu_shares_merged(
     n: u64,
     threads: usize,
-    base: u32,
     access_ns: u64,
     removed: &mut u64,
-    raw: &store::Stored,
     ivs: &store::Stored,
 ) -> io::Result<store::Stored> {
     let mut out = store::Streams::new()?;
-    let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| raw.reader(t)).collect();
-    // Copies thread t's actions until it has `upto` (all if None), the
-    // last one scaled by `share`.
-    let mut copy =
-        |out: &mut store::Streams, t: usize, upto: Option<(u64, f64)>| -> io::Result<()> {
-            loop {
-                let written = out.count(t);
-                if upto.is_some_and(|(at, _)| written > at) {
-                    return Ok(());
-                }
-                let Some((buf, pos)) = readers[t].data() else {
-                    return Ok(());
-                };
-                let mut a = store::decode(buf, pos);
-                remap_signal(&mut a, base);
-                *removed += correct_access(&mut a, access_ns);
-                if let Some((at, share)) = upto {
-                    if written == at {
-                        apply_share(&mut a, share);
-                    }
-                }
-                out.push(t, |b| store::encode(&a, b))?;
-            }
-        };
+    let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
+    // Per thread: the interval being merged (start, end, its action),
+    // and the integral at its start.
+    let mut cur: Vec<Option<(u64, u64, Action)>> = vec![None; threads];
+    let mut acc_a = vec![0f64; threads];
+    let mut fin = |out: &mut store::Streams, t: usize, a: Action, share: Option<f64>| {
+        put_final_work(out, t, a, share, access_ns, removed)
+    };
     if n > 0 {
-        // Per thread: the interval being merged (start, end, action
-        // index), whether its start was passed, and the integral there.
-        let mut cur: Vec<Option<(u64, u64, u64)>> = vec![None; threads];
-        let mut acc_a = vec![0f64; threads];
-        let mut iv_readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
-        let mut next_iv = |t: usize| -> Option<(u64, u64, u64)> {
-            let (buf, pos) = iv_readers[t].data()?;
-            let a = store::get(buf, pos);
-            let len = store::get(buf, pos);
-            let at = store::get(buf, pos);
-            Some((a, a + len, at))
-        };
         // (point time, thread, is end); the order of points at one
         // instant does not change the integral.
         let mut heap: BinaryHeap<Reverse<(u64, u32, bool)>> = BinaryHeap::new();
         for (t, c) in cur.iter_mut().enumerate() {
-            *c = next_iv(t);
+            *c = next_interval(&mut readers[t], n, &mut |a| fin(&mut out, t, a, None))?;
             if let Some((a, _, _)) = *c {
                 heap.push(Reverse((a, t as u32, false)));
             }
         }
         let mut curve = ShareCurve::new(n);
-        while let Some(Reverse((p, t, is_end))) = heap.pop() {
+        // The next point of a thread replaces its last one at the top of
+        // the heap (one sift instead of a pop and a push: the heap was
+        // most of this pass). Every key has its own thread, so the order
+        // the points come out in is the keys' order, however the heap
+        // gets there.
+        while let Some(mut top) = heap.peek_mut() {
+            let Reverse((p, t, is_end)) = *top;
             let acc = curve.at(p);
             let t = t as usize;
-            let Some((a, b, at)) = cur[t] else { continue };
+            let Some((a, b, act)) = cur[t] else {
+                PeekMut::pop(top);
+                continue;
+            };
             if !is_end {
                 acc_a[t] = acc;
                 curve.k += 1;
-                heap.push(Reverse((b, t as u32, true)));
+                *top = Reverse((b, t as u32, true));
                 continue;
             }
             curve.k -= 1;
-            copy(&mut out, t, Some((at, share_of(a, b, acc_a[t], acc))))?;
-            cur[t] = next_iv(t);
-            if let Some((a, _, _)) = cur[t] {
-                heap.push(Reverse((a, t as u32, false)));
+            fin(&mut out, t, act, Some(share_of(a, b, acc_a[t], acc)))?;
+            cur[t] = next_interval(&mut readers[t], n, &mut |a| fin(&mut out, t, a, None))?;
+            match cur[t] {
+                Some((a, _, _)) => *top = Reverse((a, t as u32, false)),
+                None => {
+                    PeekMut::pop(top);
+                }
             }
         }
     }
-    for t in 0..threads {
-        copy(&mut out, t, None)?;
+    // Without CPU shares (n = 0), or what the merge left (nothing).
+    for (t, r) in readers.iter_mut().enumerate() {
+        while let Some((_, _, a)) = next_interval(r, n, &mut |a| fin(&mut out, t, a, None))? {
+            fin(&mut out, t, a, None)?;
+        }
     }
-    if let Some(e) = raw.take_error().or_else(|| ivs.take_error()) {
+    if let Some(e) = ivs.take_error() {
         return Err(e);
     }
     out.finish()
+}
+
+/// The next interval of a thread's interval stream that gets a CPU share
+/// (start, end, its action with the recorded work), handing the actions
+/// of the intervals before it that get none (empty, or `n` = 0) to
+/// `none`.
+fn next_interval(
+    r: &mut store::Reader<'_>,
+    n: u64,
+    none: &mut dyn FnMut(Action) -> io::Result<()>,
+) -> io::Result<Option<(u64, u64, Action)>> {
+    while let Some((buf, pos)) = r.data() {
+        let start = store::get(buf, pos);
+        let len = store::get(buf, pos);
+        let ns = store::get(buf, pos);
+        let flags = store::get(buf, pos);
+        let a = if flags & 1 != 0 {
+            Action::UnlockWork { lock: 0, ns }
+        } else {
+            Action::Compute {
+                ns,
+                cs: u32::MAX,
+                oh: (flags >> 2) as u32,
+                access: flags & 2 != 0,
+            }
+        };
+        if len > 0 && n > 0 {
+            return Ok(Some((start, start.saturating_add(len), a)));
+        }
+        none(a)?;
+    }
+    Ok(None)
+}
+
+/// Writes the final work of action `a` to thread `t`'s work stream:
+/// [`correct_access`] (counted in `removed`), then the CPU share, as the
+/// in-memory build does.
+fn put_final_work(
+    out: &mut store::Streams,
+    t: usize,
+    mut a: Action,
+    share: Option<f64>,
+    access_ns: u64,
+    removed: &mut u64,
+) -> io::Result<()> {
+    *removed += correct_access(&mut a, access_ns);
+    if let Some(share) = share {
+        apply_share(&mut a, share);
+    }
+    out.push(t, |b| store::put_work(&a, b))
 }
 
 fn bit(v: &[u64], k: u64) -> bool {
@@ -1052,8 +1177,13 @@ pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
         error: None,
     };
     let mut b = Builder::new(meta, sink);
+    let t = timings::start();
     for_each_step(path, meta, true, |s, _| b.step(s))?;
-    b.finish()
+    timings::phase(t, "build: read, interpret, spill");
+    let t = timings::start();
+    let p = b.finish();
+    timings::phase(t, "build: CPU shares");
+    p
 }
 
 /// [`build`] with the actions held in memory (about 32 bytes per action).
@@ -1793,6 +1923,7 @@ pub struct ReplayReport {
 /// recorded.
 pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
     let cpus = effective_cpus(p, cpus);
+    let t = timings::start();
     // The two simulations are independent: run them side by side (each
     // reads the spill file through its own cursors).
     let (r, unrecorded) = std::thread::scope(|sc| {
@@ -1810,6 +1941,7 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
         (h.join(), unrecorded)
     });
     let r = r.map_err(|_| AnalysisError::Config("the replay's simulation thread failed".into()))?;
+    timings::phase(t, "two simulations");
     p.check()?;
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
     let recorded = p.recorded_wall();

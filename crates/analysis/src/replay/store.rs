@@ -11,7 +11,14 @@
 //! created, so nothing is left behind, whatever happens.
 //!
 //! Actions are varint-encoded (a tag byte, then the fields): 5-7 bytes
-//! per action against 32 in memory.
+//! per action against 32 in memory. The work of a compute action (its
+//! CPU time and recorder overhead) is not in the action's record but in a
+//! separate work stream, one record per `Compute` or `UnlockWork`: the
+//! builder cannot know it before the trace is read to its end (it is
+//! scaled by the CPU share of the thread, see `replay::cpu_shares_merged`),
+//! and keeping it apart lets that second pass write only the work instead
+//! of rewriting every action (issue 9: the rewrite was a third of a
+//! 20 M-event replay's time, on one core).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -262,20 +269,18 @@ const T_WAIT_FOR: u8 = 7;
 const T_SPAWN: u8 = 8;
 const T_COMPUTE_ACCESS: u8 = 9;
 
-/// Appends the encoding of `a`.
+/// Appends the encoding of `a`, without the work of a `Compute` or an
+/// `UnlockWork` (their `ns` and `oh`: see [`put_work`]).
 pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
     match *a {
-        Action::Compute { ns, cs, oh, access } => {
+        Action::Compute { cs, access, .. } => {
             out.push(if access { T_COMPUTE_ACCESS } else { T_COMPUTE });
-            put(out, ns);
             // u32::MAX (outside any section) is the common case: 0.
             put(out, u64::from(cs.wrapping_add(1)));
-            put(out, u64::from(oh));
         }
-        Action::UnlockWork { lock, ns } => {
+        Action::UnlockWork { lock, .. } => {
             out.push(T_UNLOCK_WORK);
             put(out, u64::from(lock));
-            put(out, ns);
         }
         Action::Sleep(ns) => {
             out.push(T_SLEEP);
@@ -315,27 +320,54 @@ pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes one action at `pos` (advancing it).
+/// Appends the work record of a `Compute` (`ns`, `oh`) or an `UnlockWork`
+/// (`ns`); nothing for the other actions.
+pub(crate) fn put_work(a: &Action, out: &mut Vec<u8>) {
+    match *a {
+        Action::Compute { ns, oh, .. } => {
+            put(out, ns);
+            put(out, u64::from(oh));
+        }
+        Action::UnlockWork { ns, .. } => put(out, ns),
+        _ => {}
+    }
+}
+
+/// Whether `a` has a record in the work stream.
+pub(crate) fn has_work(a: &Action) -> bool {
+    matches!(a, Action::Compute { .. } | Action::UnlockWork { .. })
+}
+
+/// Fills in the work of `a` (a `Compute` or an `UnlockWork`, decoded by
+/// [`decode`] with no work) from its work record at `pos`.
+pub(crate) fn get_work(a: &mut Action, buf: &[u8], pos: &mut usize) {
+    match a {
+        Action::Compute { ns, oh, .. } => {
+            *ns = get(buf, pos);
+            *oh = get(buf, pos) as u32;
+        }
+        Action::UnlockWork { ns, .. } => *ns = get(buf, pos),
+        _ => {}
+    }
+}
+
+/// Decodes one action at `pos` (advancing it); the work of a `Compute` or
+/// an `UnlockWork` is 0 (see [`get_work`]).
 pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
     let tag = buf.get(*pos).copied().unwrap_or(T_SLEEP);
     *pos += 1;
     let mut g = || get(buf, pos);
     match tag {
-        T_COMPUTE | T_COMPUTE_ACCESS => {
-            let ns = g();
-            let cs = (g() as u32).wrapping_sub(1);
-            let oh = g() as u32;
-            Action::Compute {
-                ns,
-                cs,
-                oh,
-                access: tag == T_COMPUTE_ACCESS,
-            }
-        }
-        T_UNLOCK_WORK => {
-            let lock = g() as u32;
-            Action::UnlockWork { lock, ns: g() }
-        }
+        T_COMPUTE | T_COMPUTE_ACCESS => Action::Compute {
+            ns: 0,
+            cs: (g() as u32).wrapping_sub(1),
+            oh: 0,
+            access: tag == T_COMPUTE_ACCESS,
+        },
+        T_UNLOCK_WORK => Action::UnlockWork {
+            lock: g() as u32,
+            ns: 0,
+        },
         T_ACQUIRE | T_ACQUIRE_SHARED => {
             let lock = g() as u32;
             let seq = g();
@@ -410,22 +442,36 @@ mod tests {
             },
         ];
         let mut s = Streams::new().unwrap();
+        let mut w = Streams::new().unwrap();
         // Enough to fill several blocks of two streams.
         let n = 3 * BLOCK;
         for i in 0..n {
-            s.push(i % 2, |b| encode(&all[i % all.len()], b)).unwrap();
+            let a = &all[i % all.len()];
+            s.push(i % 2, |b| encode(a, b)).unwrap();
+            if has_work(a) {
+                w.push(i % 2, |b| put_work(a, b)).unwrap();
+            }
         }
         let st = s.finish().unwrap();
+        let wt = w.finish().unwrap();
         assert_eq!(st.count(0) + st.count(1), n as u64);
         for t in 0..2 {
             let mut r = st.reader(t);
+            let mut rw = wt.reader(t);
             let mut i = t;
             while let Some((buf, pos)) = r.data() {
-                assert_eq!(decode(buf, pos), all[i % all.len()], "record {i}");
+                let mut a = decode(buf, pos);
+                if has_work(&a) {
+                    let (buf, pos) = rw.data().unwrap();
+                    get_work(&mut a, buf, pos);
+                }
+                assert_eq!(a, all[i % all.len()], "record {i}");
                 i += 2;
             }
             assert_eq!(i - t, n);
+            assert!(rw.data().is_none());
         }
         assert!(st.take_error().is_none());
+        assert!(wt.take_error().is_none());
     }
 }
