@@ -61,15 +61,32 @@ mod timings {
         *ON.get_or_init(|| std::env::var_os("LOCKSCOPE_REPLAY_TIMINGS").is_some())
     }
 
+    /// User + system CPU seconds of the process so far (all threads),
+    /// from `/proc/self/stat` (0 where it cannot be read): on a shared
+    /// machine the wall time of a phase says little.
+    fn cpu() -> f64 {
+        let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // The fields after the command name (which may hold spaces):
+        // utime and stime are the 12th and 13th, in clock ticks (100/s).
+        let rest = s.rsplit_once(')').map_or("", |x| x.1);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     /// The start of a phase (`None` when timings are off).
-    pub(super) fn start() -> Option<Instant> {
-        on().then(Instant::now)
+    pub(super) fn start() -> Option<(Instant, f64)> {
+        on().then(|| (Instant::now(), cpu()))
     }
 
     /// Prints how long the phase started at `t` took.
-    pub(super) fn phase(t: Option<Instant>, what: &str) {
-        if let Some(t) = t {
-            eprintln!("replay timing: {what}: {:.3} s", t.elapsed().as_secs_f64());
+    pub(super) fn phase(t: Option<(Instant, f64)>, what: &str) {
+        if let Some((t, c)) = t {
+            eprintln!(
+                "replay timing: {what}: {:.3} s wall, {:.2} s CPU",
+                t.elapsed().as_secs_f64(),
+                cpu() - c
+            );
         }
     }
 }
@@ -806,7 +823,19 @@ impl Builder {
         self.push(ti, Action::Signal(id));
     }
 
-    fn finish(mut self) -> Result<Program, AnalysisError> {
+    fn finish(self) -> Result<Program, AnalysisError> {
+        let (mut p, pass) = self.finish_deferred()?;
+        if let Some(pass) = pass {
+            p.overhead_ns += pass.run(&p);
+            p.check()?;
+        }
+        Ok(p)
+    }
+
+    /// The program, and for a spilled one the pass that still has to
+    /// write the work of its compute actions ([`SharePass::run`]): its
+    /// simulations may start before the pass ends ([`build_and_report`]).
+    fn finish_deferred(mut self) -> Result<(Program, Option<SharePass>), AnalysisError> {
         // Signal ids: thread ends first, then the others.
         let base = self.p.threads.len() as u32;
         self.p.signals += base;
@@ -826,6 +855,7 @@ impl Builder {
                     cpu_shares_sorted(n, &mut ivs, &mut actions);
                 }
                 self.p.actions = Store::Mem(actions);
+                Ok((self.p, None))
             }
             Sink::Spill {
                 actions,
@@ -835,24 +865,30 @@ impl Builder {
                 if let Some(e) = error {
                     return Err(spill_error(e));
                 }
-                let threads = self.p.threads.len();
-                let mut removed = 0;
-                let spilled = (|| {
+                let (spilled, ivs) = (|| {
                     let actions = actions.finish()?;
                     let ivs = ivs.finish()?;
-                    let work = cpu_shares_merged(n, threads, access_ns, &mut removed, &ivs)?;
-                    Ok(Spilled {
-                        actions,
-                        work,
-                        base,
-                    })
+                    let work = store::Stored::new()?;
+                    Ok((
+                        Spilled {
+                            actions,
+                            work,
+                            base,
+                        },
+                        ivs,
+                    ))
                 })()
                 .map_err(spill_error)?;
-                self.p.overhead_ns += removed;
                 self.p.actions = Store::Spill(spilled);
+                let pass = SharePass {
+                    n,
+                    threads: self.p.threads.len(),
+                    access_ns,
+                    ivs,
+                };
+                Ok((self.p, Some(pass)))
             }
         }
-        Ok(self.p)
     }
 }
 
@@ -1024,6 +1060,42 @@ fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Ve
     }
 }
 
+/// The pass that writes the work of a spilled program's compute actions
+/// once the trace is read ([`cpu_shares_merged`]).
+struct SharePass {
+    n: u64,
+    threads: usize,
+    access_ns: u64,
+    /// The recorded intervals and work ([`Sink::Spill`]).
+    ivs: store::Stored,
+}
+
+impl SharePass {
+    /// Writes the work into `p`'s store and completes it, whatever
+    /// happens (an error is kept in the store: it voids the simulations,
+    /// [`Program::check`]). Returns the recorder overhead it removed
+    /// ([`correct_access`]).
+    fn run(self, p: &Program) -> u64 {
+        let Store::Spill(st) = &p.actions else {
+            return 0;
+        };
+        let _close = store::CloseOnDrop(&st.work);
+        let mut removed = 0;
+        let r = cpu_shares_merged(
+            self.n,
+            self.threads,
+            self.access_ns,
+            &mut removed,
+            &self.ivs,
+            &st.work,
+        );
+        if let Err(e) = r {
+            st.work.close(None, Some(e));
+        }
+        removed
+    }
+}
+
 /// Writes the final work of every spilled `Compute` and `UnlockWork`
 /// action: the recorded work less the access cost
 /// ([`correct_access`]), scaled by its CPU share. The shares come from a
@@ -1039,15 +1111,17 @@ fn cpu_shares_merged(
     access_ns: u64,
     removed: &mut u64,
     ivs: &store::Stored,
-) -> io::Result<store::Stored> {
-    let mut out = store::Streams::new()?;
+    work: &store::Stored,
+) -> io::Result<()> {
+    let mut out = store::Writer::default();
     let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
     // Per thread: the interval being merged (start, end, its action),
     // and the integral at its start.
     let mut cur: Vec<Option<(u64, u64, Action)>> = vec![None; threads];
     let mut acc_a = vec![0f64; threads];
-    let mut fin = |out: &mut store::Streams, t: usize, a: Action, share: Option<f64>| {
-        put_final_work(out, t, a, share, access_ns, removed)
+    let mut fin = |out: &mut store::Writer, t: usize, a: Action, share: Option<f64>| {
+        *removed += put_final_work(out, work, t, a, share, access_ns)?;
+        Ok::<(), io::Error>(())
     };
     if n > 0 {
         // (point time, thread, is end); the order of points at one
@@ -1099,7 +1173,7 @@ fn cpu_shares_merged(
     if let Some(e) = ivs.take_error() {
         return Err(e);
     }
-    out.finish()
+    out.finish(work)
 }
 
 /// The next interval of a thread's interval stream that gets a CPU share
@@ -1135,21 +1209,22 @@ fn next_interval(
 }
 
 /// Writes the final work of action `a` to thread `t`'s work stream:
-/// [`correct_access`] (counted in `removed`), then the CPU share, as the
-/// in-memory build does.
+/// [`correct_access`], then the CPU share, as the in-memory build does.
+/// Returns what [`correct_access`] removed.
 fn put_final_work(
-    out: &mut store::Streams,
+    out: &mut store::Writer,
+    work: &store::Stored,
     t: usize,
     mut a: Action,
     share: Option<f64>,
     access_ns: u64,
-    removed: &mut u64,
-) -> io::Result<()> {
-    *removed += correct_access(&mut a, access_ns);
+) -> io::Result<u64> {
+    let removed = correct_access(&mut a, access_ns);
     if let Some(share) = share {
         apply_share(&mut a, share);
     }
-    out.push(t, |b| store::put_work(&a, b))
+    out.push(work, t, |b| store::put_work(&a, b))?;
+    Ok(removed)
 }
 
 fn bit(v: &[u64], k: u64) -> bool {
@@ -1171,12 +1246,7 @@ const SIGNAL_BIT: u32 = 1 << 31;
 /// spilling the actions to a temporary file (bounded memory, see the
 /// module doc).
 pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
-    let sink = Sink::Spill {
-        actions: store::Streams::new().map_err(spill_error)?,
-        ivs: store::Streams::new().map_err(spill_error)?,
-        error: None,
-    };
-    let mut b = Builder::new(meta, sink);
+    let mut b = Builder::new(meta, spill_sink()?);
     let t = timings::start();
     for_each_step(path, meta, true, |s, _| b.step(s))?;
     timings::phase(t, "build: read, interpret, spill");
@@ -1184,6 +1254,14 @@ pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
     let p = b.finish();
     timings::phase(t, "build: CPU shares");
     p
+}
+
+fn spill_sink() -> Result<Sink, AnalysisError> {
+    Ok(Sink::Spill {
+        actions: store::Streams::new().map_err(spill_error)?,
+        ivs: store::Streams::new().map_err(spill_error)?,
+        error: None,
+    })
 }
 
 /// [`build`] with the actions held in memory (about 32 bytes per action).
@@ -1924,6 +2002,50 @@ pub struct ReplayReport {
 pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
     let cpus = effective_cpus(p, cpus);
     let t = timings::start();
+    let (r, unrecorded) = simulate_pair(p, cpus)?;
+    timings::phase(t, "two simulations");
+    p.check()?;
+    Ok(assemble(p, cpus, &r, &unrecorded))
+}
+
+/// [`build`] then [`report`], with the pass that computes the work of the
+/// compute actions from their CPU shares running beside the two
+/// simulations instead of before them: they read the work as the pass
+/// publishes it, block by block (issue 9: the pass was a fifth of a
+/// replay's time, on one core, with the other idle). Same result as
+/// [`build`] then [`report`]. Returns the program too.
+pub fn build_and_report(
+    path: &Path,
+    meta: &Meta,
+    cpus: u32,
+) -> Result<(Program, ReplayReport), AnalysisError> {
+    let mut b = Builder::new(meta, spill_sink()?);
+    let t = timings::start();
+    for_each_step(path, meta, true, |s, _| b.step(s))?;
+    timings::phase(t, "build: read, interpret, spill");
+    let (mut p, pass) = b.finish_deferred()?;
+    let cpus = effective_cpus(&p, cpus);
+    let t = timings::start();
+    let (removed, sims) = std::thread::scope(|sc| {
+        let p = &p;
+        let pass = pass.map(|pass| sc.spawn(move || pass.run(p)));
+        let sims = simulate_pair(p, cpus);
+        (pass.map(|h| h.join()), sims)
+    });
+    timings::phase(t, "CPU shares beside the two simulations");
+    let removed = removed
+        .unwrap_or(Ok(0))
+        .map_err(|_| AnalysisError::Config("the replay's CPU-share pass failed".into()))?;
+    let (r, unrecorded) = sims?;
+    p.overhead_ns += removed;
+    p.check()?;
+    let report = assemble(&p, cpus, &r, &unrecorded);
+    Ok((p, report))
+}
+
+/// The two simulations of a report: as recorded (recorder overhead kept)
+/// and without the recorder.
+fn simulate_pair(p: &Program, cpus: u32) -> Result<(SimResult, SimResult), AnalysisError> {
     // The two simulations are independent: run them side by side (each
     // reads the spill file through its own cursors).
     let (r, unrecorded) = std::thread::scope(|sc| {
@@ -1941,11 +2063,14 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
         (h.join(), unrecorded)
     });
     let r = r.map_err(|_| AnalysisError::Config("the replay's simulation thread failed".into()))?;
-    timings::phase(t, "two simulations");
-    p.check()?;
+    Ok((r, unrecorded))
+}
+
+/// The report of the two simulations of [`simulate_pair`].
+fn assemble(p: &Program, cpus: u32, r: &SimResult, unrecorded: &SimResult) -> ReplayReport {
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
     let recorded = p.recorded_wall();
-    Ok(ReplayReport {
+    ReplayReport {
         schema: SCHEMA,
         cpus,
         recorded_wall_ns: recorded,
@@ -1971,7 +2096,7 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
                 replayed_end_ns: e,
             })
             .collect(),
-    })
+    }
 }
 
 /// `cpus`, or the recording machine's when 0 (or, unknown, the number of
