@@ -241,14 +241,7 @@ impl Iterator for Actions<'_> {
                 base,
             } => {
                 let (buf, pos) = actions.data()?;
-                let mut a = store::decode(buf, pos);
-                if store::has_work(&a) {
-                    let (buf, pos) = work.data()?;
-                    store::get_work(&mut a, buf, pos);
-                } else {
-                    remap_signal(&mut a, *base);
-                }
-                Some(a)
+                store::decode(buf, pos, work, *base)
             }
         }
     }
