@@ -349,9 +349,11 @@ enum Sink {
         /// Per thread: the actions, without their work.
         actions: store::Streams,
         /// Per thread, per `Compute` or `UnlockWork` action: its recorded
-        /// interval and work, varints: start, length, `ns`, then `oh << 2
-        /// | access << 1 | is UnlockWork`.
+        /// interval and work, varints: start (see [`iv_start_delta`]),
+        /// length, `ns`, then `oh << 2 | access << 1 | is UnlockWork`.
         ivs: store::Streams,
+        /// Per thread: the end of its last interval in `ivs`.
+        ivs_end: Vec<u64>,
         error: Option<io::Error>,
     },
 }
@@ -536,8 +538,14 @@ impl Builder {
             Sink::Spill {
                 actions,
                 ivs,
+                ivs_end,
                 error,
             } => {
+                if ivs_end.len() <= ti as usize {
+                    ivs_end.resize(ti as usize + 1, 0);
+                }
+                let delta = iv_start_delta(ivs_end[ti as usize], start);
+                ivs_end[ti as usize] = end;
                 let (ns, flags) = match a {
                     Action::Compute { ns, oh, access, .. } => {
                         (ns, u64::from(oh) << 2 | u64::from(access) << 1)
@@ -549,7 +557,7 @@ impl Builder {
                     .push(ti as usize, |b| store::encode(&a, b))
                     .and_then(|_| {
                         ivs.push(ti as usize, |b| {
-                            store::put(b, start);
+                            store::put(b, delta);
                             store::put(b, end.saturating_sub(start));
                             store::put(b, ns);
                             store::put(b, flags);
@@ -854,6 +862,7 @@ impl Builder {
                 actions,
                 ivs,
                 error,
+                ..
             } => {
                 if let Some(e) = error {
                     return Err(spill_error(e));
@@ -1107,7 +1116,10 @@ fn cpu_shares_merged(
     work: &store::Stored,
 ) -> io::Result<()> {
     let mut out = store::Writer::default();
-    let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
+    // Per thread: a cursor over its intervals, and the end of the last
+    // one read ([`iv_start_delta`]).
+    let mut readers: Vec<(store::Reader<'_>, u64)> =
+        (0..threads).map(|t| (ivs.reader(t), 0)).collect();
     // Per thread: the interval being merged (start, end, its action),
     // and the integral at its start.
     let mut cur: Vec<Option<(u64, u64, Action)>> = vec![None; threads];
@@ -1174,13 +1186,14 @@ fn cpu_shares_merged(
 /// of the intervals before it that get none (empty, or `n` = 0) to
 /// `none`.
 fn next_interval(
-    r: &mut store::Reader<'_>,
+    (r, last_end): &mut (store::Reader<'_>, u64),
     n: u64,
     none: &mut dyn FnMut(Action) -> io::Result<()>,
 ) -> io::Result<Option<(u64, u64, Action)>> {
     while let Some((buf, pos)) = r.data() {
-        let start = store::get(buf, pos);
+        let start = iv_start(*last_end, store::get(buf, pos));
         let len = store::get(buf, pos);
+        *last_end = start.wrapping_add(len);
         let ns = store::get(buf, pos);
         let flags = store::get(buf, pos);
         let a = if flags & 1 != 0 {
@@ -1199,6 +1212,22 @@ fn next_interval(
         none(a)?;
     }
     Ok(None)
+}
+
+/// An interval's start as written: the distance from the end of the
+/// thread's interval before (its work between two steps), a varint of 1-2
+/// bytes instead of the 5 of an absolute time in ns, zigzag-encoded in
+/// case an interval starts before the previous one ended (timestamps are
+/// the recorder's; nothing here assumes they are consistent).
+fn iv_start_delta(last_end: u64, start: u64) -> u64 {
+    let d = start.wrapping_sub(last_end) as i64;
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// The inverse of [`iv_start_delta`].
+fn iv_start(last_end: u64, z: u64) -> u64 {
+    let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+    last_end.wrapping_add(d as u64)
 }
 
 /// Writes the final work of action `a` to thread `t`'s work stream:
@@ -1253,6 +1282,7 @@ fn spill_sink() -> Result<Sink, AnalysisError> {
     Ok(Sink::Spill {
         actions: store::Streams::new().map_err(spill_error)?,
         ivs: store::Streams::new().map_err(spill_error)?,
+        ivs_end: Vec::new(),
         error: None,
     })
 }
@@ -2151,4 +2181,27 @@ pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::R
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_starts_round_trip_whatever_their_order() {
+        for (last, start) in [
+            (0, 0),
+            (100, 100),
+            (100, 150),
+            (150, 100),
+            (0, u64::MAX),
+            (u64::MAX, 0),
+            (1 << 40, (1 << 40) + 3),
+        ] {
+            let z = iv_start_delta(last, start);
+            assert_eq!(iv_start(last, z), start, "{last} {start}");
+        }
+        // Consecutive intervals: a small varint.
+        assert_eq!(iv_start_delta(1 << 40, (1 << 40) + 3), 6);
+    }
 }
