@@ -79,6 +79,13 @@ mod timings {
         on().then(|| (Instant::now(), cpu()))
     }
 
+    /// Prints what `what` says, when timings are on.
+    pub(super) fn note(what: impl FnOnce() -> String) {
+        if on() {
+            eprintln!("replay timing: {}", what());
+        }
+    }
+
     /// Prints how long the phase started at `t` took.
     pub(super) fn phase(t: Option<(Instant, f64)>, what: &str) {
         if let Some((t, c)) = t {
@@ -2047,6 +2054,13 @@ pub fn build_and_report(
     for_each_step(path, meta, true, |s, _| b.step(s))?;
     timings::phase(t, "build: read, interpret, spill");
     let (mut p, pass) = b.finish_deferred()?;
+    timings::note(|| {
+        format!(
+            "spilled {:.1} MB of actions, {:.1} MB of compute intervals",
+            p.spilled_bytes() as f64 / 1e6,
+            pass.as_ref().map_or(0, |x| x.ivs.bytes()) as f64 / 1e6
+        )
+    });
     let cpus = effective_cpus(&p, cpus);
     let t = timings::start();
     let (removed, sims) = std::thread::scope(|sc| {
