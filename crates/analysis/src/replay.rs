@@ -239,6 +239,10 @@ enum ActionsInner<'a> {
 
 impl Iterator for Actions<'_> {
     type Item = Action;
+    // Inlined, with the decoding: an action returned from a call is
+    // written to memory field by field and read back whole by the
+    // simulation, which then waits for the writes (see `store::decode`).
+    #[inline(always)]
     fn next(&mut self) -> Option<Action> {
         match &mut self.0 {
             ActionsInner::Mem(it) => it.next().copied(),
@@ -1799,9 +1803,13 @@ pub fn simulate_logged(
 struct Sim {
     cpus: f64,
     /// Threads to resume at a time: (time, seq, thread).
-    timed: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    // The thread is a u64 in these keys, though a u32 would do: with a
+    // u32 and 4 bytes of padding, the heap wrote an entry as fields and
+    // read it back as words at once, a store-forwarding stall on every
+    // push (a tenth of a simulation's time; issue 9).
+    timed: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Threads computing: (virtual end as f64 bits, seq, thread).
-    running: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    running: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Work done by each computing thread so far (virtual clock), ns.
     vclock: f64,
     /// Time the virtual clock was last advanced to.
@@ -1835,13 +1843,14 @@ impl Sim {
         }
     }
     fn at(&mut self, t: u64, th: u32) {
-        self.timed.push(Reverse((t, self.seq, th)));
+        self.timed.push(Reverse((t, self.seq, u64::from(th))));
         self.seq += 1;
     }
     fn compute(&mut self, th: u32, ns: u64) {
         self.advance(self.now);
         let end = self.vclock + ns as f64;
-        self.running.push(Reverse((end.to_bits(), self.seq, th)));
+        self.running
+            .push(Reverse((end.to_bits(), self.seq, u64::from(th))));
         self.seq += 1;
     }
     /// The next thread to run and whether it finished a compute.
@@ -1858,10 +1867,11 @@ impl Sim {
                 self.advance(p);
                 self.now = p.max(self.now);
                 let Reverse((_, _, th)) = self.running.pop().expect("peeked");
-                Some((th, true))
+                Some((th as u32, true))
             }
             _ => {
                 let Reverse((t, _, th)) = self.timed.pop().expect("peeked");
+                let th = th as u32;
                 self.advance(t);
                 self.now = t.max(self.now);
                 Some((th, false))
