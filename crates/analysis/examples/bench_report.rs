@@ -12,8 +12,10 @@
 //! the elapsed time, events per second and the child's peak RSS. The
 //! analysis runs in a child so that the peak RSS is the analysis' own,
 //! not the generator's. With `replay` (issue 9), the child runs what
-//! `lockscope replay` does instead (build the replay program, spilling
-//! its actions, then the two simulations) and prints the same figures.
+//! `lockscope replay` does instead (`replay::build_and_report`: build
+//! the replay program, spilling its actions, then the two simulations,
+//! beside the pass that writes the work of its compute actions) and
+//! prints the same figures.
 //! A PATH that exists is used as it is (not generated again, not deleted).
 
 use std::io::BufWriter;
