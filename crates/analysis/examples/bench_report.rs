@@ -12,8 +12,10 @@
 //! the elapsed time, events per second and the child's peak RSS. The
 //! analysis runs in a child so that the peak RSS is the analysis' own,
 //! not the generator's. With `replay` (issue 9), the child runs what
-//! `lockscope replay` does instead (build the replay program, spilling
-//! its actions, then the two simulations) and prints the same figures.
+//! `lockscope replay` does instead (`replay::build_and_report`: build
+//! the replay program, spilling its actions, then the two simulations,
+//! beside the pass that writes the work of its compute actions) and
+//! prints the same figures.
 //! A PATH that exists is used as it is (not generated again, not deleted).
 
 use std::io::BufWriter;
@@ -198,18 +200,16 @@ fn replay(path: &Path) {
     use lockscope_analysis::{input, replay};
     let t0 = Instant::now();
     let meta = input::index(path, &mut |_, _| {}).expect("index");
-    let p = replay::build(path, &meta).expect("replay build");
-    let built = t0.elapsed().as_secs_f64();
-    let r = replay::report(&p, 0).expect("replay");
+    // What `lockscope replay` does: the simulations start before the
+    // build's last pass ends (`LOCKSCOPE_REPLAY_TIMINGS=1` for phases).
+    let (p, r) = replay::build_and_report(path, &meta, 0).expect("replay");
     let dt = t0.elapsed().as_secs_f64();
     println!(
-        "replay: {} events in {:.2} s wall (build {:.2} s, 2 simulations {:.2} s; {:.2} s CPU) \
+        "replay: {} events in {:.2} s wall ({:.2} s CPU) \
          = {:.1} M events/s; peak RSS {:.1} MiB; {} actions spilled in {:.0} MB; \
          recorded {:.3} ms, replayed {:.3} ms",
         meta.index.events(),
         dt,
-        built,
-        dt - built,
         cpu_seconds(),
         meta.index.events() as f64 / dt / 1e6,
         rss_peak_kb() as f64 / 1024.0,

@@ -36,6 +36,7 @@
 //! the spilled replay is tested against, and small traces).
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::io;
 use std::path::Path;
@@ -47,6 +48,55 @@ use crate::sync::{for_each_step, BlockedOn, ObjId, SegKind, Step, StepKind};
 use crate::AnalysisError;
 
 mod store;
+
+/// Phase timings of a replay on stderr when `LOCKSCOPE_REPLAY_TIMINGS`
+/// is set (issue 9: where the time of a 100 M-event replay goes). An
+/// environment variable rather than a command-line option: a profiling
+/// aid, not part of the interface.
+mod timings {
+    use std::time::Instant;
+
+    fn on() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var_os("LOCKSCOPE_REPLAY_TIMINGS").is_some())
+    }
+
+    /// User + system CPU seconds of the process so far (all threads),
+    /// from `/proc/self/stat` (0 where it cannot be read): on a shared
+    /// machine the wall time of a phase says little.
+    fn cpu() -> f64 {
+        let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // The fields after the command name (which may hold spaces):
+        // utime and stime are the 12th and 13th, in clock ticks (100/s).
+        let rest = s.rsplit_once(')').map_or("", |x| x.1);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
+    /// The start of a phase (`None` when timings are off).
+    pub(super) fn start() -> Option<(Instant, f64)> {
+        on().then(|| (Instant::now(), cpu()))
+    }
+
+    /// Prints what `what` says, when timings are on.
+    pub(super) fn note(what: impl FnOnce() -> String) {
+        if on() {
+            eprintln!("replay timing: {}", what());
+        }
+    }
+
+    /// Prints how long the phase started at `t` took.
+    pub(super) fn phase(t: Option<(Instant, f64)>, what: &str) {
+        if let Some((t, c)) = t {
+            eprintln!(
+                "replay timing: {what}: {:.3} s wall, {:.2} s CPU",
+                t.elapsed().as_secs_f64(),
+                cpu() - c
+            );
+        }
+    }
+}
 
 /// JSON schema name of [`ReplayReport`].
 pub const SCHEMA: &str = "lockscope.replay/1";
@@ -152,7 +202,21 @@ pub struct ThreadProgram {
 #[derive(Debug)]
 enum Store {
     Mem(Vec<Vec<Action>>),
-    Spill(store::Stored),
+    Spill(Spilled),
+}
+
+/// A program's actions in temporary files: per thread, the actions
+/// without their work, and the work of its `Compute` and `UnlockWork`
+/// actions, in the same order (see `store`).
+#[derive(Debug)]
+struct Spilled {
+    actions: store::Stored,
+    work: store::Stored,
+    /// Signal ids counted from [`SIGNAL_BIT`] by the builder are
+    /// remapped when read ([`remap_signal`]): the base is only known once
+    /// the trace is read, and remapping as they are decoded costs less
+    /// than rewriting the actions.
+    base: u32,
 }
 
 impl Default for Store {
@@ -166,17 +230,29 @@ pub struct Actions<'a>(ActionsInner<'a>);
 
 enum ActionsInner<'a> {
     Mem(std::slice::Iter<'a, Action>),
-    Spill(store::Reader<'a>),
+    Spill {
+        actions: store::Reader<'a>,
+        work: store::Reader<'a>,
+        base: u32,
+    },
 }
 
 impl Iterator for Actions<'_> {
     type Item = Action;
+    // Inlined, with the decoding: an action returned from a call is
+    // written to memory field by field and read back whole by the
+    // simulation, which then waits for the writes (see `store::decode`).
+    #[inline(always)]
     fn next(&mut self) -> Option<Action> {
         match &mut self.0 {
             ActionsInner::Mem(it) => it.next().copied(),
-            ActionsInner::Spill(r) => {
-                let (buf, pos) = r.data()?;
-                Some(store::decode(buf, pos))
+            ActionsInner::Spill {
+                actions,
+                work,
+                base,
+            } => {
+                let (buf, pos) = actions.data()?;
+                store::decode(buf, pos, work, *base)
             }
         }
     }
@@ -223,7 +299,11 @@ impl Program {
     pub fn actions(&self, t: usize) -> Actions<'_> {
         Actions(match &self.actions {
             Store::Mem(v) => ActionsInner::Mem(v.get(t).map_or(&[][..], |a| &a[..]).iter()),
-            Store::Spill(st) => ActionsInner::Spill(st.reader(t)),
+            Store::Spill(st) => ActionsInner::Spill {
+                actions: st.actions.reader(t),
+                work: st.work.reader(t),
+                base: st.base,
+            },
         })
     }
 
@@ -231,15 +311,15 @@ impl Program {
     pub fn action_count(&self) -> u64 {
         match &self.actions {
             Store::Mem(v) => v.iter().map(|a| a.len() as u64).sum(),
-            Store::Spill(st) => (0..self.threads.len()).map(|t| st.count(t)).sum(),
+            Store::Spill(st) => (0..self.threads.len()).map(|t| st.actions.count(t)).sum(),
         }
     }
 
-    /// Bytes of the spill file (0 for an in-memory program).
+    /// Bytes of the spill files (0 for an in-memory program).
     pub fn spilled_bytes(&self) -> u64 {
         match &self.actions {
             Store::Mem(_) => 0,
-            Store::Spill(st) => st.bytes(),
+            Store::Spill(st) => st.actions.bytes() + st.work.bytes(),
         }
     }
 
@@ -248,7 +328,7 @@ impl Program {
     pub fn take_error(&self) -> Option<io::Error> {
         match &self.actions {
             Store::Mem(_) => None,
-            Store::Spill(st) => st.take_error(),
+            Store::Spill(st) => st.actions.take_error().or_else(|| st.work.take_error()),
         }
     }
 
@@ -277,9 +357,14 @@ enum Sink {
         ivs: Vec<(u64, u64, u32, u32)>,
     },
     Spill {
+        /// Per thread: the actions, without their work.
         actions: store::Streams,
-        /// Per thread: (start, length, action index), varints.
+        /// Per thread, per `Compute` or `UnlockWork` action: its recorded
+        /// interval and work, varints: start (see [`iv_start_delta`]),
+        /// length, `ns`, then `oh << 2 | access << 1 | is UnlockWork`.
         ivs: store::Streams,
+        /// Per thread: the end of its last interval in `ivs`.
+        ivs_end: Vec<u64>,
         error: Option<io::Error>,
     },
 }
@@ -452,6 +537,50 @@ impl Builder {
         }
     }
 
+    /// Pushes a `Compute` or `UnlockWork` action whose recorded interval
+    /// was `start..end` (its work is scaled by the CPU share the thread
+    /// had then, see [`Builder::cpu_shares`]).
+    fn push_work(&mut self, ti: u32, start: u64, end: u64, a: Action) {
+        match &mut self.sink {
+            Sink::Mem { .. } => {
+                self.interval(ti, start, end);
+                self.push(ti, a);
+            }
+            Sink::Spill {
+                actions,
+                ivs,
+                ivs_end,
+                error,
+            } => {
+                if ivs_end.len() <= ti as usize {
+                    ivs_end.resize(ti as usize + 1, 0);
+                }
+                let delta = iv_start_delta(ivs_end[ti as usize], start);
+                ivs_end[ti as usize] = end;
+                let (ns, flags) = match a {
+                    Action::Compute { ns, oh, access, .. } => {
+                        (ns, u64::from(oh) << 2 | u64::from(access) << 1)
+                    }
+                    Action::UnlockWork { ns, .. } => (ns, 1),
+                    _ => (0, 0),
+                };
+                let r = actions
+                    .push(ti as usize, |b| store::encode(&a, b))
+                    .and_then(|_| {
+                        ivs.push(ti as usize, |b| {
+                            store::put(b, delta);
+                            store::put(b, end.saturating_sub(start));
+                            store::put(b, ns);
+                            store::put(b, flags);
+                        })
+                    });
+                if let Err(e) = r {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
     /// Actions of thread `ti` so far.
     fn action_count(&self, ti: u32) -> u32 {
         match &self.sink {
@@ -461,24 +590,11 @@ impl Builder {
     }
 
     /// A recorded compute interval of thread `ti` whose work is its
-    /// next action (see [`Builder::cpu_shares`]).
+    /// next action, in memory (see [`Builder::cpu_shares`]).
     fn interval(&mut self, ti: u32, start: u64, end: u64) {
         let at = self.action_count(ti);
-        match &mut self.sink {
-            Sink::Mem { ivs, .. } => ivs.push((start, end, ti, at)),
-            Sink::Spill { ivs, error, .. } => {
-                // Empty ones get no CPU share: not needed.
-                if end > start {
-                    let r = ivs.push(ti as usize, |b| {
-                        store::put(b, start);
-                        store::put(b, end - start);
-                        store::put(b, u64::from(at));
-                    });
-                    if let Err(e) = r {
-                        error.get_or_insert(e);
-                    }
-                }
-            }
+        if let Sink::Mem { ivs, .. } = &mut self.sink {
+            ivs.push((start, end, ti, at));
         }
     }
 
@@ -536,27 +652,22 @@ impl Builder {
                 // offset into it.
                 self.push(ti, Action::Spawn { child, offset });
             }
-            self.interval(ti, s.time.saturating_sub(seg.raw_ns), s.time);
-            if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) = (seg.kind, s.kind) {
-                let l = self.lock(lock);
-                self.push(
-                    ti,
-                    Action::UnlockWork {
-                        lock: l,
-                        ns: seg.corrected_ns,
-                    },
-                );
+            let a = if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) =
+                (seg.kind, s.kind)
+            {
+                Action::UnlockWork {
+                    lock: self.lock(lock),
+                    ns: seg.corrected_ns,
+                }
             } else {
-                self.push(
-                    ti,
-                    Action::Compute {
-                        ns: seg.corrected_ns,
-                        cs,
-                        oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
-                        access: is_mem,
-                    },
-                );
-            }
+                Action::Compute {
+                    ns: seg.corrected_ns,
+                    cs,
+                    oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
+                    access: is_mem,
+                }
+            };
+            self.push_work(ti, s.time.saturating_sub(seg.raw_ns), s.time, a);
         }
         match s.kind {
             StepKind::Acquired { section, .. } => {
@@ -724,7 +835,19 @@ impl Builder {
         self.push(ti, Action::Signal(id));
     }
 
-    fn finish(mut self) -> Result<Program, AnalysisError> {
+    fn finish(self) -> Result<Program, AnalysisError> {
+        let (mut p, pass) = self.finish_deferred()?;
+        if let Some(pass) = pass {
+            p.overhead_ns += pass.run(&p);
+            p.check()?;
+        }
+        Ok(p)
+    }
+
+    /// The program, and for a spilled one the pass that still has to
+    /// write the work of its compute actions ([`SharePass::run`]): its
+    /// simulations may start before the pass ends ([`build_and_report`]).
+    fn finish_deferred(mut self) -> Result<(Program, Option<SharePass>), AnalysisError> {
         // Signal ids: thread ends first, then the others.
         let base = self.p.threads.len() as u32;
         self.p.signals += base;
@@ -744,28 +867,41 @@ impl Builder {
                     cpu_shares_sorted(n, &mut ivs, &mut actions);
                 }
                 self.p.actions = Store::Mem(actions);
+                Ok((self.p, None))
             }
             Sink::Spill {
                 actions,
                 ivs,
                 error,
+                ..
             } => {
                 if let Some(e) = error {
                     return Err(spill_error(e));
                 }
-                let threads = self.p.threads.len();
-                let mut removed = 0;
-                let stored = (|| {
-                    let raw = actions.finish()?;
+                let (spilled, ivs) = (|| {
+                    let actions = actions.finish()?;
                     let ivs = ivs.finish()?;
-                    cpu_shares_merged(n, threads, base, access_ns, &mut removed, &raw, &ivs)
+                    let work = store::Stored::new()?;
+                    Ok((
+                        Spilled {
+                            actions,
+                            work,
+                            base,
+                        },
+                        ivs,
+                    ))
                 })()
                 .map_err(spill_error)?;
-                self.p.overhead_ns += removed;
-                self.p.actions = Store::Spill(stored);
+                self.p.actions = Store::Spill(spilled);
+                let pass = SharePass {
+                    n,
+                    threads: self.p.threads.len(),
+                    access_ns,
+                    ivs,
+                };
+                Ok((self.p, Some(pass)))
             }
         }
-        Ok(self.p)
     }
 }
 
@@ -937,94 +1073,191 @@ fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Ve
     }
 }
 
-/// Rewrites the raw spilled actions into the final ones: signal ids
-/// remapped, compute work scaled by its CPU share. The shares come from a
+/// The pass that writes the work of a spilled program's compute actions
+/// once the trace is read ([`cpu_shares_merged`]).
+struct SharePass {
+    n: u64,
+    threads: usize,
+    access_ns: u64,
+    /// The recorded intervals and work ([`Sink::Spill`]).
+    ivs: store::Stored,
+}
+
+impl SharePass {
+    /// Writes the work into `p`'s store and completes it, whatever
+    /// happens (an error is kept in the store: it voids the simulations,
+    /// [`Program::check`]). Returns the recorder overhead it removed
+    /// ([`correct_access`]).
+    fn run(self, p: &Program) -> u64 {
+        let Store::Spill(st) = &p.actions else {
+            return 0;
+        };
+        let _close = store::CloseOnDrop(&st.work);
+        let mut removed = 0;
+        let r = cpu_shares_merged(
+            self.n,
+            self.threads,
+            self.access_ns,
+            &mut removed,
+            &self.ivs,
+            &st.work,
+        );
+        if let Err(e) = r {
+            st.work.close(None, Some(e));
+        }
+        removed
+    }
+}
+
+/// Writes the final work of every spilled `Compute` and `UnlockWork`
+/// action: the recorded work less the access cost
+/// ([`correct_access`]), scaled by its CPU share. The shares come from a
 /// merge, in time order, of every thread's interval stream (each is
 /// time-ordered: a thread's intervals follow each other), holding one
 /// interval per thread: what [`cpu_shares_sorted`] computes with a sort of
-/// every interval end.
+/// every interval end. Only the work is written, not the actions: a
+/// rewrite of every action here took as long as reading and interpreting
+/// the trace (issue 9).
 fn cpu_shares_merged(
     n: u64,
     threads: usize,
-    base: u32,
     access_ns: u64,
     removed: &mut u64,
-    raw: &store::Stored,
     ivs: &store::Stored,
-) -> io::Result<store::Stored> {
-    let mut out = store::Streams::new()?;
-    let mut readers: Vec<store::Reader<'_>> = (0..threads).map(|t| raw.reader(t)).collect();
-    // Copies thread t's actions until it has `upto` (all if None), the
-    // last one scaled by `share`.
-    let mut copy =
-        |out: &mut store::Streams, t: usize, upto: Option<(u64, f64)>| -> io::Result<()> {
-            loop {
-                let written = out.count(t);
-                if upto.is_some_and(|(at, _)| written > at) {
-                    return Ok(());
-                }
-                let Some((buf, pos)) = readers[t].data() else {
-                    return Ok(());
-                };
-                let mut a = store::decode(buf, pos);
-                remap_signal(&mut a, base);
-                *removed += correct_access(&mut a, access_ns);
-                if let Some((at, share)) = upto {
-                    if written == at {
-                        apply_share(&mut a, share);
-                    }
-                }
-                out.push(t, |b| store::encode(&a, b))?;
-            }
-        };
+    work: &store::Stored,
+) -> io::Result<()> {
+    let mut out = store::Writer::default();
+    // Per thread: a cursor over its intervals, and the end of the last
+    // one read ([`iv_start_delta`]).
+    let mut readers: Vec<(store::Reader<'_>, u64)> =
+        (0..threads).map(|t| (ivs.reader(t), 0)).collect();
+    // Per thread: the interval being merged (start, end, its action),
+    // and the integral at its start.
+    let mut cur: Vec<Option<(u64, u64, Action)>> = vec![None; threads];
+    let mut acc_a = vec![0f64; threads];
+    let mut fin = |out: &mut store::Writer, t: usize, a: Action, share: Option<f64>| {
+        *removed += put_final_work(out, work, t, a, share, access_ns)?;
+        Ok::<(), io::Error>(())
+    };
     if n > 0 {
-        // Per thread: the interval being merged (start, end, action
-        // index), whether its start was passed, and the integral there.
-        let mut cur: Vec<Option<(u64, u64, u64)>> = vec![None; threads];
-        let mut acc_a = vec![0f64; threads];
-        let mut iv_readers: Vec<store::Reader<'_>> = (0..threads).map(|t| ivs.reader(t)).collect();
-        let mut next_iv = |t: usize| -> Option<(u64, u64, u64)> {
-            let (buf, pos) = iv_readers[t].data()?;
-            let a = store::get(buf, pos);
-            let len = store::get(buf, pos);
-            let at = store::get(buf, pos);
-            Some((a, a + len, at))
-        };
         // (point time, thread, is end); the order of points at one
         // instant does not change the integral.
         let mut heap: BinaryHeap<Reverse<(u64, u32, bool)>> = BinaryHeap::new();
         for (t, c) in cur.iter_mut().enumerate() {
-            *c = next_iv(t);
+            *c = next_interval(&mut readers[t], n, &mut |a| fin(&mut out, t, a, None))?;
             if let Some((a, _, _)) = *c {
                 heap.push(Reverse((a, t as u32, false)));
             }
         }
         let mut curve = ShareCurve::new(n);
-        while let Some(Reverse((p, t, is_end))) = heap.pop() {
+        // The next point of a thread replaces its last one at the top of
+        // the heap (one sift instead of a pop and a push: the heap was
+        // most of this pass). Every key has its own thread, so the order
+        // the points come out in is the keys' order, however the heap
+        // gets there.
+        while let Some(mut top) = heap.peek_mut() {
+            let Reverse((p, t, is_end)) = *top;
             let acc = curve.at(p);
             let t = t as usize;
-            let Some((a, b, at)) = cur[t] else { continue };
+            let Some((a, b, act)) = cur[t] else {
+                PeekMut::pop(top);
+                continue;
+            };
             if !is_end {
                 acc_a[t] = acc;
                 curve.k += 1;
-                heap.push(Reverse((b, t as u32, true)));
+                *top = Reverse((b, t as u32, true));
                 continue;
             }
             curve.k -= 1;
-            copy(&mut out, t, Some((at, share_of(a, b, acc_a[t], acc))))?;
-            cur[t] = next_iv(t);
-            if let Some((a, _, _)) = cur[t] {
-                heap.push(Reverse((a, t as u32, false)));
+            fin(&mut out, t, act, Some(share_of(a, b, acc_a[t], acc)))?;
+            cur[t] = next_interval(&mut readers[t], n, &mut |a| fin(&mut out, t, a, None))?;
+            match cur[t] {
+                Some((a, _, _)) => *top = Reverse((a, t as u32, false)),
+                None => {
+                    PeekMut::pop(top);
+                }
             }
         }
     }
-    for t in 0..threads {
-        copy(&mut out, t, None)?;
+    // Without CPU shares (n = 0), or what the merge left (nothing).
+    for (t, r) in readers.iter_mut().enumerate() {
+        while let Some((_, _, a)) = next_interval(r, n, &mut |a| fin(&mut out, t, a, None))? {
+            fin(&mut out, t, a, None)?;
+        }
     }
-    if let Some(e) = raw.take_error().or_else(|| ivs.take_error()) {
+    if let Some(e) = ivs.take_error() {
         return Err(e);
     }
-    out.finish()
+    out.finish(work)
+}
+
+/// The next interval of a thread's interval stream that gets a CPU share
+/// (start, end, its action with the recorded work), handing the actions
+/// of the intervals before it that get none (empty, or `n` = 0) to
+/// `none`.
+fn next_interval(
+    (r, last_end): &mut (store::Reader<'_>, u64),
+    n: u64,
+    none: &mut dyn FnMut(Action) -> io::Result<()>,
+) -> io::Result<Option<(u64, u64, Action)>> {
+    while let Some((buf, pos)) = r.data() {
+        let start = iv_start(*last_end, store::get(buf, pos));
+        let len = store::get(buf, pos);
+        *last_end = start.wrapping_add(len);
+        let ns = store::get(buf, pos);
+        let flags = store::get(buf, pos);
+        let a = if flags & 1 != 0 {
+            Action::UnlockWork { lock: 0, ns }
+        } else {
+            Action::Compute {
+                ns,
+                cs: u32::MAX,
+                oh: (flags >> 2) as u32,
+                access: flags & 2 != 0,
+            }
+        };
+        if len > 0 && n > 0 {
+            return Ok(Some((start, start.saturating_add(len), a)));
+        }
+        none(a)?;
+    }
+    Ok(None)
+}
+
+/// An interval's start as written: the distance from the end of the
+/// thread's interval before (its work between two steps), a varint of 1-2
+/// bytes instead of the 5 of an absolute time in ns, zigzag-encoded in
+/// case an interval starts before the previous one ended (timestamps are
+/// the recorder's; nothing here assumes they are consistent).
+fn iv_start_delta(last_end: u64, start: u64) -> u64 {
+    let d = start.wrapping_sub(last_end) as i64;
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// The inverse of [`iv_start_delta`].
+fn iv_start(last_end: u64, z: u64) -> u64 {
+    let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+    last_end.wrapping_add(d as u64)
+}
+
+/// Writes the final work of action `a` to thread `t`'s work stream:
+/// [`correct_access`], then the CPU share, as the in-memory build does.
+/// Returns what [`correct_access`] removed.
+fn put_final_work(
+    out: &mut store::Writer,
+    work: &store::Stored,
+    t: usize,
+    mut a: Action,
+    share: Option<f64>,
+    access_ns: u64,
+) -> io::Result<u64> {
+    let removed = correct_access(&mut a, access_ns);
+    if let Some(share) = share {
+        apply_share(&mut a, share);
+    }
+    out.push(work, t, |b| store::put_work(&a, b))?;
+    Ok(removed)
 }
 
 fn bit(v: &[u64], k: u64) -> bool {
@@ -1046,14 +1279,23 @@ const SIGNAL_BIT: u32 = 1 << 31;
 /// spilling the actions to a temporary file (bounded memory, see the
 /// module doc).
 pub fn build(path: &Path, meta: &Meta) -> Result<Program, AnalysisError> {
-    let sink = Sink::Spill {
+    let mut b = Builder::new(meta, spill_sink()?);
+    let t = timings::start();
+    for_each_step(path, meta, true, |s, _| b.step(s))?;
+    timings::phase(t, "build: read, interpret, spill");
+    let t = timings::start();
+    let p = b.finish();
+    timings::phase(t, "build: CPU shares");
+    p
+}
+
+fn spill_sink() -> Result<Sink, AnalysisError> {
+    Ok(Sink::Spill {
         actions: store::Streams::new().map_err(spill_error)?,
         ivs: store::Streams::new().map_err(spill_error)?,
+        ivs_end: Vec::new(),
         error: None,
-    };
-    let mut b = Builder::new(meta, sink);
-    for_each_step(path, meta, true, |s, _| b.step(s))?;
-    b.finish()
+    })
 }
 
 /// [`build`] with the actions held in memory (about 32 bytes per action).
@@ -1561,9 +1803,13 @@ pub fn simulate_logged(
 struct Sim {
     cpus: f64,
     /// Threads to resume at a time: (time, seq, thread).
-    timed: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    // The thread is a u64 in these keys, though a u32 would do: with a
+    // u32 and 4 bytes of padding, the heap wrote an entry as fields and
+    // read it back as words at once, a store-forwarding stall on every
+    // push (a tenth of a simulation's time; issue 9).
+    timed: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Threads computing: (virtual end as f64 bits, seq, thread).
-    running: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    running: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Work done by each computing thread so far (virtual clock), ns.
     vclock: f64,
     /// Time the virtual clock was last advanced to.
@@ -1597,13 +1843,14 @@ impl Sim {
         }
     }
     fn at(&mut self, t: u64, th: u32) {
-        self.timed.push(Reverse((t, self.seq, th)));
+        self.timed.push(Reverse((t, self.seq, u64::from(th))));
         self.seq += 1;
     }
     fn compute(&mut self, th: u32, ns: u64) {
         self.advance(self.now);
         let end = self.vclock + ns as f64;
-        self.running.push(Reverse((end.to_bits(), self.seq, th)));
+        self.running
+            .push(Reverse((end.to_bits(), self.seq, u64::from(th))));
         self.seq += 1;
     }
     /// The next thread to run and whether it finished a compute.
@@ -1620,10 +1867,11 @@ impl Sim {
                 self.advance(p);
                 self.now = p.max(self.now);
                 let Reverse((_, _, th)) = self.running.pop().expect("peeked");
-                Some((th, true))
+                Some((th as u32, true))
             }
             _ => {
                 let Reverse((t, _, th)) = self.timed.pop().expect("peeked");
+                let th = th as u32;
                 self.advance(t);
                 self.now = t.max(self.now);
                 Some((th, false))
@@ -1793,6 +2041,58 @@ pub struct ReplayReport {
 /// recorded.
 pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
     let cpus = effective_cpus(p, cpus);
+    let t = timings::start();
+    let (r, unrecorded) = simulate_pair(p, cpus)?;
+    timings::phase(t, "two simulations");
+    p.check()?;
+    Ok(assemble(p, cpus, &r, &unrecorded))
+}
+
+/// [`build`] then [`report`], with the pass that computes the work of the
+/// compute actions from their CPU shares running beside the two
+/// simulations instead of before them: they read the work as the pass
+/// publishes it, block by block (issue 9: the pass was a fifth of a
+/// replay's time, on one core, with the other idle). Same result as
+/// [`build`] then [`report`]. Returns the program too.
+pub fn build_and_report(
+    path: &Path,
+    meta: &Meta,
+    cpus: u32,
+) -> Result<(Program, ReplayReport), AnalysisError> {
+    let mut b = Builder::new(meta, spill_sink()?);
+    let t = timings::start();
+    for_each_step(path, meta, true, |s, _| b.step(s))?;
+    timings::phase(t, "build: read, interpret, spill");
+    let (mut p, pass) = b.finish_deferred()?;
+    timings::note(|| {
+        format!(
+            "spilled {:.1} MB of actions, {:.1} MB of compute intervals",
+            p.spilled_bytes() as f64 / 1e6,
+            pass.as_ref().map_or(0, |x| x.ivs.bytes()) as f64 / 1e6
+        )
+    });
+    let cpus = effective_cpus(&p, cpus);
+    let t = timings::start();
+    let (removed, sims) = std::thread::scope(|sc| {
+        let p = &p;
+        let pass = pass.map(|pass| sc.spawn(move || pass.run(p)));
+        let sims = simulate_pair(p, cpus);
+        (pass.map(|h| h.join()), sims)
+    });
+    timings::phase(t, "CPU shares beside the two simulations");
+    let removed = removed
+        .unwrap_or(Ok(0))
+        .map_err(|_| AnalysisError::Config("the replay's CPU-share pass failed".into()))?;
+    let (r, unrecorded) = sims?;
+    p.overhead_ns += removed;
+    p.check()?;
+    let report = assemble(&p, cpus, &r, &unrecorded);
+    Ok((p, report))
+}
+
+/// The two simulations of a report: as recorded (recorder overhead kept)
+/// and without the recorder.
+fn simulate_pair(p: &Program, cpus: u32) -> Result<(SimResult, SimResult), AnalysisError> {
     // The two simulations are independent: run them side by side (each
     // reads the spill file through its own cursors).
     let (r, unrecorded) = std::thread::scope(|sc| {
@@ -1810,10 +2110,14 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
         (h.join(), unrecorded)
     });
     let r = r.map_err(|_| AnalysisError::Config("the replay's simulation thread failed".into()))?;
-    p.check()?;
+    Ok((r, unrecorded))
+}
+
+/// The report of the two simulations of [`simulate_pair`].
+fn assemble(p: &Program, cpus: u32, r: &SimResult, unrecorded: &SimResult) -> ReplayReport {
     let t0 = p.threads.iter().map(|t| t.start).min().unwrap_or(0);
     let recorded = p.recorded_wall();
-    Ok(ReplayReport {
+    ReplayReport {
         schema: SCHEMA,
         cpus,
         recorded_wall_ns: recorded,
@@ -1839,7 +2143,7 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
                 replayed_end_ns: e,
             })
             .collect(),
-    })
+    }
 }
 
 /// `cpus`, or the recording machine's when 0 (or, unknown, the number of
@@ -1901,4 +2205,27 @@ pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::R
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_starts_round_trip_whatever_their_order() {
+        for (last, start) in [
+            (0, 0),
+            (100, 100),
+            (100, 150),
+            (150, 100),
+            (0, u64::MAX),
+            (u64::MAX, 0),
+            (1 << 40, (1 << 40) + 3),
+        ] {
+            let z = iv_start_delta(last, start);
+            assert_eq!(iv_start(last, z), start, "{last} {start}");
+        }
+        // Consecutive intervals: a small varint.
+        assert_eq!(iv_start_delta(1 << 40, (1 << 40) + 3), 6);
+    }
 }

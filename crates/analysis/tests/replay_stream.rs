@@ -78,6 +78,19 @@ fn assert_same(path: &Path) {
         serde_json::to_string(&ra).unwrap(),
         serde_json::to_string(&rb).unwrap()
     );
+    // Built and replayed in one go, the simulations reading the work of
+    // the compute actions while the pass writing it still runs: the same.
+    let meta = input::index(path, &mut |_, _| {}).unwrap();
+    for cpus in [0, 1, 3] {
+        let (p, rc) = replay::build_and_report(path, &meta, cpus).unwrap();
+        assert_eq!(p.overhead_ns, m.overhead_ns, "{}", path.display());
+        assert_eq!(
+            serde_json::to_string(&rc).unwrap(),
+            serde_json::to_string(&replay::report(&m, cpus).unwrap()).unwrap(),
+            "{} on {cpus} CPUs",
+            path.display()
+        );
+    }
 }
 
 #[test]

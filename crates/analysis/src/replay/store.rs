@@ -10,14 +10,21 @@
 //! [`BLOCK`] bytes); the file itself is unlinked as soon as it is
 //! created, so nothing is left behind, whatever happens.
 //!
-//! Actions are varint-encoded (a tag byte, then the fields): 5-7 bytes
-//! per action against 32 in memory.
+//! Actions are varint-encoded (a tag byte, then the fields): 3.3 bytes
+//! per action on average on a synthetic trace, against 32 in memory. The work of a compute action (its
+//! CPU time and recorder overhead) is not in the action's record but in a
+//! separate work stream, one record per `Compute` or `UnlockWork`: the
+//! builder cannot know it before the trace is read to its end (it is
+//! scaled by the CPU share of the thread, see `replay::cpu_shares_merged`),
+//! and keeping it apart lets that second pass write only the work instead
+//! of rewriting every action (issue 9: the rewrite was a third of a
+//! 20 M-event replay's time, on one core).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::Action;
 
@@ -31,99 +38,65 @@ struct Block {
     len: u32,
 }
 
-/// An unlinked temporary file written by appending blocks.
-#[derive(Debug)]
-struct Spill {
-    file: File,
-    end: u64,
-}
-
-impl Spill {
-    fn new() -> io::Result<Spill> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir();
-        loop {
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("lockscope-replay-{}-{n}.tmp", std::process::id()));
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(file) => {
-                    // Unlinked at once: the data lives as long as the
-                    // handle and never outlives the process.
-                    std::fs::remove_file(&path)?;
-                    return Ok(Spill { file, end: 0 });
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "cannot create a temporary file in {} (set TMPDIR): {e}",
-                            dir.display()
-                        ),
-                    ))
-                }
+/// Creates an unlinked temporary file.
+fn temp_file() -> io::Result<File> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir();
+    loop {
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("lockscope-replay-{}-{n}.tmp", std::process::id()));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => {
+                // Unlinked at once: the data lives as long as the
+                // handle and never outlives the process.
+                std::fs::remove_file(&path)?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot create a temporary file in {} (set TMPDIR): {e}",
+                        dir.display()
+                    ),
+                ))
             }
         }
     }
-
-    fn append(&mut self, data: &[u8]) -> io::Result<Block> {
-        self.file.write_all_at(data, self.end)?;
-        let b = Block {
-            offset: self.end,
-            len: data.len() as u32,
-        };
-        self.end += data.len() as u64;
-        Ok(b)
-    }
-
-    fn read(&self, b: Block, out: &mut Vec<u8>) -> io::Result<()> {
-        out.clear();
-        out.resize(b.len as usize, 0);
-        self.file.read_exact_at(out, b.offset)
-    }
 }
 
-/// Per-thread byte streams being written.
-#[derive(Debug)]
-pub(crate) struct Streams {
-    spill: Spill,
-    blocks: Vec<Vec<Block>>,
+/// Per-thread byte streams being written: the buffers of the blocks not
+/// written yet, for a [`Stored`] that receives the full ones.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
     bufs: Vec<Vec<u8>>,
     counts: Vec<u64>,
 }
 
-impl Streams {
-    pub(crate) fn new() -> io::Result<Streams> {
-        Ok(Streams {
-            spill: Spill::new()?,
-            blocks: Vec::new(),
-            bufs: Vec::new(),
-            counts: Vec::new(),
-        })
-    }
-
-    /// Makes sure streams `0..=t` exist.
-    pub(crate) fn ensure(&mut self, t: usize) {
-        while self.bufs.len() <= t {
-            self.bufs.push(Vec::new());
-            self.blocks.push(Vec::new());
-            self.counts.push(0);
-        }
-    }
-
+impl Writer {
     /// Records written to stream `t` so far.
     pub(crate) fn count(&self, t: usize) -> u64 {
         self.counts.get(t).copied().unwrap_or(0)
     }
 
-    /// Appends one record, encoded by `enc` into the stream's buffer.
-    pub(crate) fn push(&mut self, t: usize, enc: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
-        self.ensure(t);
+    /// Appends one record to stream `t` of `st`, encoded by `enc` into
+    /// the stream's buffer.
+    pub(crate) fn push(
+        &mut self,
+        st: &Stored,
+        t: usize,
+        enc: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<()> {
+        if self.bufs.len() <= t {
+            self.bufs.resize_with(t + 1, Vec::new);
+            self.counts.resize(t + 1, 0);
+        }
         let buf = &mut self.bufs[t];
         if buf.capacity() == 0 {
             buf.reserve_exact(BLOCK + 64);
@@ -131,52 +104,179 @@ impl Streams {
         enc(buf);
         self.counts[t] += 1;
         if buf.len() >= BLOCK {
-            let b = self.spill.append(buf)?;
+            st.append(t, buf)?;
             buf.clear();
-            self.blocks[t].push(b);
         }
         Ok(())
     }
 
-    /// Writes the partly filled blocks and frees the buffers.
-    pub(crate) fn finish(mut self) -> io::Result<Stored> {
+    /// Writes the partly filled blocks, frees the buffers and marks `st`
+    /// complete.
+    pub(crate) fn finish(&mut self, st: &Stored) -> io::Result<()> {
         for (t, buf) in self.bufs.iter_mut().enumerate() {
             if !buf.is_empty() {
-                let b = self.spill.append(buf)?;
-                self.blocks[t].push(b);
+                st.append(t, buf)?;
             }
             *buf = Vec::new();
         }
-        Ok(Stored {
-            spill: self.spill,
-            blocks: self.blocks,
-            counts: self.counts,
-            error: Mutex::new(None),
-        })
+        st.close(Some(std::mem::take(&mut self.counts)), None);
+        Ok(())
     }
 }
 
-/// Per-thread byte streams, written.
+/// Per-thread byte streams being written, on their own (see [`Writer`]
+/// for a store read while it is written).
+#[derive(Debug)]
+pub(crate) struct Streams {
+    /// Boxed: a store is large (its locks), a builder's sink holds two.
+    st: Box<Stored>,
+    w: Writer,
+}
+
+impl Streams {
+    pub(crate) fn new() -> io::Result<Streams> {
+        Ok(Streams {
+            st: Box::new(Stored::new()?),
+            w: Writer::default(),
+        })
+    }
+
+    /// Records written to stream `t` so far.
+    pub(crate) fn count(&self, t: usize) -> u64 {
+        self.w.count(t)
+    }
+
+    /// Appends one record, encoded by `enc` into the stream's buffer.
+    pub(crate) fn push(&mut self, t: usize, enc: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        self.w.push(&self.st, t, enc)
+    }
+
+    /// Writes the partly filled blocks and frees the buffers.
+    pub(crate) fn finish(mut self) -> io::Result<Stored> {
+        self.w.finish(&self.st)?;
+        Ok(*self.st)
+    }
+}
+
+/// What a [`Stored`]'s writer has published so far.
+#[derive(Debug, Default)]
+struct Published {
+    /// Per stream, its blocks in order.
+    blocks: Vec<Vec<Block>>,
+    /// Records per stream (once complete).
+    counts: Vec<u64>,
+    /// End of the file.
+    end: u64,
+    /// Nothing more will come: a cursor at the end of its stream is
+    /// at its end, not waiting for the writer.
+    done: bool,
+}
+
+/// Per-thread byte streams in an unlinked temporary file, written by one
+/// [`Writer`] and read by cursors, possibly while it is written (the
+/// replay's simulations start on the work of the compute actions while
+/// the pass computing it still runs: issue 9). A cursor that reaches the
+/// last published block of its stream before the store is complete waits
+/// for the next one; the writer never waits for the cursors, so this
+/// cannot deadlock, and whatever ends the writer (an error, a panic)
+/// completes the store ([`CloseOnDrop`]).
 #[derive(Debug)]
 pub(crate) struct Stored {
-    spill: Spill,
-    blocks: Vec<Vec<Block>>,
-    counts: Vec<u64>,
-    /// The first read error of any cursor (a cursor that fails ends its
-    /// stream early; the replay reports the error instead of a result).
-    /// Behind a mutex: simulations of one program run in parallel.
+    file: File,
+    published: Mutex<Published>,
+    /// Signalled when a block is published or the store completed.
+    more: Condvar,
+    /// The first error of the writer or of any cursor (a cursor that
+    /// fails ends its stream early; the replay reports the error instead
+    /// of a result). Behind a mutex: simulations of one program run in
+    /// parallel.
     error: Mutex<Option<io::Error>>,
 }
 
 impl Stored {
-    /// Records in stream `t`.
+    /// An empty store, open for writing.
+    pub(crate) fn new() -> io::Result<Stored> {
+        Ok(Stored {
+            file: temp_file()?,
+            published: Mutex::new(Published::default()),
+            more: Condvar::new(),
+            error: Mutex::new(None),
+        })
+    }
+
+    /// The published state. A poisoned lock is taken as it is: the state
+    /// is only changed after the block it describes is written, so it is
+    /// consistent even if its writer panicked.
+    fn published(&self) -> MutexGuard<'_, Published> {
+        self.published.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes `data` at the end of the file as the next block of stream
+    /// `t`, and publishes it.
+    fn append(&self, t: usize, data: &[u8]) -> io::Result<()> {
+        let mut p = self.published();
+        let offset = p.end;
+        self.file.write_all_at(data, offset)?;
+        p.end += data.len() as u64;
+        if p.blocks.len() <= t {
+            p.blocks.resize_with(t + 1, Vec::new);
+        }
+        p.blocks[t].push(Block {
+            offset,
+            len: data.len() as u32,
+        });
+        drop(p);
+        self.more.notify_all();
+        Ok(())
+    }
+
+    /// Marks the store complete, with the record counts of its streams
+    /// (if known) and the error that ended its writer (if any). Only the
+    /// first call counts.
+    pub(crate) fn close(&self, counts: Option<Vec<u64>>, error: Option<io::Error>) {
+        if let Some(e) = error {
+            self.set_error(e);
+        }
+        let mut p = self.published();
+        if !p.done {
+            p.done = true;
+            if let Some(c) = counts {
+                p.counts = c;
+            }
+        }
+        drop(p);
+        self.more.notify_all();
+    }
+
+    fn set_error(&self, e: io::Error) {
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(e);
+        }
+    }
+
+    /// Records in stream `t` (0 until the store is complete).
     pub(crate) fn count(&self, t: usize) -> u64 {
-        self.counts.get(t).copied().unwrap_or(0)
+        self.published().counts.get(t).copied().unwrap_or(0)
     }
 
     /// Bytes in the file.
     pub(crate) fn bytes(&self) -> u64 {
-        self.spill.end
+        self.published().end
+    }
+
+    /// Block `i` of stream `t`, waiting for it while the store is being
+    /// written; `None` past the end.
+    fn block(&self, t: usize, i: usize) -> Option<Block> {
+        let mut p = self.published();
+        loop {
+            if let Some(&b) = p.blocks.get(t).and_then(|v| v.get(i)) {
+                return Some(b);
+            }
+            if p.done {
+                return None;
+            }
+            p = self.more.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// A cursor over stream `t`.
@@ -190,9 +290,19 @@ impl Stored {
         }
     }
 
-    /// Takes the first read error, if any.
+    /// Takes the first error, if any.
     pub(crate) fn take_error(&self) -> Option<io::Error> {
         self.error.lock().map_or(None, |mut e| e.take())
+    }
+}
+
+/// Completes a [`Stored`] when dropped, however its writer ends (a
+/// cursor waiting for a block that will never come would wait forever).
+pub(crate) struct CloseOnDrop<'a>(pub(crate) &'a Stored);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close(None, None);
     }
 }
 
@@ -210,14 +320,14 @@ impl Reader<'_> {
     /// a read error, kept in the store).
     pub(crate) fn data(&mut self) -> Option<(&[u8], &mut usize)> {
         while self.pos >= self.buf.len() {
-            let b = *self.st.blocks.get(self.t)?.get(self.next_block)?;
+            let b = self.st.block(self.t, self.next_block)?;
             self.next_block += 1;
             self.pos = 0;
-            if let Err(e) = self.st.spill.read(b, &mut self.buf) {
+            self.buf.clear();
+            self.buf.resize(b.len as usize, 0);
+            if let Err(e) = self.st.file.read_exact_at(&mut self.buf, b.offset) {
                 self.buf.clear();
-                if let Ok(mut slot) = self.st.error.lock() {
-                    slot.get_or_insert(e);
-                }
+                self.st.set_error(e);
                 return None;
             }
         }
@@ -262,20 +372,18 @@ const T_WAIT_FOR: u8 = 7;
 const T_SPAWN: u8 = 8;
 const T_COMPUTE_ACCESS: u8 = 9;
 
-/// Appends the encoding of `a`.
+/// Appends the encoding of `a`, without the work of a `Compute` or an
+/// `UnlockWork` (their `ns` and `oh`: see [`put_work`]).
 pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
     match *a {
-        Action::Compute { ns, cs, oh, access } => {
+        Action::Compute { cs, access, .. } => {
             out.push(if access { T_COMPUTE_ACCESS } else { T_COMPUTE });
-            put(out, ns);
             // u32::MAX (outside any section) is the common case: 0.
             put(out, u64::from(cs.wrapping_add(1)));
-            put(out, u64::from(oh));
         }
-        Action::UnlockWork { lock, ns } => {
+        Action::UnlockWork { lock, .. } => {
             out.push(T_UNLOCK_WORK);
             put(out, u64::from(lock));
-            put(out, ns);
         }
         Action::Sleep(ns) => {
             out.push(T_SLEEP);
@@ -315,16 +423,60 @@ pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes one action at `pos` (advancing it).
-pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
+/// Appends the work record of a `Compute` (`ns`, `oh`) or an `UnlockWork`
+/// (`ns`); nothing for the other actions.
+pub(crate) fn put_work(a: &Action, out: &mut Vec<u8>) {
+    match *a {
+        Action::Compute { ns, oh, .. } => {
+            put(out, ns);
+            put(out, u64::from(oh));
+        }
+        Action::UnlockWork { ns, .. } => put(out, ns),
+        _ => {}
+    }
+}
+
+/// Whether `a` has a record in the work stream.
+#[cfg(test)]
+fn has_work(a: &Action) -> bool {
+    matches!(a, Action::Compute { .. } | Action::UnlockWork { .. })
+}
+
+/// A signal id as the builder counted it (from `SIGNAL_BIT`) after the
+/// `base` thread ends (see `replay::remap_signal`).
+fn remap(id: u32, base: u32) -> u32 {
+    if id & super::SIGNAL_BIT != 0 {
+        (id & !super::SIGNAL_BIT) + base
+    } else {
+        id
+    }
+}
+
+/// Decodes one action at `pos` (advancing it), with its work from `work`
+/// (a `Compute` or an `UnlockWork`) and its signal id remapped after the
+/// `base` thread ends; `None` if its work is missing (a read error, kept
+/// in the store). Each action is built once from its fields: filling in
+/// the work and the id of an action decoded without them made the
+/// simulations reload it from memory before the writes had landed (a
+/// store-forwarding stall on every action, a sixth of their time).
+/// Inlined into its caller for the same reason: returned from a call,
+/// the action is written to memory field by field and read back whole.
+#[inline(always)]
+pub(crate) fn decode(
+    buf: &[u8],
+    pos: &mut usize,
+    work: &mut Reader<'_>,
+    base: u32,
+) -> Option<Action> {
     let tag = buf.get(*pos).copied().unwrap_or(T_SLEEP);
     *pos += 1;
     let mut g = || get(buf, pos);
-    match tag {
+    Some(match tag {
         T_COMPUTE | T_COMPUTE_ACCESS => {
-            let ns = g();
             let cs = (g() as u32).wrapping_sub(1);
-            let oh = g() as u32;
+            let (wb, wp) = work.data()?;
+            let ns = get(wb, wp);
+            let oh = get(wb, wp) as u32;
             Action::Compute {
                 ns,
                 cs,
@@ -334,7 +486,11 @@ pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
         }
         T_UNLOCK_WORK => {
             let lock = g() as u32;
-            Action::UnlockWork { lock, ns: g() }
+            let (wb, wp) = work.data()?;
+            Action::UnlockWork {
+                lock,
+                ns: get(wb, wp),
+            }
         }
         T_ACQUIRE | T_ACQUIRE_SHARED => {
             let lock = g() as u32;
@@ -350,9 +506,9 @@ pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
             }
         }
         T_RELEASE => Action::Release { lock: g() as u32 },
-        T_SIGNAL => Action::Signal(g() as u32),
+        T_SIGNAL => Action::Signal(remap(g() as u32, base)),
         T_WAIT_FOR => {
-            let id = g() as u32;
+            let id = remap(g() as u32, base);
             Action::WaitFor { id, latency: g() }
         }
         T_SPAWN => {
@@ -360,7 +516,7 @@ pub(crate) fn decode(buf: &[u8], pos: &mut usize) -> Action {
             Action::Spawn { child, offset: g() }
         }
         _ => Action::Sleep(g()),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -410,22 +566,34 @@ mod tests {
             },
         ];
         let mut s = Streams::new().unwrap();
+        let mut w = Streams::new().unwrap();
         // Enough to fill several blocks of two streams.
         let n = 3 * BLOCK;
         for i in 0..n {
-            s.push(i % 2, |b| encode(&all[i % all.len()], b)).unwrap();
+            let a = &all[i % all.len()];
+            s.push(i % 2, |b| encode(a, b)).unwrap();
+            if has_work(a) {
+                w.push(i % 2, |b| put_work(a, b)).unwrap();
+            }
         }
         let st = s.finish().unwrap();
+        let wt = w.finish().unwrap();
         assert_eq!(st.count(0) + st.count(1), n as u64);
         for t in 0..2 {
             let mut r = st.reader(t);
+            let mut rw = wt.reader(t);
             let mut i = t;
             while let Some((buf, pos)) = r.data() {
-                assert_eq!(decode(buf, pos), all[i % all.len()], "record {i}");
+                let a = decode(buf, pos, &mut rw, 3).unwrap();
+                let mut want = all[i % all.len()];
+                super::super::remap_signal(&mut want, 3);
+                assert_eq!(a, want, "record {i}");
                 i += 2;
             }
             assert_eq!(i - t, n);
+            assert!(rw.data().is_none());
         }
         assert!(st.take_error().is_none());
+        assert!(wt.take_error().is_none());
     }
 }

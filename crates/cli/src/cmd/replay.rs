@@ -30,21 +30,27 @@ pub struct Args {
 
 /// Opens a trace and builds its replayable program.
 pub fn program(trace: &std::path::Path) -> anyhow::Result<replay::Program> {
+    let meta = open(trace)?;
+    replay::build(trace, &meta).with_context(|| format!("cannot replay {}", trace.display()))
+}
+
+/// Opens and indexes a trace.
+fn open(trace: &std::path::Path) -> anyhow::Result<input::Meta> {
     if !trace.exists() {
         anyhow::bail!(
             "{}: no such file (record one with `lockscope record -- PROGRAM`)",
             trace.display()
         );
     }
-    let meta = input::index(trace, &mut |_, _| {})
-        .with_context(|| format!("cannot read {}", trace.display()))?;
-    replay::build(trace, &meta).with_context(|| format!("cannot replay {}", trace.display()))
+    input::index(trace, &mut |_, _| {}).with_context(|| format!("cannot read {}", trace.display()))
 }
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let p = program(&args.trace)?;
-    let r = replay::report(&p, args.cpus)
+    let meta = open(&args.trace)?;
+    // Built and replayed in one go: the simulations start before the
+    // build's last pass ends (`build_and_report`).
+    let (_, r) = replay::build_and_report(&args.trace, &meta, args.cpus)
         .with_context(|| format!("cannot replay {}", args.trace.display()))?;
     util::print_result(&r, args.json, replay::render_text)
 }
