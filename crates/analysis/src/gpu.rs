@@ -136,6 +136,9 @@ pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, cra
         g.step(s);
     })?;
     let mut sym = crate::symbols::Symbolizer::for_meta(&meta, symbolize);
+    if symbolize {
+        g.prefer_sourced_frames(&meta, &mut sym);
+    }
     let mut name = |process: u32, pc: u64| {
         if pc == 0 {
             return "(unknown)".to_string();
@@ -180,6 +183,8 @@ struct Launch {
     time: u64,
     stream: u64,
     site: u64,
+    /// The call's recorded path (0: none), the site first.
+    stack: u32,
     func: u64,
 }
 
@@ -203,6 +208,8 @@ struct SyncCall {
     stream: u64,
     kind: u64,
     site: u64,
+    /// The call's recorded path (0: none), the site first.
+    stack: u32,
 }
 
 /// Streaming collector: feed every event of every thread (each thread's
@@ -221,6 +228,18 @@ pub struct GpuAnalyzer {
     unreturned: u64,
     /// Launches with a correlation id seen twice (kept: the first).
     duplicate_correlations: u64,
+}
+
+/// Code nvcc writes for every kernel: the host stub of `kernel<<<...>>>`
+/// (`__device_stub__...` in a `*.stub.c` file, with the runtime's
+/// `__cudaLaunchKernel_helper` inlined into it). It has source lines, but
+/// names the kernel, not the program's call: the caller is the site.
+fn nvcc_generated(loc: &crate::symbols::Location) -> bool {
+    loc.frames.iter().any(|f| {
+        f.function.as_deref().is_some_and(|n| {
+            n.starts_with("__device_stub__") || n.starts_with("__cudaLaunchKernel")
+        }) || f.file.as_deref().is_some_and(|p| p.ends_with(".stub.c"))
+    })
 }
 
 impl GpuAnalyzer {
@@ -287,6 +306,7 @@ impl GpuAnalyzer {
                         time: e.time,
                         stream: e.addr,
                         site: e.site,
+                        stack: e.stack,
                         func: e.arg2,
                     },
                 );
@@ -303,7 +323,10 @@ impl GpuAnalyzer {
                         (_, Some(b)) => b.time,
                         (_, None) => return,
                     };
-                    let site = b.map(|b| b.site).filter(|&s| s != 0).unwrap_or(e.site);
+                    let (site, stack) = b
+                        .map(|b| (b.site, b.stack))
+                        .filter(|&(s, _)| s != 0)
+                        .unwrap_or((e.site, e.stack));
                     self.syncs.push(SyncCall {
                         thread,
                         process,
@@ -312,6 +335,7 @@ impl GpuAnalyzer {
                         stream: e.addr,
                         kind: e.arg,
                         site,
+                        stack,
                     });
                 }
             },
@@ -334,6 +358,47 @@ impl GpuAnalyzer {
         }
     }
 
+    /// Moves each launch's and wait's site to the first frame of its
+    /// recorded path that has a source line and is not nvcc's launch stub,
+    /// when its own site is not such a frame.
+    /// Why: a program linked with nvcc's default static CUDA runtime
+    /// calls CUDA through the runtime's code inside its own executable,
+    /// which the recorder cannot tell from the program's (both are the
+    /// same file), so the recorded site is the runtime's and has no line;
+    /// the program's own frame is a few callers out (seen on an H100:
+    /// every launch and wait named `program+0x703fd`). A path with no
+    /// sourced frame keeps its site.
+    pub fn prefer_sourced_frames(
+        &mut self,
+        meta: &crate::input::Meta,
+        sym: &mut crate::symbols::Symbolizer,
+    ) {
+        let mut chosen: HashMap<(u32, u32), Option<u64>> = HashMap::new();
+        let mut pick = |process: u32, site: u64, stack: u32| -> u64 {
+            if stack == 0 {
+                return site;
+            }
+            let best = *chosen.entry((process, stack)).or_insert_with(|| {
+                let frames = meta.stacks.get(&stack).map(|s| s.frames.as_slice())?;
+                let mut users = |f: &u64| {
+                    let loc = sym.code(process, *f);
+                    loc.file_line().is_some() && !nvcc_generated(&loc)
+                };
+                if frames.first().is_some_and(&mut users) {
+                    return None;
+                }
+                frames.iter().find(|f| users(f)).copied()
+            });
+            best.unwrap_or(site)
+        };
+        for ((process, _), l) in self.launches.iter_mut() {
+            l.site = pick(*process, l.site, l.stack);
+        }
+        for s in &mut self.syncs {
+            s.site = pick(s.process, s.site, s.stack);
+        }
+    }
+
     /// Computes the report. `end_ns` is the end of the trace (a sync call
     /// still open then is closed there); `name_code` names code addresses.
     pub fn finish(mut self, end_ns: u64, name_code: &mut Namer<'_>) -> GpuReport {
@@ -348,6 +413,7 @@ impl GpuAnalyzer {
                 stream: b.addr,
                 kind: b.arg,
                 site: b.site,
+                stack: b.stack,
             });
         }
         self.activities

@@ -28,10 +28,21 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
         .status()
         .unwrap();
     assert!(st.success());
+    // CUDA's static runtime stand-in: no line information, and -O0 so
+    // that its call to the API stays a call (its frame stays).
+    let shim = dir.join("fake_static_runtime.o");
+    let st = Command::new("gcc")
+        .args(["-O0", "-g0", "-c", "-o"])
+        .arg(&shim)
+        .arg(src.join("fake_static_runtime.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
     let st = Command::new("gcc")
         .args(["-O2", "-g", "-o"])
         .arg(&app)
         .arg(src.join("fake_cuda_app.c"))
+        .arg(&shim)
         .arg("-ldl")
         .status()
         .unwrap();

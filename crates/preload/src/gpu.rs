@@ -46,7 +46,7 @@ use lockscope_capture::thread;
 use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
 
-use crate::common::{emit, guarded};
+use crate::common::guarded;
 
 /// CUPTI_ACTIVITY_KIND_MEMCPY.
 const KIND_MEMCPY: u32 = 1;
@@ -442,7 +442,9 @@ unsafe fn on_api(domain: u32, d: *const u8) {
         return;
     };
     let now = tsc::now();
-    let site = user_site();
+    let mut frames = [0u64; USER_FRAMES];
+    let n = user_frames(&mut frames);
+    let path = &frames[..n];
     if class == CallClass::Launch && enter && func != 0 && !symbol.is_null() && first_sight(func) {
         // SAFETY: CUPTI's symbolName is a NUL-terminated string, valid
         // during the callback, for launch callbacks.
@@ -450,88 +452,72 @@ unsafe fn on_api(domain: u32, d: *const u8) {
         emit_code_name(&mut g, now, func, name);
     }
     match (class, enter) {
-        (CallClass::Launch, true) => emit(
+        (CallClass::Launch, true) => emit_gpu(
             &mut g,
             Op::GpuLaunch,
             phase::DONE,
             now,
             stream,
-            site,
-            0,
             u64::from(corr),
             func,
-            false,
+            path,
         ),
-        (CallClass::Sync(k), true) => emit(
+        (CallClass::Sync(k), true) => emit_gpu(
             &mut g,
             Op::GpuSync,
             phase::BEGIN,
             now,
             stream,
-            site,
-            0,
             k,
             u64::from(corr),
-            false,
+            path,
         ),
-        (CallClass::Sync(k), false) => emit(
+        (CallClass::Sync(k), false) => emit_gpu(
             &mut g,
             Op::GpuSync,
             phase::END,
             now,
             stream,
-            site,
-            0,
             k,
             u64::from(corr),
-            false,
+            path,
         ),
         (CallClass::BlockingCopy, true) => {
-            emit(
+            emit_gpu(
                 &mut g,
                 Op::GpuLaunch,
                 phase::DONE,
                 now,
                 stream,
-                site,
-                0,
                 u64::from(corr),
                 0,
-                false,
+                path,
             );
-            emit(
+            emit_gpu(
                 &mut g,
                 Op::GpuSync,
                 phase::BEGIN,
                 now,
                 stream,
-                site,
-                0,
                 3,
                 u64::from(corr),
-                false,
+                path,
             );
         }
-        (CallClass::BlockingCopy, false) => emit(
+        (CallClass::BlockingCopy, false) => emit_gpu(
             &mut g,
             Op::GpuSync,
             phase::END,
             now,
             stream,
-            site,
-            0,
             3,
             u64::from(corr),
-            false,
+            path,
         ),
         _ => {}
     }
 }
 
-/// The innermost return address outside CUDA's libraries, CUPTI and
-/// lockscope: the user's call site. Found with glibc's `backtrace`
-/// (DWARF unwinding: CUDA's libraries have no frame pointers) and
-/// `dladdr`; a few microseconds, against CUDA calls of tens.
 /// Kernel handles already named in this process: a name is recorded at
 /// the first launch of each (open addressing over the handle; a full
 /// table names again, which only repeats a record).
@@ -575,11 +561,33 @@ fn emit_code_name(g: &mut thread::Guard, now: u64, func: u64, name: &[u8]) {
     g.emit(head, None, &words[..n.div_ceil(8)]);
 }
 
-fn user_site() -> u64 {
-    let mut frames = [core::ptr::null_mut::<c_void>(); 24];
+/// The return addresses of the call, from the innermost one outside
+/// CUDA's libraries, CUPTI and lockscope (the call site) outwards, at
+/// most `out.len()`; how many. Found with glibc's `backtrace`
+/// (DWARF unwinding: CUDA's libraries have no frame pointers) and
+/// `dladdr`; a few microseconds, against CUDA calls of tens.
+///
+/// Why more than the site: a program linked with nvcc's default static
+/// CUDA runtime has the runtime's code inside its own executable, so the
+/// first frame outside the libraries is still the runtime's (no line
+/// information). The analysis picks the first frame of this path that
+/// has a source line (`gpu::analyze`); measured on an H100, where every
+/// launch and wait of such a program was `program+0x703fd`.
+fn user_frames(out: &mut [u64; USER_FRAMES]) -> usize {
+    let mut frames = [core::ptr::null_mut::<c_void>(); 32];
     // SAFETY: backtrace fills at most `len` entries of a valid buffer.
     let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as c_int) };
+    let mut k = 0;
     for &f in frames.iter().take(n.max(0) as usize) {
+        if k > 0 {
+            // The site is found: the callers follow it whatever they are.
+            if k == out.len() {
+                break;
+            }
+            out[k] = f as u64;
+            k += 1;
+            continue;
+        }
         // SAFETY: Dl_info is plain data (pointers and integers): all
         // zeroes is a valid value.
         let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
@@ -600,10 +608,40 @@ fn user_site() -> u64 {
         .iter()
         .any(|p| base.starts_with(p));
         if !ours {
-            return f as u64;
+            out[0] = f as u64;
+            k = 1;
         }
     }
-    0
+    k
+}
+
+/// Frames recorded with a CUDA call (the site and its callers).
+const USER_FRAMES: usize = 8;
+
+/// A GPU event with its call path (`frames`, the site first), packed as
+/// `common::emit` packs its events.
+#[allow(clippy::too_many_arguments)]
+fn emit_gpu(
+    g: &mut thread::Guard,
+    op: Op,
+    flags: u8,
+    tsc: u64,
+    addr: u64,
+    arg: u64,
+    arg2: u64,
+    frames: &[u64],
+) {
+    let head = Head {
+        tsc,
+        addr,
+        site: frames.first().copied().unwrap_or(0),
+        op: op as u8,
+        flags,
+        aux: arg as u32,
+        ..Head::default()
+    };
+    let args = (arg > u64::from(u32::MAX) || arg2 != 0).then_some((arg, arg2));
+    g.emit(head, args, frames);
 }
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {

@@ -17,6 +17,12 @@
 
 static void (*fake_api)(uint32_t, const char *, const void *, uint32_t, uint32_t);
 static void (*fake_api_sym)(uint32_t, const char *, const void *, uint32_t, uint32_t, const char *);
+/* fake_static_runtime.c, built without debug information: CUDA's static
+ * runtime inside the program. sync_device and launch_two's kernel go
+ * through it; launch_one and the copy call the API directly. */
+void static_runtime_call(void (*)(uint32_t, const char *, const void *, uint32_t, uint32_t,
+                                  const char *),
+                         uint32_t, const char *, const void *, uint32_t, uint32_t, const char *);
 static void (*fake_kernel)(uint64_t, uint64_t, uint32_t, uint32_t);
 static void (*fake_copy)(uint64_t, uint64_t, uint32_t, uint8_t, uint64_t);
 static uint64_t (*fake_now)(void);
@@ -48,9 +54,9 @@ __attribute__((noinline)) void launch_one(uint64_t t0) {
 }
 
 __attribute__((noinline)) void sync_device(uint64_t until) {
-    fake_api(1, "cudaDeviceSynchronize_v3020", 0, 2, 0);
+    static_runtime_call(fake_api_sym, 1, "cudaDeviceSynchronize_v3020", 0, 2, 0, 0);
     sleep_until(until);
-    fake_api(1, "cudaDeviceSynchronize_v3020", 0, 2, 1);
+    static_runtime_call(fake_api_sym, 1, "cudaDeviceSynchronize_v3020", 0, 2, 1, 0);
 }
 
 __attribute__((noinline)) void host_work(uint64_t until) { sleep_until(until); }
@@ -64,8 +70,8 @@ __attribute__((noinline)) void launch_two(void) {
     if (!handle) handle = malloc(64);
     struct launch_params p = { handle, {1,1,1}, {1,1,1}, 0, 0, (void *)0x51 };
     uint64_t t = fake_now();
-    fake_api_sym(1, "cudaLaunchKernel_v7000", &p, 3, 0, "_Z10kernel_twov");
-    fake_api_sym(1, "cudaLaunchKernel_v7000", &p, 3, 1, "_Z10kernel_twov");
+    static_runtime_call(fake_api_sym, 1, "cudaLaunchKernel_v7000", &p, 3, 0, "_Z10kernel_twov");
+    static_runtime_call(fake_api_sym, 1, "cudaLaunchKernel_v7000", &p, 3, 1, "_Z10kernel_twov");
     fake_kernel(t + MS / 2, t + MS / 2 + 10 * MS, 3, 7);
     void *cp[5] = {0, 0, (void *)4096, (void *)2, (void *)0x51};
     fake_api(1, "cudaMemcpyAsync_v3020", cp, 4, 0);
