@@ -372,27 +372,7 @@ fn export_to(trace: &Path, format: &str, out: &Path) {
 /// `kernel_one` (20 ms) and `kernel_two` and a copy on stream 7, two
 /// synchronizes) into `dir`.
 fn record_gpu_fixture(dir: &Path) -> std::path::PathBuf {
-    let src = workspace().join("tests/programs/gpu");
-    let lib = dir.join("libcupti.so");
-    let app = dir.join("fake_cuda_app");
-    for (out, args) in [
-        (&lib, vec!["-O2", "-g", "-fPIC", "-shared", "-o"]),
-        (&app, vec!["-O2", "-g", "-o"]),
-    ] {
-        let file = if out == &lib {
-            "fake_cupti.c"
-        } else {
-            "fake_cuda_app.c"
-        };
-        let st = Command::new("gcc")
-            .args(args)
-            .arg(out)
-            .arg(src.join(file))
-            .arg("-ldl")
-            .status()
-            .unwrap();
-        assert!(st.success(), "gcc {file}");
-    }
+    let (lib, app) = export_util::record_util::build_gpu_fixture(dir);
     let trace = dir.join("gpu.lstrace");
     let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(["record", "-o"])

@@ -18,36 +18,7 @@ use std::process::Command;
 use lockscope_format::{phase, Op};
 
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
-    let src = workspace().join("tests/programs/gpu");
-    let lib = dir.join("libcupti.so");
-    let app = dir.join("fake_cuda_app");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-fPIC", "-shared", "-o"])
-        .arg(&lib)
-        .arg(src.join("fake_cupti.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    // CUDA's static runtime stand-in: no line information, and -O0 so
-    // that its call to the API stays a call (its frame stays).
-    let shim = dir.join("fake_static_runtime.o");
-    let st = Command::new("gcc")
-        .args(["-O0", "-g0", "-c", "-o"])
-        .arg(&shim)
-        .arg(src.join("fake_static_runtime.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&app)
-        .arg(src.join("fake_cuda_app.c"))
-        .arg(&shim)
-        .arg("-ldl")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (lib, app)
+    build_gpu_fixture(dir)
 }
 
 fn record_with(

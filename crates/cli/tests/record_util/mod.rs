@@ -445,3 +445,44 @@ pub fn build_stripped_locks(dir: &Path) {
     assert!(st.success());
     run_tool("objcopy", &["--only-keep-debug", "full", "prog.debug"], dir);
 }
+
+/// Builds the GPU fixture of `tests/programs/gpu` into `dir`: the
+/// stand-in libcupti (`libcupti.so`) and the program playing the CUDA
+/// driver (`fake_cuda_app`), linked with the stand-in of CUDA's static
+/// runtime. Returns (libcupti, program).
+pub fn build_gpu_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = workspace().join("tests/programs/gpu");
+    let lib = dir.join("libcupti.so");
+    let app = dir.join("fake_cuda_app");
+    let gcc = |args: &[&str], out: &Path, inputs: &[PathBuf], what: &str| {
+        let st = Command::new("gcc")
+            .args(args)
+            .arg(out)
+            .args(inputs)
+            .status()
+            .unwrap();
+        assert!(st.success(), "gcc {what}");
+    };
+    gcc(
+        &["-O2", "-g", "-fPIC", "-shared", "-o"],
+        &lib,
+        &[src.join("fake_cupti.c")],
+        "fake_cupti.c",
+    );
+    // CUDA's static runtime stand-in: no line information, and -O0 so
+    // that its call to the API stays a call (its frame stays).
+    let shim = dir.join("fake_static_runtime.o");
+    gcc(
+        &["-O0", "-g0", "-c", "-o"],
+        &shim,
+        &[src.join("fake_static_runtime.c")],
+        "fake_static_runtime.c",
+    );
+    gcc(
+        &["-O2", "-g", "-o"],
+        &app,
+        &[src.join("fake_cuda_app.c"), shim, PathBuf::from("-ldl")],
+        "fake_cuda_app.c",
+    );
+    (lib, app)
+}
