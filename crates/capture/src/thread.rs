@@ -424,18 +424,7 @@ impl Guard {
         let base = unsafe { st.prod.header() } as *const _ as usize;
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
-        let start = slot_start(me);
-        for k in 0..RETIRED_SLOTS {
-            let i = (start + k) % RETIRED_SLOTS;
-            if RETIRED_KEY[i]
-                .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                RETIRED_RING[i].store(base, Ordering::Release);
-                RETIRED_KEY[i].store(me, Ordering::Release);
-                return;
-            }
-        }
+        park_ring(&RETIRED_KEY, &RETIRED_RING, slot_start(me), me, base);
     }
 
     /// Offers this thread's ring for reuse once the thread is gone; call it
@@ -456,19 +445,11 @@ impl Guard {
         // SAFETY: attached; the header is the start of the mapping.
         let base = unsafe { st.prod.header() } as *const _ as usize;
         let tid = st.tid as usize;
-        for k in 0..DETACHED_SLOTS {
-            let i = (tid + k) % DETACHED_SLOTS;
-            if DETACHED_TID[i]
-                .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                DETACHED_RING[i].store(base, Ordering::Release);
-                DETACHED_TID[i].store(tid, Ordering::Release);
-                DETACHED_COUNT.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        if park_ring(&DETACHED_TID, &DETACHED_RING, tid, tid, base) {
+            DETACHED_COUNT.fetch_add(1, Ordering::Relaxed);
+        } else {
+            process::count_ring_not_pooled();
         }
-        process::count_ring_not_pooled();
     }
 
     /// Stamps the ring header's `end_tsc` (thread exit). Events may still
@@ -579,6 +560,32 @@ static RETIRED_KEY: [AtomicUsize; RETIRED_SLOTS] = [const { AtomicUsize::new(0) 
 static RETIRED_RING: [AtomicUsize; RETIRED_SLOTS] = [const { AtomicUsize::new(0) }; RETIRED_SLOTS];
 /// Key of a slot being filled or emptied.
 const CLAIMED: usize = usize::MAX;
+
+/// Puts ring `base` under `key` in the first free slot of a keyed table
+/// (`keys` and `rings` side by side), probing from `start`: the slot is
+/// claimed by compare-and-swap, the ring stored, then the key published.
+/// False if the table is full.
+fn park_ring(
+    keys: &[AtomicUsize],
+    rings: &[AtomicUsize],
+    start: usize,
+    key: usize,
+    base: usize,
+) -> bool {
+    let n = keys.len();
+    for k in 0..n {
+        let i = (start + k) % n;
+        if keys[i]
+            .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            rings[i].store(base, Ordering::Release);
+            keys[i].store(key, Ordering::Release);
+            return true;
+        }
+    }
+    false
+}
 
 fn slot_start(t: usize) -> usize {
     (t >> 12) % RETIRED_SLOTS

@@ -64,6 +64,44 @@ pub(crate) fn emit(
     arg2: u64,
     blocked: bool,
 ) {
+    let (head, args) = pack(op, flags, tsc, addr, site, arg, arg2);
+    if g.wants_path(blocked) {
+        emit_with_path(g, head, args, site, fp);
+    } else {
+        g.emit(head, args, &[]);
+    }
+}
+
+/// Emits an event with a call path the caller already has (`frames`, the
+/// site first): packed as [`emit`] packs its events.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_frames(
+    g: &mut Guard,
+    op: Op,
+    flags: u8,
+    tsc: u64,
+    addr: u64,
+    arg: u64,
+    arg2: u64,
+    frames: &[u64],
+) {
+    let site = frames.first().copied().unwrap_or(0);
+    let (head, args) = pack(op, flags, tsc, addr, site, arg, arg2);
+    g.emit(head, args, frames);
+}
+
+/// The head of an event and its args slot: `arg` goes in the head's `aux`
+/// when it fits in 32 bits and there is no `arg2`.
+#[inline(always)]
+fn pack(
+    op: Op,
+    flags: u8,
+    tsc: u64,
+    addr: u64,
+    site: u64,
+    arg: u64,
+    arg2: u64,
+) -> (Head, Option<(u64, u64)>) {
     let head = Head {
         tsc,
         addr,
@@ -74,11 +112,7 @@ pub(crate) fn emit(
         ..Head::default()
     };
     let args = (arg > u64::from(u32::MAX) || arg2 != 0).then_some((arg, arg2));
-    if g.wants_path(blocked) {
-        emit_with_path(g, head, args, site, fp);
-    } else {
-        g.emit(head, args, &[]);
-    }
+    (head, args)
 }
 
 #[cold]

@@ -46,7 +46,7 @@ use lockscope_capture::thread;
 use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
 
-use crate::common::guarded;
+use crate::common::{emit_frames, guarded};
 
 /// CUPTI_ACTIVITY_KIND_MEMCPY.
 const KIND_MEMCPY: u32 = 1;
@@ -452,7 +452,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
         emit_code_name(&mut g, now, func, name);
     }
     match (class, enter) {
-        (CallClass::Launch, true) => emit_gpu(
+        (CallClass::Launch, true) => emit_frames(
             &mut g,
             Op::GpuLaunch,
             phase::DONE,
@@ -462,7 +462,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
             func,
             path,
         ),
-        (CallClass::Sync(k), true) => emit_gpu(
+        (CallClass::Sync(k), true) => emit_frames(
             &mut g,
             Op::GpuSync,
             phase::BEGIN,
@@ -472,7 +472,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
             u64::from(corr),
             path,
         ),
-        (CallClass::Sync(k), false) => emit_gpu(
+        (CallClass::Sync(k), false) => emit_frames(
             &mut g,
             Op::GpuSync,
             phase::END,
@@ -483,7 +483,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
             path,
         ),
         (CallClass::BlockingCopy, true) => {
-            emit_gpu(
+            emit_frames(
                 &mut g,
                 Op::GpuLaunch,
                 phase::DONE,
@@ -493,7 +493,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
                 0,
                 path,
             );
-            emit_gpu(
+            emit_frames(
                 &mut g,
                 Op::GpuSync,
                 phase::BEGIN,
@@ -504,7 +504,7 @@ unsafe fn on_api(domain: u32, d: *const u8) {
                 path,
             );
         }
-        (CallClass::BlockingCopy, false) => emit_gpu(
+        (CallClass::BlockingCopy, false) => emit_frames(
             &mut g,
             Op::GpuSync,
             phase::END,
@@ -617,32 +617,6 @@ fn user_frames(out: &mut [u64; USER_FRAMES]) -> usize {
 
 /// Frames recorded with a CUDA call (the site and its callers).
 const USER_FRAMES: usize = 8;
-
-/// A GPU event with its call path (`frames`, the site first), packed as
-/// `common::emit` packs its events.
-#[allow(clippy::too_many_arguments)]
-fn emit_gpu(
-    g: &mut thread::Guard,
-    op: Op,
-    flags: u8,
-    tsc: u64,
-    addr: u64,
-    arg: u64,
-    arg2: u64,
-    frames: &[u64],
-) {
-    let head = Head {
-        tsc,
-        addr,
-        site: frames.first().copied().unwrap_or(0),
-        op: op as u8,
-        flags,
-        aux: arg as u32,
-        ..Head::default()
-    };
-    let args = (arg > u64::from(u32::MAX) || arg2 != 0).then_some((arg, arg2));
-    g.emit(head, args, frames);
-}
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
     let p = guarded(|| {
