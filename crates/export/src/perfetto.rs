@@ -270,14 +270,7 @@ pub fn write(
                     )
                 });
                 sep(&mut w);
-                w.raw(b"{\"ph\":\"X\",\"pid\":");
-                w.u64(u64::from(t.pid));
-                w.raw(b",\"tid\":");
-                w.u64(tid);
-                w.raw(b",\"ts\":");
-                w.us3(start_ns);
-                w.raw(b",\"dur\":");
-                w.us3(end_ns - start_ns);
+                slice_start(&mut w, t.pid, tid, start_ns, end_ns);
                 w.raw(b",");
                 w.raw(frag.as_bytes());
                 w.raw(b"}");
@@ -382,14 +375,7 @@ pub fn write(
                     args.insert("launch_site".into(), json!(names.site(process, site, 0)));
                 }
                 sep(&mut w);
-                w.raw(b"{\"ph\":\"X\",\"pid\":");
-                w.u64(u64::from(pid));
-                w.raw(b",\"tid\":");
-                w.u64(tid);
-                w.raw(b",\"ts\":");
-                w.us3(start_ns);
-                w.raw(b",\"dur\":");
-                w.us3(end_ns - start_ns);
+                slice_start(&mut w, pid, tid, start_ns, end_ns);
                 w.raw(b",\"cat\":\"gpu\",\"name\":");
                 w.value(&name);
                 w.raw(b",\"args\":");
@@ -455,4 +441,17 @@ mod tests {
         assert!(!l.place(14, 20)); // starts inside [12,15], ends after
         assert!(l.place(11, 21)); // encloses [12,15]
     }
+}
+
+/// The opening of a complete ("X") slice up to its duration: pid, tid,
+/// start and length in microseconds (the thread and GPU slices share it).
+fn slice_start(w: &mut JsonOut<'_>, pid: u32, tid: u64, start_ns: u64, end_ns: u64) {
+    w.raw(b"{\"ph\":\"X\",\"pid\":");
+    w.u64(u64::from(pid));
+    w.raw(b",\"tid\":");
+    w.u64(tid);
+    w.raw(b",\"ts\":");
+    w.us3(start_ns);
+    w.raw(b",\"dur\":");
+    w.us3(end_ns - start_ns);
 }
