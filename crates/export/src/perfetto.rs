@@ -428,6 +428,19 @@ fn lock_names_of(names: &mut Names, lock: ObjId) -> LockNames {
     }
 }
 
+/// The opening of a complete ("X") slice up to its duration: pid, tid,
+/// start and length in microseconds (the thread and GPU slices share it).
+fn slice_start(w: &mut JsonOut<'_>, pid: u32, tid: u64, start_ns: u64, end_ns: u64) {
+    w.raw(b"{\"ph\":\"X\",\"pid\":");
+    w.u64(u64::from(pid));
+    w.raw(b",\"tid\":");
+    w.u64(tid);
+    w.raw(b",\"ts\":");
+    w.us3(start_ns);
+    w.raw(b",\"dur\":");
+    w.us3(end_ns - start_ns);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,17 +454,4 @@ mod tests {
         assert!(!l.place(14, 20)); // starts inside [12,15], ends after
         assert!(l.place(11, 21)); // encloses [12,15]
     }
-}
-
-/// The opening of a complete ("X") slice up to its duration: pid, tid,
-/// start and length in microseconds (the thread and GPU slices share it).
-fn slice_start(w: &mut JsonOut<'_>, pid: u32, tid: u64, start_ns: u64, end_ns: u64) {
-    w.raw(b"{\"ph\":\"X\",\"pid\":");
-    w.u64(u64::from(pid));
-    w.raw(b",\"tid\":");
-    w.u64(tid);
-    w.raw(b",\"ts\":");
-    w.us3(start_ns);
-    w.raw(b",\"dur\":");
-    w.us3(end_ns - start_ns);
 }
