@@ -436,6 +436,12 @@ pub enum StepKind {
         /// How many.
         count: u64,
     },
+    /// A sample of the thread's CPU time (`Op::ThreadCpu`): see the
+    /// replay's preemption correction.
+    ThreadCpu {
+        /// CPU time the thread had used so far, ns.
+        cpu_ns: u64,
+    },
     /// An op this build does not know.
     UnknownOp,
     /// A memory access or another non-synchronization op (detailed mode).
@@ -1009,6 +1015,7 @@ impl SyncInterp {
                 Op::ThreadStart => StepKind::ThreadStart,
                 Op::ThreadCreate => StepKind::ThreadCreate { tid: e.arg },
                 Op::Fork => StepKind::Fork { pid: e.arg },
+                Op::ThreadCpu => StepKind::ThreadCpu { cpu_ns: e.arg },
                 Op::Exec => StepKind::Exec,
                 Op::Lost => {
                     // Where the drops were relative to the annotation is

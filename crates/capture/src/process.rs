@@ -18,7 +18,7 @@
 //! inside hooks (fork, exec, exit) where the program may hold malloc's
 //! locks or be in an unusual state.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::ring::{self, Producer};
 use crate::session::{
@@ -92,6 +92,45 @@ static MAIN_STACK_HI: AtomicU64 = AtomicU64::new(0);
 static MAIN_PTHREAD: AtomicU64 = AtomicU64::new(0);
 static HEADER: AtomicPtr<ProcessHeader> = AtomicPtr::new(core::ptr::null_mut());
 
+/// A lock call that took longer than this waited, even if the lock looked
+/// free just before it, ns. No uncontended call comes near it (a
+/// cross-socket cache miss on the lock word is ~0.3 us); a call that slept
+/// on the futex takes several microseconds.
+pub const SLOW_CALL_NS: u64 = 1_000;
+
+/// [`SLOW_CALL_NS`] in clock units, set when the process header is opened
+/// (from the clock rate measured across `measure_costs`). Until then, and
+/// if that measurement fails: 2,500 units (about 1 us of a 2.5 GHz TSC).
+static SLOW_TICKS: AtomicU64 = AtomicU64::new(2_500);
+
+/// [`Guard`](crate::thread::Guard)`::sample_cpu` thresholds in clock
+/// units: a gap of 200 us between two lock calls of a thread, and 2 ms
+/// since its last sample. Set with [`SLOW_TICKS`]; until then, for a
+/// 2.5 GHz TSC.
+static CPU_GAP_TICKS: AtomicU64 = AtomicU64::new(500_000);
+static CPU_PERIOD_TICKS: AtomicU64 = AtomicU64::new(5_000_000);
+
+/// Clock units between two lock calls of a thread after which the second
+/// records the thread's CPU time (200 us).
+#[inline(always)]
+pub fn cpu_gap_ticks() -> u64 {
+    CPU_GAP_TICKS.load(Ordering::Relaxed)
+}
+
+/// Clock units after which a thread records its CPU time at its next lock
+/// call in any case (2 ms).
+#[inline(always)]
+pub fn cpu_period_ticks() -> u64 {
+    CPU_PERIOD_TICKS.load(Ordering::Relaxed)
+}
+
+/// Clock units after which a lock call that looked uncontended is taken
+/// to have waited ([`SLOW_CALL_NS`]).
+#[inline(always)]
+pub fn slow_call_ticks() -> u64 {
+    SLOW_TICKS.load(Ordering::Relaxed)
+}
+
 fn config() -> &'static Config {
     // SAFETY: see ConfigCell.
     unsafe { &*CONFIG.0.get() }
@@ -113,6 +152,31 @@ pub fn header() -> Option<&'static ProcessHeader> {
     // SAFETY: HEADER points to a live shared mapping or is null; the
     // mapping is only replaced in the single-threaded fork child.
     unsafe { p.as_ref() }
+}
+
+/// A measurement of the recorder's real cost per event, run once by
+/// [`init`] right after recording starts (on the initialising thread,
+/// single-threaded in a constructor): see [`set_cost_probe`].
+static COST_PROBE: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers `f` to run at the end of [`init`], once recording is on: the
+/// preload library measures its hooks there and stores the result with
+/// [`set_hook_costs`]. Register it before calling `init`.
+pub fn set_cost_probe(f: fn()) {
+    COST_PROBE.store(f as usize, Ordering::Release);
+}
+
+/// Replaces the recorder's cost per acquisition and per release (clock
+/// units) in the process header, which the analysis subtracts from the
+/// program's work. `open_process` stores a first figure from a loop of
+/// bare ring pushes; the preload library measures its real hooks
+/// (trampoline, guard, clock reads, push: about twice that) and stores
+/// them here. Ignored when not recording.
+pub fn set_hook_costs(acquire_ticks: u64, release_ticks: u64) {
+    if let Some(h) = header() {
+        h.acquire_cost_ticks.store(acquire_ticks, Ordering::Relaxed);
+        h.release_cost_ticks.store(release_ticks, Ordering::Relaxed);
+    }
 }
 
 #[inline(always)]
@@ -452,7 +516,20 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
         (*h).start_tsc = tsc::now();
         (*h).argv_bytes = argv_bytes.min(u32::MAX as u64) as u32;
         (*h).parent_generation = parent_generation;
+        let before = tsc::pair();
         let (acq, rel) = measure_costs();
+        let after = tsc::pair();
+        // The rate over the ~100 us of measure_costs: accurate to a few
+        // percent, plenty for a threshold.
+        if after.mono_ns.saturating_sub(before.mono_ns) >= 20_000 {
+            let per_ns = tsc::hz_between(before, after) / 1e9;
+            let ticks = (SLOW_CALL_NS as f64 * per_ns) as u64;
+            if ticks > 0 {
+                SLOW_TICKS.store(ticks, Ordering::Relaxed);
+                CPU_GAP_TICKS.store((200_000.0 * per_ns) as u64, Ordering::Relaxed);
+                CPU_PERIOD_TICKS.store((2_000_000.0 * per_ns) as u64, Ordering::Relaxed);
+            }
+        }
         (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);
         (*h).release_cost_ticks.store(rel, Ordering::Relaxed);
         core::sync::atomic::fence(Ordering::Release);
@@ -842,6 +919,12 @@ unsafe fn init_inner() -> bool {
         libc::pthread_atfork(None, None, Some(fork_child_handler));
         on_exit(exit_handler, core::ptr::null_mut());
         RECORDING.store(REC_ON, Ordering::Release);
+        let probe = COST_PROBE.load(Ordering::Acquire);
+        if probe != 0 {
+            // SAFETY: only set_cost_probe stores here, from a fn() pointer.
+            let f: fn() = core::mem::transmute::<usize, fn()>(probe);
+            f();
+        }
         thread_start_event(0);
         true
     }
@@ -900,7 +983,15 @@ pub fn after_fork_child() {
         }
         thread::forget_retired_after_fork();
         let old = HEADER.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        // The parent's hook costs (measured by the cost probe at start-up)
+        // hold for the child too: same library, same machine, and no
+        // measuring in every child of a program that forks a lot.
+        let mut costs = (0, 0);
         if !old.is_null() {
+            costs = (
+                (*old).acquire_cost_ticks.load(Ordering::Relaxed),
+                (*old).release_cost_ticks.load(Ordering::Relaxed),
+            );
             libc::munmap(old as *mut libc::c_void, HEADER_BYTES);
         }
         let (ppid, pgen) = (pid(), generation());
@@ -910,6 +1001,9 @@ pub fn after_fork_child() {
                 e,
             );
             return;
+        }
+        if costs.0 > 0 || costs.1 > 0 {
+            set_hook_costs(costs.0, costs.1);
         }
         snapshot_maps();
         RECORDING.store(REC_ON, Ordering::Release);

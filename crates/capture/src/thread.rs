@@ -75,6 +75,10 @@ pub(crate) struct ThreadState {
     /// 1 once growing the ring failed or reached the maximum: no more
     /// attempts (the thread waits for the recorder instead).
     no_grow: u8,
+    /// Clock of the thread's last lock-call start ([`Guard::sample_cpu`]).
+    last_t: u64,
+    /// Clock of the thread's last CPU-time sample.
+    cpu_t: u64,
 }
 
 impl ThreadState {
@@ -88,6 +92,8 @@ impl ThreadState {
         stack_hi: 0,
         seq: 0,
         no_grow: 0,
+        last_t: 0,
+        cpu_t: 0,
     };
 }
 
@@ -186,6 +192,98 @@ pub fn recorder() -> Option<Guard> {
         }
     }
     Some(Guard { st })
+}
+
+/// The slow half of [`Guard::sample_cpu`].
+#[cold]
+#[inline(never)]
+fn sample_cpu_now(g: &mut Guard) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec; clock_gettime is async-signal-safe.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return;
+    }
+    let ns = (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64);
+    // Stamped after the system call, not at `t`: returning from one is
+    // where the kernel switches to another runnable thread, and a
+    // preemption there must fall before the sample (in the segment it
+    // measures), not after it (4 of 38 preemptions of the `preempted`
+    // fixture were missed that way).
+    let t = crate::tsc::now();
+    g.st().cpu_t = t;
+    let head = Head {
+        tsc: t,
+        op: crate::raw::OP_THREAD_CPU,
+        ..Head::default()
+    };
+    g.emit(head, Some((ns, 0)), &[]);
+}
+
+/// Runs `f` with the calling thread's events going to a private scratch
+/// ring that is thrown away afterwards, and returns what `f` returned;
+/// `None` (and `f` not run) when the thread is inside the recorder or the
+/// scratch memory cannot be had. For measuring the hooks' own cost at
+/// start-up (the preload library's constructor) without the measurement
+/// reaching the trace.
+///
+/// The scratch ring (2 MiB, 65,536 slots, pre-faulted) never waits when
+/// full and is sized so that `f` never needs to grow it: growing would
+/// create a ring file in the session. `f` must stay under 49,152 slots
+/// (the ring's reserve is a quarter) and must not create threads. The
+/// thread's real ring, its held-lock count and its state are restored.
+pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
+    const CAP: u64 = 1 << 16;
+    let len = crate::ring::file_bytes(CAP);
+    let st = state();
+    // SAFETY: `st` is this thread's state, not in use (busy is 0, checked
+    // first; nothing else runs on this thread meanwhile except signal
+    // handlers, whose hooks see the scratch ring like any ring). The
+    // mapping is private and anonymous, sized by file_bytes for CAP
+    // slots, zeroed by the kernel as Producer::init requires, and
+    // unmapped only after the saved producer is back in place.
+    unsafe {
+        if (*st).busy != 0 {
+            return None;
+        }
+        let m = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        );
+        if m == libc::MAP_FAILED {
+            return None;
+        }
+        let Some(mut scratch) =
+            Producer::init(m as *mut u8, len, &crate::ring::RingIdentity::default())
+        else {
+            libc::munmap(m, len);
+            return None;
+        };
+        scratch.set_wait_when_full(false);
+        let saved = core::ptr::read(&(*st).prod);
+        let (ring, held, no_grow) = ((*st).ring, (*st).locks_held, (*st).no_grow);
+        core::ptr::write(&mut (*st).prod, scratch);
+        (*st).ring = RING_OK;
+        (*st).no_grow = 1;
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        compiler_fence(Ordering::SeqCst);
+        core::ptr::write(&mut (*st).prod, saved);
+        (*st).ring = ring;
+        (*st).locks_held = held;
+        (*st).no_grow = no_grow;
+        compiler_fence(Ordering::SeqCst);
+        libc::munmap(m, len);
+        Some(r)
+    }
 }
 
 /// Locks the calling thread holds right now (0 when not recording). Cheap:
@@ -322,6 +420,36 @@ impl Guard {
             None,
             &[],
         )
+    }
+
+    /// Call at the start of a lock call, with its first stamp `t`: when
+    /// the thread made no lock call for a while
+    /// ([`process::cpu_gap_ticks`], 200 us) or took no sample for
+    /// [`process::cpu_period_ticks`] (2 ms), records the CPU time it has
+    /// used so far (an `Op::ThreadCpu` event stamped `t`, before the
+    /// call's own events). From two samples the replay tells time the
+    /// thread ran from time it was runnable but preempted (by the
+    /// recorder's own threads or any other load), which it otherwise
+    /// replays as the program's work: measured on `ulcp_table` (2 threads
+    /// on 2 CPUs), a handful of multi-millisecond gaps made the work of a
+    /// thread vary from 14 to 35 ms between runs. The common case is two
+    /// compares and a store on this thread's own line; the sample (a
+    /// `clock_gettime` system call, ~0.3-1 us) comes at most once per
+    /// 200 us of the thread's time, stamped when the system call returns.
+    /// Never call it inside a blocking call: the sample must fall between
+    /// calls.
+    /// Returns true if it took a sample: the caller then takes its
+    /// call's first stamp again, after the system call.
+    #[inline(always)]
+    pub fn sample_cpu(&mut self, t: u64) -> bool {
+        let st = self.st();
+        let due = t.wrapping_sub(st.last_t) > process::cpu_gap_ticks()
+            || t.wrapping_sub(st.cpu_t) > process::cpu_period_ticks();
+        st.last_t = t;
+        if due {
+            sample_cpu_now(self);
+        }
+        due
     }
 
     /// Runs `f`, a call to the real function, with the guard released:

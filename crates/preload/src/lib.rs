@@ -63,8 +63,19 @@ extern "C" fn constructor() {
     }
     // A panic here must not take the program down: recording simply
     // stays off.
+    lockscope_capture::process::set_cost_probe(probe_costs);
     let _ = std::panic::catch_unwind(lockscope_capture::process::init);
 }
+
+/// The cost probe `process::init` runs once recording is on; a panic in
+/// it leaves the first (lower) cost figures in place.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn probe_costs() {
+    let _ = std::panic::catch_unwind(locks::measure_hook_costs);
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn probe_costs() {}
 
 // ---- added by the detailed-mode helper (crates/tsan) ----
 /// True when the executable carries lockscope's detailed-mode runtime

@@ -527,6 +527,13 @@ fn fork_child_records_into_its_own_files() {
     assert_eq!(c.parent_generation, parent.gen);
     assert_eq!(c.exit_code, 7);
     assert_eq!(parent.exit_code, 0);
+    // The child keeps the hook costs its parent measured at start-up
+    // (same library, same machine; no measuring in every child).
+    assert!(parent.acquire_cost > 0 && parent.release_cost > 0);
+    assert_eq!(
+        (c.acquire_cost, c.release_cost),
+        (parent.acquire_cost, parent.release_cost)
+    );
     let rings = read_rings(&session);
     let locks = |pid: u32| {
         rings
@@ -668,6 +675,7 @@ fn op_numbers_used_by_capture_match_the_format() {
         lockscope_capture::process::OP_THREAD_EXIT,
         Op::ThreadExit as u8
     );
+    assert_eq!(lockscope_capture::raw::OP_THREAD_CPU, Op::ThreadCpu as u8);
     assert!(
         Op::from_u8(OP_THREAD_NAME).is_none(),
         "pseudo-op stays out of the format"

@@ -371,6 +371,7 @@ const T_SIGNAL: u8 = 6;
 const T_WAIT_FOR: u8 = 7;
 const T_SPAWN: u8 = 8;
 const T_COMPUTE_ACCESS: u8 = 9;
+const T_PREEMPTED: u8 = 10;
 
 /// Appends the encoding of `a`, without the work of a `Compute` or an
 /// `UnlockWork` (their `ns` and `oh`: see [`put_work`]).
@@ -387,6 +388,10 @@ pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
         }
         Action::Sleep(ns) => {
             out.push(T_SLEEP);
+            put(out, ns);
+        }
+        Action::Preempted(ns) => {
+            out.push(T_PREEMPTED);
             put(out, ns);
         }
         Action::Acquire {
@@ -515,6 +520,7 @@ pub(crate) fn decode(
             let child = g() as u32;
             Action::Spawn { child, offset: g() }
         }
+        T_PREEMPTED => Action::Preempted(g()),
         _ => Action::Sleep(g()),
     })
 }
@@ -540,6 +546,7 @@ mod tests {
             },
             Action::UnlockWork { lock: 2, ns: 99 },
             Action::Sleep(u64::MAX),
+            Action::Preempted(1 << 33),
             Action::Acquire {
                 lock: 1,
                 seq: 1 << 40,

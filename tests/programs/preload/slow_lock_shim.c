@@ -1,0 +1,54 @@
+/* A user's own LD_PRELOAD shim, loaded after lockscope's. Each
+ * pthread_mutex_lock that reaches it first has a helper thread take the
+ * mutex (through glibc directly, unseen by lockscope) and hold it for
+ * 2 ms, then calls the real lock, which waits for the helper's release.
+ * To lockscope, whose hook looked at the mutex just before calling on,
+ * this is a lock that was free when it looked and then had to be waited
+ * for: what happens when another thread takes the lock between the look
+ * and the call (issue 8), made deterministic.
+ * Build: gcc -O2 -shared -fPIC -o libslow_lock_shim.so slow_lock_shim.c -ldl -lpthread */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
+
+static int (*real_lock)(pthread_mutex_t *);
+static int (*real_unlock)(pthread_mutex_t *);
+static pthread_mutex_t *target;
+static int phase; /* 0 idle, 1 take it, 2 held by the helper */
+static int started;
+
+static void pause_ns(long ns) {
+    struct timespec ts = {0, ns};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static void *helper(void *arg) {
+    (void)arg;
+    for (;;) {
+        while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 1) pause_ns(20000);
+        real_lock(target);
+        __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
+        pause_ns(2000000);
+        __atomic_store_n(&phase, 0, __ATOMIC_RELEASE);
+        real_unlock(target);
+    }
+    return 0;
+}
+
+int pthread_mutex_lock(pthread_mutex_t *m) {
+    if (!real_lock) {
+        real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+        real_unlock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    }
+    if (!__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
+        pthread_t t;
+        pthread_create(&t, 0, helper, 0);
+        pthread_detach(t);
+    }
+    target = m;
+    __atomic_store_n(&phase, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 2) pause_ns(10000);
+    return real_lock(m);
+}
