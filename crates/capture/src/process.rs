@@ -908,7 +908,10 @@ unsafe fn init_inner() -> bool {
         // Only on the main thread: a runtime may initialise us lazily from
         // another thread, whose stack must not bound the main thread's walks.
         if libc::gettid() == libc::getpid() {
-            MAIN_STACK_HI.store(thread::thread_stack_top(), Ordering::Relaxed);
+            MAIN_STACK_HI.store(
+                thread::quietly(|| thread::thread_stack_top()),
+                Ordering::Relaxed,
+            );
             MAIN_PTHREAD.store(libc::pthread_self() as u64, Ordering::Relaxed);
         }
         if let Err(e) = open_process(libc::getppid() as u32, 0) {

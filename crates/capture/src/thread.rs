@@ -173,8 +173,11 @@ pub fn recorder() -> Option<Guard> {
             // signal handler that interrupted the recording code (the
             // guard is released around the real blocking calls, see
             // Guard::unguarded). Not recorded, but counted: never a
-            // silent loss.
-            process::count_nested_skipped();
+            // silent loss. Unless the recorder itself made the call
+            // ([`quietly`]): not the program's, nothing lost.
+            if (*st).busy != BUSY_QUIET {
+                process::count_nested_skipped();
+            }
             return None;
         }
         (*st).busy = 1;
@@ -222,6 +225,34 @@ fn sample_cpu_now(g: &mut Guard) {
         ..Head::default()
     };
     g.emit(head, Some((ns, 0)), &[]);
+}
+
+/// `ThreadState::busy` while the recorder makes a call of its own into
+/// the C library ([`quietly`]).
+const BUSY_QUIET: u8 = 2;
+
+/// Runs `f`, a call the recorder itself makes into the C library, with
+/// the thread's hooks silent: what `f` does is the recorder's, not the
+/// program's, so it is neither recorded nor counted as skipped. Why:
+/// `pthread_getattr_np` (the thread's stack bounds, whether it is
+/// joinable) allocates, and the detailed runtime records allocations:
+/// inside a guard they were counted as the program's events lost (12 per
+/// run of a 2-thread program, "the trace is incomplete"), outside one they
+/// would be recorded as the program's allocations. `busy` is restored
+/// afterwards, so this works inside a guard too.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    let st = state();
+    // SAFETY: this thread's state; `busy` is saved and put back around
+    // `f`, which runs on this thread.
+    unsafe {
+        let before = (*st).busy;
+        (*st).busy = BUSY_QUIET;
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        compiler_fence(Ordering::SeqCst);
+        (*st).busy = before;
+        r
+    }
 }
 
 /// Runs `f` with the calling thread's events going to a private scratch
@@ -319,7 +350,7 @@ pub fn thread_started(parent_tid: u32) {
     unsafe {
         let st = state();
         (*st).parent_tid = parent_tid;
-        (*st).stack_hi = thread_stack_top();
+        (*st).stack_hi = quietly(|| thread_stack_top());
     }
 }
 

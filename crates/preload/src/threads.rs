@@ -209,7 +209,7 @@ fn thread_exit_event(site: u64, joinable: bool) {
             g.stamp_exit(t);
             // Asked now, not at creation: `pthread_detach` may have
             // detached a thread created joinable.
-            if joinable && self_joinable() {
+            if joinable && thread::quietly(self_joinable) {
                 g.retire_ring();
             } else {
                 g.retire_detached_ring();
