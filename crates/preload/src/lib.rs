@@ -98,5 +98,6 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 /// Starts recording (idempotent); for runtimes that link these hooks
 /// statically and cannot rely on the constructor being linked in.
 pub fn init() -> bool {
+    lockscope_capture::process::set_cost_probe(probe_costs);
     lockscope_capture::process::init()
 }

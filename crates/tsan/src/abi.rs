@@ -172,7 +172,7 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             ..Head::default()
         };
         t.guard.set(true);
-        backend::emit(head, args, frames);
+        backend::emit_sampled(head, args, frames);
         t.guard.set(false);
     })
 }

@@ -48,6 +48,27 @@ pub fn emit(head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
     }
 }
 
+/// [`emit`] for a memory access: first records the thread's CPU time
+/// when a sample is due (`Guard::sample_cpu`: 200 us since its last
+/// lock call or access, or 2 ms since its last sample), then stamps the
+/// access again after that system call. Why at accesses too: in a
+/// detailed-mode trace a preemption lands between two accesses, and a
+/// sample taken only at the next lock call, after thousands of short
+/// access segments, cannot say which segment held it: the replay kept
+/// 110 ms per thread of preempted time as work on `ulcp_table`.
+#[inline]
+pub fn emit_sampled(mut head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
+    match thread::recorder() {
+        Some(mut g) => {
+            if g.sample_cpu(head.tsc) {
+                head.tsc = lockscope_capture::tsc::now();
+            }
+            g.emit(head, args, frames)
+        }
+        None => false,
+    }
+}
+
 /// Runs `f` with the calling thread's recorder, entered once for a batch
 /// of events (the release values of a critical section): entering it per
 /// event was ~40 instructions each. `None` when [`emit`] would drop.
