@@ -2,10 +2,13 @@
 //! the fixture `tests/programs/detailed/ulcp_table.c` takes one global
 //! mutex for work that never conflicts; its fixed version (`fixed`
 //! argument) takes no lock. At 2 and 4 threads this measures the real
-//! speedup of the fix (plain builds, best of several runs of each), then
-//! records a detailed-mode trace of the unfixed version and prints the
+//! speedup of the fix (plain builds, medians of interleaved runs), then
+//! records detailed-mode traces of the unfixed version and prints the
 //! speedups `whatif --ulcp-free` and `whatif --remove-lock table_lock`
-//! predict, and their error against the measurement.
+//! predict (medians over the recordings), with what `--remove-lock`
+//! predicts from timing-mode traces of the plain build, and their errors
+//! against the measurement. `ULCP_RUNS` (7) and `ULCP_TRACES` (3) set the
+//! counts.
 //!
 //! Run: `cargo build --release -p lockscope && cargo run --release -p
 //! lockscope --example ulcp_validate [ROUNDS [TRACED_ROUNDS]]` (needs gcc). A benchmark
@@ -39,18 +42,20 @@ fn check(what: &str, o: &std::process::Output) {
     }
 }
 
-fn best_of(bin: &Path, threads: u32, rounds: &str, mode: &str, runs: u32) -> f64 {
-    let mut best = f64::MAX;
-    for _ in 0..runs {
-        let t = Instant::now();
-        let o = Command::new(bin)
-            .args([&threads.to_string(), rounds, mode])
-            .output()
-            .expect("run fixture");
-        check("fixture", &o);
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    best
+/// Wall time of one run of the fixture, seconds.
+fn run_once(bin: &Path, threads: u32, rounds: &str, mode: &str) -> f64 {
+    let t = Instant::now();
+    let o = Command::new(bin)
+        .args([&threads.to_string(), rounds, mode])
+        .output()
+        .expect("run fixture");
+    check("fixture", &o);
+    t.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn whatif(trace: &Path, args: &[&str]) -> serde_json::Value {
@@ -66,10 +71,22 @@ fn whatif(trace: &Path, args: &[&str]) -> serde_json::Value {
 }
 
 fn main() {
-    // Timed runs are long enough to hide process start-up; the traced run
-    // is shorter (detailed mode records every access in a section).
+    // Timed runs are long enough to hide process start-up; the detailed
+    // trace is shorter (detailed mode records every access in a section).
     let rounds = std::env::args().nth(1).unwrap_or_else(|| "200000".into());
-    let traced = std::env::args().nth(2).unwrap_or_else(|| "5000".into());
+    let traced = std::env::args().nth(2).unwrap_or_else(|| "50000".into());
+    // The locked program's time is a convoy's: it varies by a third from
+    // one run to the next (57-76 ms at 2 threads, best of 5, in three
+    // sessions of one afternoon). Medians of interleaved runs, and of the
+    // predictions of several recordings, not one lucky run of each.
+    let runs: usize = std::env::var("ULCP_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let traces: usize = std::env::var("ULCP_TRACES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs/detailed/ulcp_table.c");
     let dir = std::env::temp_dir().join(format!("lockscope-ulcp-validate-{}", std::process::id()));
@@ -92,32 +109,78 @@ fn main() {
         .output()
         .expect("lockscope cc");
     check("lockscope cc", &o);
-    println!("ulcp_table: {rounds} rounds per thread timed (best of 5 runs), {traced} traced");
     println!(
-        "{:>7} {:>9} {:>9} {:>9} {:>10} {:>7} {:>12} {:>7}",
-        "threads", "locked", "fixed", "measured", "ulcp-free", "error", "remove-lock", "error"
+        "ulcp_table: {rounds} rounds per thread timed (median of {runs} interleaved runs); \
+         predictions: medians over {traces} recordings (detailed mode: {traced} rounds; \
+         timing mode: {rounds} rounds of the plain build)"
+    );
+    println!(
+        "{:>7} {:>9} {:>9} {:>9} {:>10} {:>7} {:>12} {:>7} {:>13} {:>7}",
+        "threads",
+        "locked",
+        "fixed",
+        "measured",
+        "ulcp-free",
+        "error",
+        "remove-lock",
+        "error",
+        "timing trace",
+        "error"
     );
     for threads in [2u32, 4] {
-        let locked = best_of(&plain, threads, &rounds, "locked", 5);
-        let fixed = best_of(&plain, threads, &rounds, "fixed", 5);
+        let (mut lv, mut fv) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            lv.push(run_once(&plain, threads, &rounds, "locked"));
+            fv.push(run_once(&plain, threads, &rounds, "fixed"));
+        }
+        let (locked, fixed) = (median(lv), median(fv));
         let measured = locked / fixed;
-        let trace = dir.join(format!("t{threads}.lstrace"));
-        let o = Command::new(lockscope())
-            .arg("record")
-            .arg("-o")
-            .arg(&trace)
-            .arg("--")
-            .arg(&inst)
-            .args([&threads.to_string(), traced.as_str(), "locked"])
-            .output()
-            .expect("lockscope record");
-        check("lockscope record", &o);
-        let u = whatif(&trace, &["--ulcp-free"]);
-        let pu = u["ulcp_free"]["speedup"].as_f64().unwrap_or(0.0);
-        let r = whatif(&trace, &["--remove-lock", "table_lock"]);
-        let pr = r["scenarios"][0]["speedup"].as_f64().unwrap_or(0.0);
+        let (mut pu, mut pr, mut pt) = (Vec::new(), Vec::new(), Vec::new());
+        let mut top = None;
+        for k in 0..traces {
+            let trace = dir.join(format!("t{threads}-{k}.lstrace"));
+            let o = Command::new(lockscope())
+                .args(["record", "-q", "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(&inst)
+                .args([&threads.to_string(), traced.as_str(), "locked"])
+                .output()
+                .expect("lockscope record");
+            check("lockscope record", &o);
+            let u = whatif(&trace, &["--ulcp-free"]);
+            pu.push(u["ulcp_free"]["speedup"].as_f64().unwrap_or(0.0));
+            top = top.or_else(|| u["ulcp_free"]["regions"].get(0).cloned());
+            let r = whatif(&trace, &["--remove-lock", "table_lock"]);
+            pr.push(r["scenarios"][0]["speedup"].as_f64().unwrap_or(0.0));
+            let timing = dir.join(format!("p{threads}-{k}.lstrace"));
+            let o = Command::new(lockscope())
+                .args(["record", "-q", "-o"])
+                .arg(&timing)
+                .arg("--")
+                .arg(&plain)
+                .args([&threads.to_string(), rounds.as_str(), "locked"])
+                .output()
+                .expect("lockscope record");
+            check("lockscope record", &o);
+            let r = whatif(&timing, &["--remove-lock", "table_lock"]);
+            pt.push(r["scenarios"][0]["speedup"].as_f64().unwrap_or(0.0));
+        }
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         println!(
-            "{:>7} {:>8.1}ms {:>8.1}ms {:>8.2}x {:>9.2}x {:>+6.1}% {:>11.2}x {:>+6.1}%",
+            "        predictions per recording: ulcp-free {}, remove-lock {}, timing trace {}",
+            list(&pu),
+            list(&pr),
+            list(&pt)
+        );
+        let (pu, pr, pt) = (median(pu), median(pr), median(pt));
+        println!(
+            "{:>7} {:>8.1}ms {:>8.1}ms {:>8.2}x {:>9.2}x {:>+6.1}% {:>11.2}x {:>+6.1}% {:>12.2}x {:>+6.1}%",
             threads,
             locked * 1e3,
             fixed * 1e3,
@@ -125,9 +188,11 @@ fn main() {
             pu,
             (pu / measured - 1.0) * 100.0,
             pr,
-            (pr / measured - 1.0) * 100.0
+            (pr / measured - 1.0) * 100.0,
+            pt,
+            (pt / measured - 1.0) * 100.0
         );
-        if let Some(top) = u["ulcp_free"]["regions"].get(0) {
+        if let Some(top) = top {
             println!(
                 "        top ULCP region: {} <-> {} (P {:.0}%)",
                 top["first"].as_str().unwrap_or("?"),
