@@ -7,7 +7,10 @@
  * threads do under the lock conflicts, so the lock is unnecessary; the
  * fixed version (argv[3] = "fixed") takes no lock and computes the same.
  *
- * usage: ulcp_table THREADS ROUNDS locked|fixed
+ * usage: ulcp_table THREADS ROUNDS locked|fixed [READS [WORK]]
+ * READS: table reads per lookup (default 128), WORK: steps of private
+ * work per round outside the lock (default 40); larger values make
+ * longer sections and rounds.
  * Prints `sum N` (identical in both versions) on stdout.
  */
 #include <pthread.h>
@@ -23,6 +26,7 @@ static unsigned table[TABLE];
 static unsigned long counts[MAXT * 8]; /* one cache line per thread */
 static int fixed;
 static long rounds;
+static int reads = 128, work_steps = 40;
 static pthread_barrier_t start;
 
 static unsigned work(unsigned x, int n)
@@ -38,7 +42,7 @@ __attribute__((noinline)) static unsigned lookup(unsigned key)
     unsigned s = 0;
     if (!fixed)
         pthread_mutex_lock(&table_lock);
-    for (int i = 0; i < 128; i++)
+    for (int i = 0; i < reads; i++)
         s += table[(key + (unsigned)i * 7u) % TABLE];
     if (!fixed)
         pthread_mutex_unlock(&table_lock);
@@ -60,7 +64,7 @@ static void *worker(void *arg)
     unsigned x = (unsigned)id * 2654435761u, acc = 0;
     pthread_barrier_wait(&start);
     for (long r = 0; r < rounds; r++) {
-        x = work(x, 40);
+        x = work(x, work_steps);
         acc += lookup(x);
         if (r % 4 == 0)
             bump(id, acc);
@@ -70,14 +74,18 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s THREADS ROUNDS locked|fixed\n", argv[0]);
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "usage: %s THREADS ROUNDS locked|fixed [READS [WORK]]\n", argv[0]);
         return 2;
     }
+    if (argc > 4)
+        reads = atoi(argv[4]);
+    if (argc > 5)
+        work_steps = atoi(argv[5]);
     int n = atoi(argv[1]);
     rounds = atol(argv[2]);
     fixed = strcmp(argv[3], "fixed") == 0;
-    if (n < 1 || n > MAXT || rounds < 1) {
+    if (n < 1 || n > MAXT || rounds < 1 || reads < 1 || work_steps < 0) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
