@@ -131,3 +131,26 @@ fn issue9_the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
     let rep = j["replayed_wall_ns"].as_u64().unwrap() as f64;
     assert!((rep / rec - 1.0).abs() < 0.05, "{j:#}");
 }
+
+/// A real program's replay: python3 running four threads that take turns
+/// holding the GIL (a mutex, two condition variables with timed waits,
+/// and semaphores for Python's own locks). It replayed 36-59 % long
+/// while every `sem_trywait` replayed the work before it a second time as
+/// a wait (issue 9); the target is the fixtures' 5 %.
+#[test]
+fn issue9_python3_gil_program_replays_within_5_percent() {
+    let dir = temp("replay-python3");
+    let script = record_util::workspace().join("tests/programs/report/gil_threads.py");
+    let python = std::path::Path::new("/usr/bin/python3");
+    assert!(
+        python.exists(),
+        "python3 is a test dependency (scripts/test-packages.txt)"
+    );
+    let run = record(&dir, &[], python, &[script.to_str().unwrap()], b"");
+    assert!(run.stdout.contains("truth-gil threads=4"), "{}", run.stdout);
+    let (j, _) = replay_json(&run.trace_path, &[]);
+    let rec = j["recorded_wall_ns"].as_u64().unwrap() as f64;
+    let rep = j["replayed_wall_ns"].as_u64().unwrap() as f64;
+    println!("python3: recorded {rec} ns, replayed {rep} ns");
+    assert!((rep / rec - 1.0).abs() < 0.05, "{j:#}");
+}
