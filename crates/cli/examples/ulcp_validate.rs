@@ -8,7 +8,7 @@
 //! predict (medians over the recordings), with what `--remove-lock`
 //! predicts from timing-mode traces of the plain build, and their errors
 //! against the measurement. `ULCP_RUNS` (7) and `ULCP_TRACES` (3) set the
-//! counts.
+//! counts; `ULCP_SHAPE="READS WORK"` the fixture's section and round sizes.
 //!
 //! Run: `cargo build --release -p lockscope && cargo run --release -p
 //! lockscope --example ulcp_validate [ROUNDS [TRACED_ROUNDS]]` (needs gcc). A benchmark
@@ -43,10 +43,11 @@ fn check(what: &str, o: &std::process::Output) {
 }
 
 /// Wall time of one run of the fixture, seconds.
-fn run_once(bin: &Path, threads: u32, rounds: &str, mode: &str) -> f64 {
+fn run_once(bin: &Path, threads: u32, rounds: &str, mode: &str, shape: &[String]) -> f64 {
     let t = Instant::now();
     let o = Command::new(bin)
         .args([&threads.to_string(), rounds, mode])
+        .args(shape)
         .output()
         .expect("run fixture");
     check("fixture", &o);
@@ -87,6 +88,13 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    // `ULCP_SHAPE="READS WORK"`: the fixture's table reads per section and
+    // work steps per round (default 128 and 40: sections of ~0.1 us).
+    let shape: Vec<String> = std::env::var("ULCP_SHAPE")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs/detailed/ulcp_table.c");
     let dir = std::env::temp_dir().join(format!("lockscope-ulcp-validate-{}", std::process::id()));
@@ -112,7 +120,12 @@ fn main() {
     println!(
         "ulcp_table: {rounds} rounds per thread timed (median of {runs} interleaved runs); \
          predictions: medians over {traces} recordings (detailed mode: {traced} rounds; \
-         timing mode: {rounds} rounds of the plain build)"
+         timing mode: {rounds} rounds of the plain build){}",
+        if shape.is_empty() {
+            String::new()
+        } else {
+            format!("; fixture shape (reads, work): {}", shape.join(" "))
+        }
     );
     println!(
         "{:>7} {:>9} {:>9} {:>9} {:>10} {:>7} {:>12} {:>7} {:>13} {:>7}",
@@ -130,8 +143,8 @@ fn main() {
     for threads in [2u32, 4] {
         let (mut lv, mut fv) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            lv.push(run_once(&plain, threads, &rounds, "locked"));
-            fv.push(run_once(&plain, threads, &rounds, "fixed"));
+            lv.push(run_once(&plain, threads, &rounds, "locked", &shape));
+            fv.push(run_once(&plain, threads, &rounds, "fixed", &shape));
         }
         let (locked, fixed) = (median(lv), median(fv));
         let measured = locked / fixed;
@@ -145,6 +158,7 @@ fn main() {
                 .arg("--")
                 .arg(&inst)
                 .args([&threads.to_string(), traced.as_str(), "locked"])
+                .args(&shape)
                 .output()
                 .expect("lockscope record");
             check("lockscope record", &o);
@@ -160,6 +174,7 @@ fn main() {
                 .arg("--")
                 .arg(&plain)
                 .args([&threads.to_string(), rounds.as_str(), "locked"])
+                .args(&shape)
                 .output()
                 .expect("lockscope record");
             check("lockscope record", &o);
