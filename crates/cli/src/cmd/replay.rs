@@ -15,7 +15,10 @@ use crate::cmd::util;
 /// barrier, semaphore, join and futex dependencies are honoured; a model
 /// of the machine's CPUs decides who runs when more threads are runnable
 /// than CPUs. Prints recorded vs replayed wall time and per-thread end
-/// times. Identical results run after run.
+/// times, and the prediction without the recorder: its measured cost per
+/// event, and the time threads were preempted (runnable with no CPU,
+/// measured from their CPU-time samples), left out. Identical results
+/// run after run.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded by `lockscope record`.
