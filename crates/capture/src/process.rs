@@ -736,26 +736,18 @@ fn measure_costs() -> (u64, u64) {
     const BATCHES: usize = 63;
     let cap = 4096u64;
     let len = ring::file_bytes(cap);
-    // SAFETY: anonymous private mapping, unmapped below.
+    let Some(m) = ring::scratch_map(len) else {
+        return (0, 0);
+    };
+    // SAFETY: `m` is our own anonymous mapping of `len` bytes, unmapped
+    // below.
     unsafe {
-        let m = libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-            -1,
-            0,
-        );
-        if m == libc::MAP_FAILED {
-            return (0, 0);
-        }
         let mut res = [0u64; 2];
         let word = core::sync::atomic::AtomicU32::new(0);
         for (kind, out) in res.iter_mut().enumerate() {
             // A fresh ring per kind: 63*32 = 2016 events fit in 4096 slots.
-            core::ptr::write_bytes(m as *mut u8, 0, HEADER_BYTES);
-            let Some(mut prod) = Producer::init(m as *mut u8, len, &ring::RingIdentity::default())
-            else {
+            core::ptr::write_bytes(m, 0, HEADER_BYTES);
+            let Some(mut prod) = Producer::init(m, len, &ring::RingIdentity::default()) else {
                 break;
             };
             let mut samples = [0u64; BATCHES];
@@ -781,7 +773,7 @@ fn measure_costs() -> (u64, u64) {
             samples.sort_unstable();
             *out = samples[BATCHES / 2];
         }
-        libc::munmap(m, len);
+        libc::munmap(m.cast(), len);
         (res[0], res[1])
     }
 }

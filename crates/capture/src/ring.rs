@@ -44,6 +44,25 @@ const WAIT_SLICE_NS: i64 = 10_000_000;
 /// dead recorder must never hang the program).
 const WAIT_GIVE_UP: u32 = 200;
 
+/// A private, anonymous, pre-faulted mapping of `len` bytes (zeroed by
+/// the kernel) for a ring that no consumer reads: the start-up cost
+/// measurements write into one. `None` if the kernel refuses. The caller
+/// unmaps it (`munmap(ptr, len)`).
+pub(crate) fn scratch_map(len: usize) -> Option<*mut u8> {
+    // SAFETY: a new anonymous mapping; no existing memory is touched.
+    let m = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    (m != libc::MAP_FAILED).then_some(m as *mut u8)
+}
+
 /// Bytes a ring file of `capacity` slots needs.
 pub fn file_bytes(capacity: u64) -> usize {
     HEADER_BYTES + capacity as usize * SLOT_BYTES

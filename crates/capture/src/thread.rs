@@ -284,21 +284,10 @@ pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
         if (*st).busy != 0 {
             return None;
         }
-        let m = libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-            -1,
-            0,
-        );
-        if m == libc::MAP_FAILED {
-            return None;
-        }
-        let Some(mut scratch) =
-            Producer::init(m as *mut u8, len, &crate::ring::RingIdentity::default())
+        let m = crate::ring::scratch_map(len)?;
+        let Some(mut scratch) = Producer::init(m, len, &crate::ring::RingIdentity::default())
         else {
-            libc::munmap(m, len);
+            libc::munmap(m.cast(), len);
             return None;
         };
         scratch.set_wait_when_full(false);
@@ -318,7 +307,7 @@ pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
         (*st).last_t = last_t;
         (*st).cpu_t = cpu_t;
         compiler_fence(Ordering::SeqCst);
-        libc::munmap(m, len);
+        libc::munmap(m.cast(), len);
         Some(r)
     }
 }

@@ -5,20 +5,22 @@
 
 mod record_util;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use lockscope_format::{phase, Op};
 use record_util::*;
 
-#[test]
-fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
-    let dir = temp("user-shim");
-    let shim = dir.join("liblock_count_shim.so");
+/// Builds the user's shim `tests/programs/preload/NAME.c` (a shared
+/// library to put in `LD_PRELOAD` after ours) and the one-thread
+/// `uncontended` benchmark program into `dir`.
+fn shim_and_uncontended(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
+    let shim = dir.join(format!("lib{name}.so"));
     let st = Command::new("gcc")
         .args(["-O2", "-shared", "-fPIC", "-o"])
         .arg(&shim)
-        .arg(workspace().join("tests/programs/preload/lock_count_shim.c"))
-        .arg("-ldl")
+        .arg(workspace().join(format!("tests/programs/preload/{name}.c")))
+        .args(["-ldl", "-lpthread"])
         .status()
         .expect("gcc must be installed to build the fixtures");
     assert!(st.success());
@@ -30,6 +32,13 @@ fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
         .status()
         .unwrap();
     assert!(st.success());
+    (shim, bin)
+}
+
+#[test]
+fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
+    let dir = temp("user-shim");
+    let (shim, bin) = shim_and_uncontended(&dir, "lock_count_shim");
     // The user's preload comes after ours (the recorder prepends its own):
     // 5 rounds of 25,600 pairs = 128,000 calls must all reach it.
     let trace_path = dir.join("trace.lstrace");
@@ -95,23 +104,7 @@ fn issue8_sem_post_from_a_signal_handler_inside_a_blocked_lock_is_recorded() {
 #[test]
 fn issue8_a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
     let dir = temp("slow-call");
-    let shim = dir.join("libslow_lock_shim.so");
-    let st = Command::new("gcc")
-        .args(["-O2", "-shared", "-fPIC", "-o"])
-        .arg(&shim)
-        .arg(workspace().join("tests/programs/preload/slow_lock_shim.c"))
-        .args(["-ldl", "-lpthread"])
-        .status()
-        .expect("gcc must be installed to build the fixtures");
-    assert!(st.success());
-    let bin = dir.join("uncontended");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(workspace().join("tests/programs/bench/uncontended.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (shim, bin) = shim_and_uncontended(&dir, "slow_lock_shim");
     for (slow, path) in [(true, "slow.lstrace"), (false, "plain.lstrace")] {
         let trace_path = dir.join(path);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockscope"));
