@@ -120,6 +120,10 @@ pub enum Action {
         /// recorder cost is the one estimated from the trace
         /// ([`Program::access_ns`]), not the lock hooks' `event_ns`.
         access: bool,
+        /// Time the thread was preempted in it, ns, measured from its
+        /// run-queue delay samples ([`Builder::preempted`]); folded into `ns`
+        /// and `oh` with the CPU share ([`apply_share`]), 0 afterwards.
+        pre: u32,
     },
     /// Run for `ns` on a CPU inside an unlock that entered the kernel to
     /// wake a waiter of `lock` (only when the replayed release did wake
@@ -132,12 +136,6 @@ pub enum Action {
     },
     /// Wait `ns` without a CPU (a wait with no recorded cause).
     Sleep(u64),
-    /// The thread was runnable but not running for `ns` (preempted by the
-    /// recorder's threads or other load), measured from its CPU-time
-    /// samples (`Op::ThreadCpu`) and taken out of the compute before it:
-    /// a wait without a CPU when replaying the run as recorded
-    /// ([`Scenario::keep_overhead`]), nothing otherwise.
-    Preempted(u64),
     /// Take a lock: the `seq`-th recorded acquisition of it.
     Acquire {
         /// Lock index.
@@ -279,8 +277,10 @@ pub struct Program {
     pub cpus: u32,
     /// Recorder overhead removed from the compute segments, ns.
     pub overhead_ns: u64,
-    /// Time the threads were preempted inside compute segments, ns,
-    /// measured from their CPU-time samples ([`Action::Preempted`]).
+    /// Time the threads were preempted inside compute segments beyond
+    /// what the CPU-share model explains, ns: measured from their
+    /// run-queue delay samples and left out of the predictions
+    /// ([`apply_share`]).
     pub preempted_ns: u64,
     /// Estimated cost of recording one memory access in a detailed-mode
     /// trace, ns (0: no estimate, fewer than [`ACCESS_SAMPLES`] back-to-back
@@ -409,9 +409,8 @@ struct Builder {
     access_hist: Vec<u64>,
     /// Last release per lock: (raw time, thread).
     last_release: Vec<(u64, u32)>,
-    /// Per thread: its last CPU-time sample (ns of CPU), and the time it
-    /// ran since (segments outside blocking calls, raw ns).
-    cpu: Vec<(Option<u64>, u64)>,
+    /// Per thread: its last run-queue delay sample, ns.
+    delay: Vec<Option<u64>>,
 }
 
 impl Builder {
@@ -569,12 +568,16 @@ impl Builder {
                 }
                 let delta = iv_start_delta(ivs_end[ti as usize], start);
                 ivs_end[ti as usize] = end;
-                let (ns, flags) = match a {
-                    Action::Compute { ns, oh, access, .. } => {
-                        (ns, u64::from(oh) << 2 | u64::from(access) << 1)
-                    }
-                    Action::UnlockWork { ns, .. } => (ns, 1),
-                    _ => (0, 0),
+                let (ns, flags, pre) = match a {
+                    Action::Compute {
+                        ns,
+                        oh,
+                        access,
+                        pre,
+                        ..
+                    } => (ns, u64::from(oh) << 2 | u64::from(access) << 1, pre),
+                    Action::UnlockWork { ns, .. } => (ns, 1, 0),
+                    _ => (0, 0, 0),
                 };
                 let r = actions
                     .push(ti as usize, |b| store::encode(&a, b))
@@ -584,6 +587,7 @@ impl Builder {
                             store::put(b, end.saturating_sub(start));
                             store::put(b, ns);
                             store::put(b, flags);
+                            store::put(b, u64::from(pre));
                         })
                     });
                 if let Err(e) = r {
@@ -665,13 +669,13 @@ impl Builder {
         }
         self.p.overhead_ns += seg.cost_ns;
         let blocked = matches!(seg.kind, SegKind::Blocked(_));
-        let preempted = self.preempted(ti, s, blocked);
+        let preempted = self.preempted(ti, s);
         // The work before this step. A segment the recorder's cost used
         // up entirely still goes in (as 0 ns of work carrying its `oh`):
         // the as-recorded replay adds that cost back, and dropping it lost
         // 1-3 % of the recorded wall once the costs were measured on the
         // real hooks (a short hold is often shorter than a hook).
-        if !blocked && (seg.corrected_ns > 0 || seg.cost_ns > 0 || preempted > 0) {
+        if !blocked && (seg.corrected_ns > 0 || seg.cost_ns > 0) {
             let cs = self.open[ti as usize].last().map_or(u32::MAX, |o| o.1);
             if let Some((child, Some(offset))) = self.spawn_point(s) {
                 // The child started during this call, at the recorded
@@ -687,20 +691,14 @@ impl Builder {
                 }
             } else {
                 Action::Compute {
-                    ns: seg.corrected_ns - preempted,
+                    ns: seg.corrected_ns,
                     cs,
                     oh: seg.cost_ns.min(u64::from(u32::MAX)) as u32,
                     access: is_mem,
+                    pre: preempted.min(u64::from(u32::MAX)) as u32,
                 }
             };
-            // The thread ran first, then waited for a CPU: its interval
-            // for the CPU shares is the part it ran.
-            let end = s.time - preempted;
-            self.push_work(ti, s.time.saturating_sub(seg.raw_ns), end, a);
-            if preempted > 0 {
-                self.p.preempted_ns += preempted;
-                self.push(ti, Action::Preempted(preempted));
-            }
+            self.push_work(ti, s.time.saturating_sub(seg.raw_ns), s.time, a);
         }
         match s.kind {
             StepKind::Acquired { section, .. } => {
@@ -842,37 +840,34 @@ impl Builder {
     }
 
     /// The time thread `ti` was preempted in the compute segment before
-    /// step `s`, from its CPU-time samples: at a sample, the time it ran
-    /// (outside blocking calls) since the one before, less the CPU time it
-    /// used, is time it was runnable but not running. All of it is put on
-    /// the segment that ends at the sample, up to its length: the preload
+    /// step `s`, from its run-queue delay samples: the growth of the
+    /// delay since the thread's previous sample, all of it put on the
+    /// segment that ends at the sample, up to its length. The preload
     /// samples after a long interval with no lock call (the way a
     /// preemption shows in the trace: one segment milliseconds long) and
-    /// every 2 ms, so the part that happened in earlier, short segments
-    /// is small, and is dropped rather than guessed. Not a compute
-    /// segment: 0. CPU time spent inside blocking calls counts as used,
-    /// so the figure errs low.
-    fn preempted(&mut self, ti: u32, s: &Step<'_>, blocked: bool) -> u64 {
+    /// every 2 ms, so the part that happened in earlier, short segments is
+    /// small, and is dropped rather than guessed. Not a compute segment:
+    /// 0. The kernel's run-queue delay, not the thread's CPU time: a
+    /// thread blocked in a call lockscope does not hook (a `read` from
+    /// disk, `poll`) is off the CPU without being preempted, and wall
+    /// minus CPU time took that for preemption (`git grep --threads=4`
+    /// lost a quarter of its replayed run that way).
+    fn preempted(&mut self, ti: u32, s: &Step<'_>) -> u64 {
         let seg = s.segment;
         let ti = ti as usize;
-        if self.cpu.len() <= ti {
-            self.cpu.resize(ti + 1, (None, 0));
+        if self.delay.len() <= ti {
+            self.delay.resize(ti + 1, None);
         }
-        let c = &mut self.cpu[ti];
-        if !blocked {
-            c.1 += seg.raw_ns;
-        }
-        let StepKind::ThreadCpu { cpu_ns } = s.kind else {
+        let StepKind::RunDelay { wait_ns } = s.kind else {
             return 0;
         };
-        let out = match c.0 {
+        let out = match self.delay[ti] {
             Some(prev) if seg.kind == SegKind::Compute => {
-                c.1.saturating_sub(cpu_ns.saturating_sub(prev))
-                    .min(seg.corrected_ns)
+                wait_ns.saturating_sub(prev).min(seg.corrected_ns)
             }
             _ => 0,
         };
-        *c = (Some(cpu_ns), 0);
+        self.delay[ti] = Some(wait_ns);
         out
     }
 
@@ -906,7 +901,9 @@ impl Builder {
     fn finish(self) -> Result<Program, AnalysisError> {
         let (mut p, pass) = self.finish_deferred()?;
         if let Some(pass) = pass {
-            p.overhead_ns += pass.run(&p);
+            let (removed, pre) = pass.run(&p);
+            p.overhead_ns += removed;
+            p.preempted_ns += pre;
             p.check()?;
         }
         Ok(p)
@@ -932,7 +929,13 @@ impl Builder {
                     self.p.overhead_ns += correct_access(a, access_ns);
                 }
                 if n > 0 {
-                    cpu_shares_sorted(n, &mut ivs, &mut actions);
+                    self.p.preempted_ns += cpu_shares_sorted(n, &mut ivs, &mut actions);
+                }
+                // The actions given no share (an empty interval, or no
+                // CPU count): their measured preemption alone. Idempotent
+                // for the others.
+                for a in actions.iter_mut().flatten() {
+                    self.p.preempted_ns += apply_share(a, 1.0);
                 }
                 self.p.actions = Store::Mem(actions);
                 Ok((self.p, None))
@@ -1037,17 +1040,40 @@ fn correct_access(a: &mut Action, access_ns: u64) -> u64 {
     }
 }
 
-/// Scales a compute action by the CPU share its thread had.
-fn apply_share(a: &mut Action, share: f64) {
+/// Scales a compute action by the CPU share its thread had, and takes
+/// out the preemption its run-queue delay samples measured beyond that share.
+/// Returns the preempted time taken out, ns.
+///
+/// Two estimates of the CPU work of a segment of `ns` wall time: the
+/// share model's, `ns x share` (the machine's CPUs shared evenly among the
+/// program's threads computing then), and the measured one, `ns - pre`.
+/// The work is the smaller: the measurement catches what the model cannot
+/// see (the recorder's own threads, or any other load, taking the CPUs),
+/// and the model keeps the program's own oversubscription as the replay's
+/// CPU model replays it. Taking the measurement alone broke that: with 4
+/// threads on 2 CPUs every thread's work shrank to its CPU time while the
+/// replay still shared the CPUs 4 ways and granted locks in the recorded
+/// order, and threads that had been preempted reached their turns early:
+/// `git grep --threads=4` replayed 47 ms of lock waits where 0.2 ms were
+/// recorded. What is taken out goes to `oh`, which the as-recorded replay
+/// adds back. `pre` is 0 afterwards, so a second call does nothing more.
+fn apply_share(a: &mut Action, share: f64) -> u64 {
     match a {
-        Action::Compute { ns, oh, .. } => {
-            *ns = (*ns as f64 * share).round() as u64;
-            *oh = (f64::from(*oh) * share).round() as u32;
+        Action::Compute { ns, oh, pre, .. } => {
+            let modelled = *ns as f64 * share;
+            let measured = ns.saturating_sub(u64::from(*pre)) as f64;
+            let work = modelled.min(measured);
+            let taken = (modelled - work).round() as u64;
+            *ns = work.round() as u64;
+            *oh = ((f64::from(*oh) * share).round() as u64 + taken).min(u64::from(u32::MAX)) as u32;
+            *pre = 0;
+            taken
         }
         Action::UnlockWork { ns, .. } => {
             *ns = (*ns as f64 * share).round() as u64;
+            0
         }
-        _ => {}
+        _ => 0,
     }
 }
 
@@ -1103,7 +1129,7 @@ fn share_of(a: u64, b: u64, acc_a: f64, acc_b: f64) -> f64 {
     ((acc_b - acc_a) / (b - a) as f64).clamp(0.0, 1.0)
 }
 
-fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Vec<Action>]) {
+fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Vec<Action>]) -> u64 {
     let mut pts: Vec<(u64, i64)> = Vec::with_capacity(ivs.len() * 2);
     for &(a, b, _, _) in ivs.iter() {
         if b > a {
@@ -1127,6 +1153,7 @@ fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Ve
             Err(_) => 0.0,
         }
     };
+    let mut taken = 0;
     for &(a, b, ti, ai) in ivs.iter() {
         if b <= a {
             continue;
@@ -1136,9 +1163,10 @@ fn cpu_shares_sorted(n: u64, ivs: &mut [(u64, u64, u32, u32)], actions: &mut [Ve
             .get_mut(ti as usize)
             .and_then(|v| v.get_mut(ai as usize))
         {
-            apply_share(x, share);
+            taken += apply_share(x, share);
         }
     }
+    taken
 }
 
 /// The pass that writes the work of a spilled program's compute actions
@@ -1155,13 +1183,13 @@ impl SharePass {
     /// Writes the work into `p`'s store and completes it, whatever
     /// happens (an error is kept in the store: it voids the simulations,
     /// [`Program::check`]). Returns the recorder overhead it removed
-    /// ([`correct_access`]).
-    fn run(self, p: &Program) -> u64 {
+    /// ([`correct_access`]) and the preempted time ([`apply_share`]).
+    fn run(self, p: &Program) -> (u64, u64) {
         let Store::Spill(st) = &p.actions else {
-            return 0;
+            return (0, 0);
         };
         let _close = store::CloseOnDrop(&st.work);
-        let mut removed = 0;
+        let mut removed = (0, 0);
         let r = cpu_shares_merged(
             self.n,
             self.threads,
@@ -1190,7 +1218,7 @@ fn cpu_shares_merged(
     n: u64,
     threads: usize,
     access_ns: u64,
-    removed: &mut u64,
+    removed: &mut (u64, u64),
     ivs: &store::Stored,
     work: &store::Stored,
 ) -> io::Result<()> {
@@ -1204,7 +1232,9 @@ fn cpu_shares_merged(
     let mut cur: Vec<Option<(u64, u64, Action)>> = vec![None; threads];
     let mut acc_a = vec![0f64; threads];
     let mut fin = |out: &mut store::Writer, t: usize, a: Action, share: Option<f64>| {
-        *removed += put_final_work(out, work, t, a, share, access_ns)?;
+        let (access, pre) = put_final_work(out, work, t, a, share, access_ns)?;
+        removed.0 += access;
+        removed.1 += pre;
         Ok::<(), io::Error>(())
     };
     if n > 0 {
@@ -1275,6 +1305,7 @@ fn next_interval(
         *last_end = start.wrapping_add(len);
         let ns = store::get(buf, pos);
         let flags = store::get(buf, pos);
+        let pre = store::get(buf, pos) as u32;
         let a = if flags & 1 != 0 {
             Action::UnlockWork { lock: 0, ns }
         } else {
@@ -1283,6 +1314,7 @@ fn next_interval(
                 cs: u32::MAX,
                 oh: (flags >> 2) as u32,
                 access: flags & 2 != 0,
+                pre,
             }
         };
         if len > 0 && n > 0 {
@@ -1310,8 +1342,9 @@ fn iv_start(last_end: u64, z: u64) -> u64 {
 }
 
 /// Writes the final work of action `a` to thread `t`'s work stream:
-/// [`correct_access`], then the CPU share, as the in-memory build does.
-/// Returns what [`correct_access`] removed.
+/// [`correct_access`], then the CPU share (1 when it gets none), as the
+/// in-memory build does. Returns what [`correct_access`] and
+/// [`apply_share`] took out (overhead, preemption).
 fn put_final_work(
     out: &mut store::Writer,
     work: &store::Stored,
@@ -1319,13 +1352,11 @@ fn put_final_work(
     mut a: Action,
     share: Option<f64>,
     access_ns: u64,
-) -> io::Result<u64> {
+) -> io::Result<(u64, u64)> {
     let removed = correct_access(&mut a, access_ns);
-    if let Some(share) = share {
-        apply_share(&mut a, share);
-    }
+    let pre = apply_share(&mut a, share.unwrap_or(1.0));
     out.push(work, t, |b| store::put_work(&a, b))?;
-    Ok(removed)
+    Ok((removed, pre))
 }
 
 fn bit(v: &[u64], k: u64) -> bool {
@@ -1709,14 +1740,6 @@ pub fn simulate_logged(
                 }
                 Action::Sleep(ns) => {
                     pc[ti_us].next();
-                    sim.at(now + ns, ti);
-                    break;
-                }
-                Action::Preempted(ns) => {
-                    pc[ti_us].next();
-                    if !sc.keep_overhead || ns == 0 {
-                        continue;
-                    }
                     sim.at(now + ns, ti);
                     break;
                 }
@@ -2106,7 +2129,7 @@ pub struct ReplayReport {
     /// Recorder overhead in the recorded work, ns.
     pub overhead_ns: u64,
     /// Time the threads were preempted in the recorded work (measured
-    /// from their CPU-time samples; 0 for traces without them), ns: left
+    /// from their run-queue delay samples; 0 for traces without them), ns: left
     /// out of `unrecorded_wall_ns` like the overhead.
     pub preempted_ns: u64,
     /// Acquisitions granted out of the recorded order to break a deadlock.
@@ -2160,11 +2183,12 @@ pub fn build_and_report(
         (pass.map(|h| h.join()), sims)
     });
     timings::phase(t, "CPU shares beside the two simulations");
-    let removed = removed
-        .unwrap_or(Ok(0))
+    let (removed, pre) = removed
+        .unwrap_or(Ok((0, 0)))
         .map_err(|_| AnalysisError::Config("the replay's CPU-share pass failed".into()))?;
     let (r, unrecorded) = sims?;
     p.overhead_ns += removed;
+    p.preempted_ns += pre;
     p.check()?;
     let report = assemble(&p, cpus, &r, &unrecorded);
     Ok((p, report))

@@ -436,11 +436,11 @@ pub enum StepKind {
         /// How many.
         count: u64,
     },
-    /// A sample of the thread's CPU time (`Op::ThreadCpu`): see the
+    /// A sample of the thread's run-queue delay (`Op::RunDelay`): see the
     /// replay's preemption correction.
-    ThreadCpu {
-        /// CPU time the thread had used so far, ns.
-        cpu_ns: u64,
+    RunDelay {
+        /// Time the thread had spent runnable without a CPU so far, ns.
+        wait_ns: u64,
     },
     /// An op this build does not know.
     UnknownOp,
@@ -1015,7 +1015,7 @@ impl SyncInterp {
                 Op::ThreadStart => StepKind::ThreadStart,
                 Op::ThreadCreate => StepKind::ThreadCreate { tid: e.arg },
                 Op::Fork => StepKind::Fork { pid: e.arg },
-                Op::ThreadCpu => StepKind::ThreadCpu { cpu_ns: e.arg },
+                Op::RunDelay => StepKind::RunDelay { wait_ns: e.arg },
                 Op::Exec => StepKind::Exec,
                 Op::Lost => {
                     // Where the drops were relative to the annotation is

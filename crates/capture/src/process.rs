@@ -103,25 +103,25 @@ pub const SLOW_CALL_NS: u64 = 1_000;
 /// if that measurement fails: 2,500 units (about 1 us of a 2.5 GHz TSC).
 static SLOW_TICKS: AtomicU64 = AtomicU64::new(2_500);
 
-/// [`Guard`](crate::thread::Guard)`::sample_cpu` thresholds in clock
-/// units: a gap of 200 us between two lock calls of a thread, and 2 ms
-/// since its last sample. Set with [`SLOW_TICKS`]; until then, for a
+/// [`Guard`](crate::thread::Guard)`::sample_run_delay` thresholds in
+/// clock units: a gap of 500 us between two lock calls of a thread, and
+/// 2 ms since its last sample. Set with [`SLOW_TICKS`]; until then, for a
 /// 2.5 GHz TSC.
-static CPU_GAP_TICKS: AtomicU64 = AtomicU64::new(500_000);
-static CPU_PERIOD_TICKS: AtomicU64 = AtomicU64::new(5_000_000);
+static DELAY_GAP_TICKS: AtomicU64 = AtomicU64::new(1_250_000);
+static DELAY_PERIOD_TICKS: AtomicU64 = AtomicU64::new(5_000_000);
 
 /// Clock units between two lock calls of a thread after which the second
-/// records the thread's CPU time (200 us).
+/// records the thread's run-queue delay (500 us).
 #[inline(always)]
-pub fn cpu_gap_ticks() -> u64 {
-    CPU_GAP_TICKS.load(Ordering::Relaxed)
+pub fn delay_gap_ticks() -> u64 {
+    DELAY_GAP_TICKS.load(Ordering::Relaxed)
 }
 
-/// Clock units after which a thread records its CPU time at its next lock
-/// call in any case (2 ms).
+/// Clock units after which a thread records its run-queue delay at its
+/// next lock call in any case (2 ms).
 #[inline(always)]
-pub fn cpu_period_ticks() -> u64 {
-    CPU_PERIOD_TICKS.load(Ordering::Relaxed)
+pub fn delay_period_ticks() -> u64 {
+    DELAY_PERIOD_TICKS.load(Ordering::Relaxed)
 }
 
 /// Clock units after which a lock call that looked uncontended is taken
@@ -526,8 +526,8 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
             let ticks = (SLOW_CALL_NS as f64 * per_ns) as u64;
             if ticks > 0 {
                 SLOW_TICKS.store(ticks, Ordering::Relaxed);
-                CPU_GAP_TICKS.store((200_000.0 * per_ns) as u64, Ordering::Relaxed);
-                CPU_PERIOD_TICKS.store((2_000_000.0 * per_ns) as u64, Ordering::Relaxed);
+                DELAY_GAP_TICKS.store((500_000.0 * per_ns) as u64, Ordering::Relaxed);
+                DELAY_PERIOD_TICKS.store((2_000_000.0 * per_ns) as u64, Ordering::Relaxed);
             }
         }
         (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);

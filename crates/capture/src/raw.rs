@@ -132,10 +132,10 @@ impl RawEvent {
 /// (little-endian). The recorder turns it into a ThreadName record.
 pub const OP_THREAD_NAME: u8 = 250;
 
-/// `Op::ThreadCpu` of the trace format (CPU time used by the thread so
-/// far, in the args slot): written by [`crate::thread::Guard::sample_cpu`]
+/// `Op::RunDelay` of the trace format (run-queue delay of the thread so
+/// far, in the args slot): written by [`crate::thread::Guard::sample_run_delay`]
 /// and passed through to the trace as it is.
-pub const OP_THREAD_CPU: u8 = 83;
+pub const OP_RUN_DELAY: u8 = 83;
 
 /// Capture-internal pseudo-op (not a `lockscope_format::Op`): a ring
 /// changes owner. Written by a new thread as the first event into the

@@ -93,7 +93,8 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
 /// the worker (which never blocks) is runnable but without a CPU about
 /// half of the time. The replay's `preempted_ns` must match what the
 /// worker measured itself (its wall time less its CPU time over its
-/// loop), within 10 %: the trace samples the CPU time only at lock calls,
+/// loop: it never blocks), within 10 %: the trace samples the run-queue
+/// delay only at lock calls,
 /// the first sample is a baseline, and the part of a preemption in a
 /// short segment is dropped. The run as recorded still replays to its
 /// recorded wall time.

@@ -192,14 +192,14 @@ ops! {
     /// `A<width>` row of an imported hardware trace): flags = log2(width),
     /// arg2 = value after.
     AtomicRmw = 82,
-    /// CPU time the thread had used so far (`CLOCK_THREAD_CPUTIME_ID`),
+    /// Time the thread has spent so far runnable but waiting for a CPU
+    /// (the kernel's run-queue delay, `/proc/thread-self/schedstat`),
     /// arg = ns. The preload library takes one before a lock call that
-    /// follows a long interval with no event of the thread (over 200 us)
-    /// and every 2 ms of events; never inside a blocking call. Between two
-    /// samples, the running time of the thread (its time outside blocking
-    /// calls) less the CPU time it used is time it was runnable but not
-    /// running: preempted. The replay removes it (issue 9).
-    ThreadCpu = 83,
+    /// follows a long interval with no lock call of the thread (over
+    /// 500 us) and every 2 ms; never inside a blocking call. Between two
+    /// samples, the difference is time the thread was preempted. The
+    /// replay removes it (issue 9).
+    RunDelay = 83,
     /// The CPU launched work on a GPU (kernel, copy or memset; CUDA
     /// runtime or driver call), event DONE at the call: addr = stream
     /// handle (0 = the default stream), arg = correlation id (matches the

@@ -99,10 +99,10 @@ fn acquire(
         // and gives no start time.
         let mut t_pre = tsc::now();
         // Before the call, outside any section this call opens (see
-        // Guard::sample_cpu; not at releases, where the system call would
+        // Guard::sample_run_delay; not at releases, where the system call would
         // lengthen a hold). A sample's system call must not count as
         // part of the lock call: stamp again after it.
-        if g.sample_cpu(t_pre) {
+        if g.sample_run_delay(t_pre) {
             t_pre = tsc::now();
         }
         let rc = g.unguarded(block);
@@ -159,7 +159,7 @@ fn acquire(
     // missed: a window of a few ns, against the trylock's cost of being
     // visible to other interposers.)
     let mut t0 = tsc::now();
-    if g.sample_cpu(t0) {
+    if g.sample_run_delay(t0) {
         t0 = tsc::now();
     }
     emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
@@ -1002,7 +1002,7 @@ tramp!(sem_post(s: *mut sem_t) -> c_int = sem_post_impl ["rsi", "rdx"]);
 ///
 /// Why measure the hooks themselves: the first figure, a loop of bare
 /// ring pushes, leaves out the guard, the lock-word look, the clock
-/// reads before and after the call, the CPU-time check and the call
+/// reads before and after the call, the run-queue sample check and the call
 /// through. It said 20 ns per pair where the benchmark measures 40-45 ns
 /// on the same machine, so every replay and report kept half the
 /// recorder's cost as the program's own work (5 ms of 26 in a one-thread
@@ -1018,7 +1018,7 @@ tramp!(sem_post(s: *mut sem_t) -> c_int = sem_post_impl ["rsi", "rdx"]);
 /// before it (a few instructions) are not in the figure, nor the cost the
 /// recorder's drain adds by reading the program's ring lines from
 /// another core. The events go to a scratch ring, never to the trace:
-/// 2,304 of them plus a CPU-time sample, within its 3,072 slots.
+/// 2,304 of them plus a run-queue delay sample, within its 3,072 slots.
 pub(crate) fn measure_hook_costs() {
     use core::sync::atomic::{AtomicU32, Ordering};
     const PAIRS: u64 = 128;

@@ -675,7 +675,7 @@ fn op_numbers_used_by_capture_match_the_format() {
         lockscope_capture::process::OP_THREAD_EXIT,
         Op::ThreadExit as u8
     );
-    assert_eq!(lockscope_capture::raw::OP_THREAD_CPU, Op::ThreadCpu as u8);
+    assert_eq!(lockscope_capture::raw::OP_RUN_DELAY, Op::RunDelay as u8);
     assert!(
         Op::from_u8(OP_THREAD_NAME).is_none(),
         "pseudo-op stays out of the format"

@@ -48,8 +48,8 @@ pub fn emit(head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
     }
 }
 
-/// [`emit`] for a memory access: first records the thread's CPU time
-/// when a sample is due (`Guard::sample_cpu`: 200 us since its last
+/// [`emit`] for a memory access: first records the thread's run-queue
+/// delay when a sample is due (`Guard::sample_run_delay`: 500 us since its last
 /// lock call or access, or 2 ms since its last sample), then stamps the
 /// access again after that system call. Why at accesses too: in a
 /// detailed-mode trace a preemption lands between two accesses, and a
@@ -60,7 +60,7 @@ pub fn emit(head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
 pub fn emit_sampled(mut head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
     match thread::recorder() {
         Some(mut g) => {
-            if g.sample_cpu(head.tsc) {
+            if g.sample_run_delay(head.tsc) {
                 head.tsc = lockscope_capture::tsc::now();
             }
             g.emit(head, args, frames)

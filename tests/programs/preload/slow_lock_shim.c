@@ -15,7 +15,14 @@
 static int (*real_lock)(pthread_mutex_t *);
 static int (*real_unlock)(pthread_mutex_t *);
 static pthread_mutex_t *target;
-static int phase; /* 0 idle, 1 take it, 2 held by the helper */
+/* The handshake: each side waits for a value only the other one sets,
+ * so no step can be missed however late either side runs.
+ * 1: main asks the helper to take `target`;
+ * 2: the helper holds it;
+ * 3: main is about to call the real lock (and will wait in it).
+ * The helper releases only once glibc's lock word says somebody waits
+ * (2): main is then inside the real call, blocked. */
+static int phase;
 static int started;
 
 static void pause_ns(long ns) {
@@ -30,8 +37,10 @@ static void *helper(void *arg) {
         while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 1) pause_ns(20000);
         real_lock(target);
         __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 3) pause_ns(10000);
+        /* glibc's mutex word (first int): 2 = locked, with waiters. */
+        while (__atomic_load_n((int *)target, __ATOMIC_ACQUIRE) != 2) pause_ns(10000);
         pause_ns(2000000);
-        __atomic_store_n(&phase, 0, __ATOMIC_RELEASE);
         real_unlock(target);
     }
     return 0;
@@ -50,5 +59,6 @@ int pthread_mutex_lock(pthread_mutex_t *m) {
     target = m;
     __atomic_store_n(&phase, 1, __ATOMIC_RELEASE);
     while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 2) pause_ns(10000);
+    __atomic_store_n(&phase, 3, __ATOMIC_RELEASE);
     return real_lock(m);
 }

@@ -371,7 +371,6 @@ const T_SIGNAL: u8 = 6;
 const T_WAIT_FOR: u8 = 7;
 const T_SPAWN: u8 = 8;
 const T_COMPUTE_ACCESS: u8 = 9;
-const T_PREEMPTED: u8 = 10;
 
 /// Appends the encoding of `a`, without the work of a `Compute` or an
 /// `UnlockWork` (their `ns` and `oh`: see [`put_work`]).
@@ -388,10 +387,6 @@ pub(crate) fn encode(a: &Action, out: &mut Vec<u8>) {
         }
         Action::Sleep(ns) => {
             out.push(T_SLEEP);
-            put(out, ns);
-        }
-        Action::Preempted(ns) => {
-            out.push(T_PREEMPTED);
             put(out, ns);
         }
         Action::Acquire {
@@ -487,6 +482,8 @@ pub(crate) fn decode(
                 cs,
                 oh,
                 access: tag == T_COMPUTE_ACCESS,
+                // Folded into the work by the CPU-share pass.
+                pre: 0,
             }
         }
         T_UNLOCK_WORK => {
@@ -520,7 +517,6 @@ pub(crate) fn decode(
             let child = g() as u32;
             Action::Spawn { child, offset: g() }
         }
-        T_PREEMPTED => Action::Preempted(g()),
         _ => Action::Sleep(g()),
     })
 }
@@ -537,16 +533,17 @@ mod tests {
                 cs: u32::MAX,
                 oh: 7,
                 access: false,
+                pre: 0,
             },
             Action::Compute {
                 ns: 0,
                 cs: 3,
                 oh: u32::MAX,
                 access: true,
+                pre: 0,
             },
             Action::UnlockWork { lock: 2, ns: 99 },
             Action::Sleep(u64::MAX),
-            Action::Preempted(1 << 33),
             Action::Acquire {
                 lock: 1,
                 seq: 1 << 40,

@@ -17,7 +17,7 @@ use crate::cmd::util;
 /// than CPUs. Prints recorded vs replayed wall time and per-thread end
 /// times, and the prediction without the recorder: its measured cost per
 /// event, and the time threads were preempted (runnable with no CPU,
-/// measured from their CPU-time samples), left out. Identical results
+/// measured from their run-queue delay), left out. Identical results
 /// run after run.
 #[derive(clap::Args)]
 pub struct Args {
