@@ -121,8 +121,8 @@ pub enum Action {
         /// ([`Program::access_ns`]), not the lock hooks' `event_ns`.
         access: bool,
         /// Time the thread was preempted in it, ns, measured from its
-        /// run-queue delay samples ([`Builder::preempted`]); folded into `ns`
-        /// and `oh` with the CPU share ([`apply_share`]), 0 afterwards.
+        /// run-queue delay samples (`Builder::preempted`); folded into `ns`
+        /// and `oh` with the CPU share (`apply_share`), 0 afterwards.
         pre: u32,
     },
     /// Run for `ns` on a CPU inside an unlock that entered the kernel to
@@ -280,7 +280,7 @@ pub struct Program {
     /// Time the threads were preempted inside compute segments beyond
     /// what the CPU-share model explains, ns: measured from their
     /// run-queue delay samples and left out of the predictions
-    /// ([`apply_share`]).
+    /// (`apply_share`).
     pub preempted_ns: u64,
     /// Estimated cost of recording one memory access in a detailed-mode
     /// trace, ns (0: no estimate, fewer than [`ACCESS_SAMPLES`] back-to-back

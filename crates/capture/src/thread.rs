@@ -497,7 +497,7 @@ impl Guard {
     /// ([`process::delay_gap_ticks`], 500 us) or took no sample for
     /// [`process::delay_period_ticks`] (2 ms), records the time it has
     /// spent so far runnable but without a CPU (an `Op::RunDelay` event,
-    /// before the call's own events; see [`run_delay_ns`]). From two
+    /// before the call's own events; see `run_delay_ns`). From two
     /// samples the replay tells time the thread was preempted (by the
     /// recorder's own threads or any other load), which it otherwise
     /// replays as the program's work: measured on `ulcp_table` (2 threads
