@@ -2284,7 +2284,7 @@ pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::R
     if r.preempted_ns > 0 {
         writeln!(
             out,
-            "  without the recorder's overhead ({}) and the time threads were preempted ({}): {}",
+            "  without the recorder's overhead ({}) and the time threads were preempted or waited for the recorder ({}): {}",
             ms(r.overhead_ns),
             ms(r.preempted_ns),
             ms(r.unrecorded_wall_ns)

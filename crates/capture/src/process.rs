@@ -124,6 +124,14 @@ pub fn delay_period_ticks() -> u64 {
     DELAY_PERIOD_TICKS.load(Ordering::Relaxed)
 }
 
+/// `ticks` of the clock in ns, at the rate measured when the process
+/// header was opened (2.5 GHz until then).
+pub fn ticks_to_ns(ticks: u64) -> u64 {
+    let per_us = SLOW_TICKS.load(Ordering::Relaxed).max(1);
+    (u128::from(ticks) * u128::from(SLOW_CALL_NS) / u128::from(per_us)).min(u128::from(u64::MAX))
+        as u64
+}
+
 /// Clock units after which a lock call that looked uncontended is taken
 /// to have waited ([`SLOW_CALL_NS`]).
 #[inline(always)]

@@ -480,6 +480,7 @@ impl Producer {
             h.full_wait_ticks.load(Ordering::Relaxed) + t,
             Ordering::Relaxed,
         );
+        crate::thread::add_recorder_wait(t);
         ok
     }
 

@@ -79,6 +79,9 @@ pub(crate) struct ThreadState {
     last_t: u64,
     /// Clock of the thread's last run-queue delay sample.
     cpu_t: u64,
+    /// Clock units this thread has spent waiting for the recorder to make
+    /// room in its ring (back-pressure), all rings together.
+    waited: u64,
 }
 
 impl ThreadState {
@@ -94,6 +97,7 @@ impl ThreadState {
         no_grow: 0,
         last_t: 0,
         cpu_t: 0,
+        waited: 0,
     };
 }
 
@@ -201,9 +205,14 @@ pub fn recorder() -> Option<Guard> {
 #[cold]
 #[inline(never)]
 fn sample_run_delay_now(g: &mut Guard) {
-    let Some(ns) = run_delay_ns() else {
-        return;
-    };
+    // The time the thread could not run for reasons that are not the
+    // program's: preempted (the kernel's run-queue delay; 0 where the
+    // kernel does not keep it), plus waiting for the recorder to make
+    // room in its ring. Without the second, the replay kept a detailed
+    // recording's back-pressure waits (255 ms in one 0.8 s run of
+    // `ulcp_table`) as the program's work.
+    let waited = process::ticks_to_ns(g.st().waited);
+    let ns = run_delay_ns().unwrap_or(0).saturating_add(waited);
     // Stamped after the system calls, not at `t`: returning from one is
     // where the kernel switches to another runnable thread, and a
     // preemption there must fall before the sample (in the segment it
@@ -269,6 +278,16 @@ fn parse_run_delay(text: &[u8]) -> Option<u64> {
     f.iter().try_fold(0u64, |acc, &d| {
         acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
+}
+
+/// Adds `ticks` of waiting for the recorder (a full ring) to the calling
+/// thread's total, which its run-queue delay samples include.
+pub(crate) fn add_recorder_wait(ticks: u64) {
+    // SAFETY: this thread's state; only this thread writes `waited`.
+    unsafe {
+        let st = state();
+        (*st).waited = (*st).waited.wrapping_add(ticks);
+    }
 }
 
 /// `ThreadState::busy` while the recorder makes a call of its own into

@@ -192,9 +192,11 @@ ops! {
     /// `A<width>` row of an imported hardware trace): flags = log2(width),
     /// arg2 = value after.
     AtomicRmw = 82,
-    /// Time the thread has spent so far runnable but waiting for a CPU
-    /// (the kernel's run-queue delay, `/proc/thread-self/schedstat`),
-    /// arg = ns. The preload library takes one before a lock call that
+    /// Time the thread has spent so far unable to run for reasons that
+    /// are not the program's, arg = ns: runnable but waiting for a CPU
+    /// (the kernel's run-queue delay, `/proc/thread-self/schedstat`; 0
+    /// where the kernel keeps none) plus waiting for the recorder to make
+    /// room in its ring. The preload library takes one before a lock call that
     /// follows a long interval with no lock call of the thread (over
     /// 500 us) and every 2 ms; never inside a blocking call. Between two
     /// samples, the difference is time the thread was preempted. The
