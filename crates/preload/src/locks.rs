@@ -84,115 +84,53 @@ fn acquire(
     block: impl FnOnce() -> c_int,
     waited: impl FnOnce() -> bool,
 ) {
-    if !held {
-        // A plain stamp before the call too, in case the look was wrong:
-        // another thread can take the lock between our look and the real
-        // call's own attempt, and the call then waits. Measured on
-        // ulcp_table (2 threads, 500,000 acquisitions), 7,322 such waits
-        // (19.5 ms, a third of all waiting) were recorded as the caller's
-        // own work. A call that took longer than any uncontended one can
-        // ([`lockscope_capture::process::slow_call_ticks`]: a futex sleep)
-        // and left the lock word saying so (`waited`: mutexes; the words
-        // of rwlocks and spinlocks cannot tell) is recorded as the
-        // contended acquisition it was, from this stamp. The alternative, the futex word after the call
-        // (2 = taken through glibc's slow path), works for mutexes only
-        // and gives no start time.
-        let mut t_pre = tsc::now();
-        // Before the call, outside any section this call opens (see
-        // Guard::sample_run_delay; not at releases, where the system call would
-        // lengthen a hold). A sample's system call must not count as
-        // part of the lock call: stamp again after it.
-        if g.sample_run_delay(t_pre) {
-            t_pre = tsc::now();
-        }
-        let rc = g.unguarded(block);
-        // Stamp after the call, not before: an acquisition's time must
-        // follow the previous owner's release (stamped before its real
-        // unlock), so that ordering critical sections by time gives the
-        // real hand-off order. Fenced so that it does not run ahead of
-        // the lock's own instruction.
-        let t = tsc::now_after();
-        *ret = Some(rc);
-        // Slow, and the lock word confirms it: taken through glibc's slow
-        // path (a mutex left "locked, waiters"). A slow call alone is not
-        // enough: a preemption or an interrupt inside the call makes one
-        // too (537 of 2M acquisitions of a one-thread program, with the
-        // recorder's threads sharing its 2 CPUs).
-        let slow = t.wrapping_sub(t_pre) > process::slow_call_ticks() && got(rc) && waited();
-        if slow {
-            emit(g, op, phase::BEGIN, t_pre, addr, site, fp, 0, 0, false);
-        }
-        let contended = if slow { phase::CONTENDED } else { 0 };
-        if got(rc) {
-            emit(
-                g,
-                op,
-                phase::DONE | contended,
-                t,
-                addr,
-                site,
-                fp,
-                rc as u64,
-                0,
-                slow,
-            );
-            g.acquired();
-        } else {
-            emit(
-                g,
-                op,
-                phase::FAIL | contended,
-                t,
-                addr,
-                site,
-                fp,
-                rc as u64,
-                0,
-                slow,
-            );
-        }
-        return;
-    }
-    // Held by another thread when we looked: the call is about to wait.
-    // BEGIN at the attempt, DONE|CONTENDED when it returns. (A lock taken
-    // by someone else between our look and the real call's own attempt is
-    // missed: a window of a few ns, against the trylock's cost of being
-    // visible to other interposers.)
+    // The attempt's stamp, taken before the call on both paths: the
+    // BEGIN of a call about to wait, or the start of one that looked free
+    // (below). The run-delay sample comes first, outside any section this
+    // call opens (not at releases, where its system calls would lengthen
+    // a hold); they are not part of the lock call: stamp again after them.
     let mut t0 = tsc::now();
     if g.sample_run_delay(t0) {
         t0 = tsc::now();
     }
-    emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    if held {
+        // Held by another thread when we looked: the call is about to
+        // wait. BEGIN at the attempt, DONE|CONTENDED when it returns.
+        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    }
     let rc = g.unguarded(block);
     *ret = Some(rc);
+    // Stamp after the call, not before: an acquisition's time must follow
+    // the previous owner's release (stamped before its real unlock), so
+    // that ordering critical sections by time gives the real hand-off
+    // order. Fenced so that it does not run ahead of the lock's own
+    // instruction.
     let t = tsc::now_after();
+    // A call that looked free can still have waited: another thread can
+    // take the lock between our look and the real call's own attempt.
+    // Measured on ulcp_table (2 threads, 500,000 acquisitions), 7,322 such
+    // waits (19.5 ms, a third of all waiting) were recorded as the
+    // caller's own work. A call that took longer than any uncontended one
+    // can ([`lockscope_capture::process::slow_call_ticks`]: a futex sleep)
+    // *and* left the lock word saying so (`waited`: a mutex "locked,
+    // waiters", glibc's slow path; the words of rwlocks and spinlocks
+    // cannot tell) is recorded as the contended acquisition it was, from
+    // `t0`. The duration alone is not enough: a preemption or an
+    // interrupt inside the call makes one too (537 of 2M acquisitions of a
+    // one-thread program, with the recorder's threads sharing its 2 CPUs).
+    let slow = !held && t.wrapping_sub(t0) > process::slow_call_ticks() && got(rc) && waited();
+    if slow {
+        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+    }
+    let waited_here = held || slow;
+    let contended = if waited_here { phase::CONTENDED } else { 0 };
     if got(rc) {
-        emit(
-            g,
-            op,
-            phase::DONE | phase::CONTENDED,
-            t,
-            addr,
-            site,
-            fp,
-            rc as u64,
-            0,
-            true,
-        );
+        let flags = phase::DONE | contended;
+        emit(g, op, flags, t, addr, site, fp, rc as u64, 0, waited_here);
         g.acquired();
     } else {
-        emit(
-            g,
-            op,
-            phase::FAIL | phase::CONTENDED,
-            t,
-            addr,
-            site,
-            fp,
-            rc as u64,
-            0,
-            true,
-        );
+        let flags = phase::FAIL | contended;
+        emit(g, op, flags, t, addr, site, fp, rc as u64, 0, waited_here);
     }
 }
 

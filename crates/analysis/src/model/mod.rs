@@ -89,24 +89,9 @@ impl Culprit {
 /// call path id or 0, culprit).
 pub type BlameKey = (u32, u32, u32, u32, Culprit);
 
-/// Per (lock, thread) counters.
-#[derive(Clone, Debug, Default)]
-pub struct LockThread {
-    /// Successful acquisitions.
-    pub acquisitions: u64,
-    /// Of which had to wait.
-    pub contended: u64,
-    /// Trylock calls that failed.
-    pub trylock_failures: u64,
-    /// Timed calls that timed out.
-    pub timeouts: u64,
-    /// Wait time, ns.
-    pub wait_ns: u64,
-    /// Longest wait, ns.
-    pub max_wait_ns: u64,
-    /// Hold time, ns.
-    pub hold_ns: u64,
-}
+/// Per (lock, thread) counters: the same counters as per site
+/// (`hold_ns`: the thread's hold time of the lock).
+pub type LockThread = SiteStats;
 
 /// Per (lock, site) or (lock, call path) counters.
 #[derive(Clone, Debug, Default)]
@@ -125,6 +110,15 @@ pub struct SiteStats {
     pub max_wait_ns: u64,
     /// Hold time of sections entered here, ns.
     pub hold_ns: u64,
+}
+
+impl SiteStats {
+    /// Adds one attempt's wait (total and longest).
+    #[inline]
+    pub(crate) fn add_wait(&mut self, ns: u64) {
+        self.wait_ns += ns;
+        self.max_wait_ns = self.max_wait_ns.max(ns);
+    }
 }
 
 #[derive(Clone, Debug)]

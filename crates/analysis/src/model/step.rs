@@ -284,8 +284,7 @@ impl Model {
         let o = &mut self.objs[oi as usize];
         o.wait.record(wait_ns);
         let ss = &mut self.site_stats[r.ss as usize];
-        ss.wait_ns += wait_ns;
-        ss.max_wait_ns = ss.max_wait_ns.max(wait_ns);
+        ss.add_wait(wait_ns);
         // Uncontended acquisitions carry no call path: keep the path table
         // for real paths (the rest is the lock total minus them).
         let mut no_path = SiteStats::default();
@@ -294,11 +293,9 @@ impl Model {
         } else {
             &mut no_path
         };
-        ps.wait_ns += wait_ns;
-        ps.max_wait_ns = ps.max_wait_ns.max(wait_ns);
+        ps.add_wait(wait_ns);
         let lt = &mut self.lock_threads[r.lt as usize];
-        lt.wait_ns += wait_ns;
-        lt.max_wait_ns = lt.max_wait_ns.max(wait_ns);
+        lt.add_wait(wait_ns);
         o.acquisitions += 1;
         o.shared_acquisitions += u64::from(shared);
         lt.acquisitions += 1;
@@ -342,19 +339,16 @@ impl Model {
         let o = &mut self.objs[oi as usize];
         o.wait.record(wait_ns);
         let ss = &mut self.site_stats[r.ss as usize];
-        ss.wait_ns += wait_ns;
-        ss.max_wait_ns = ss.max_wait_ns.max(wait_ns);
+        ss.add_wait(wait_ns);
         let mut no_path = SiteStats::default();
         let ps = if e.stack != 0 {
             self.by_path.entry((oi, e.stack)).or_default()
         } else {
             &mut no_path
         };
-        ps.wait_ns += wait_ns;
-        ps.max_wait_ns = ps.max_wait_ns.max(wait_ns);
+        ps.add_wait(wait_ns);
         let lt = &mut self.lock_threads[r.lt as usize];
-        lt.wait_ns += wait_ns;
-        lt.max_wait_ns = lt.max_wait_ns.max(wait_ns);
+        lt.add_wait(wait_ns);
         let timeout = errno == ETIMEDOUT && !is_try;
         let (tf, to, er) = if is_try {
             (1, 0, 0)
@@ -450,8 +444,7 @@ impl Model {
         let o = &mut self.objs[fi as usize];
         o.wait.record(wait);
         let lt = &mut self.lock_threads[lti as usize];
-        lt.wait_ns += wait;
-        lt.max_wait_ns = lt.max_wait_ns.max(wait);
+        lt.add_wait(wait);
         let timed_out = failed == Some(ETIMEDOUT);
         if timed_out {
             o.timeouts += 1;
@@ -479,14 +472,12 @@ impl Model {
         } else if !timed_out {
             ss.trylock_failures += 1;
         }
-        ss.wait_ns += wait;
-        ss.max_wait_ns = ss.max_wait_ns.max(wait);
+        ss.add_wait(wait);
         if e.stack != 0 && failed.is_none() {
             let ps = self.by_path.entry((fi, e.stack)).or_default();
             ps.acquisitions += 1;
             ps.contended += 1;
-            ps.wait_ns += wait;
-            ps.max_wait_ns = ps.max_wait_ns.max(wait);
+            ps.add_wait(wait);
         }
     }
 }
