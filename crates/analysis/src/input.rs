@@ -31,7 +31,8 @@ pub struct Meta {
     pub process_ends: HashMap<u32, ProcessEnd>,
     /// Threads by trace id.
     pub threads: HashMap<u32, Thread>,
-    /// Last name of each thread (from `ThreadName` records).
+    /// Latest name of each thread (from `ThreadName` records: the one set
+    /// last in time, whatever their order in the file).
     pub thread_names: HashMap<u32, String>,
     /// End time of each thread.
     pub thread_ends: HashMap<u32, u64>,
@@ -81,6 +82,7 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
         ..Meta::default()
     };
     let mut last_progress = 0u64;
+    let mut name_times: HashMap<u32, u64> = HashMap::new();
     loop {
         let at = tr.offset();
         if at - last_progress > 64 << 20 {
@@ -119,7 +121,14 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
                 m.threads.insert(t.id, t);
             }
             Record::ThreadName(t) => {
-                m.thread_names.insert(t.thread, t.name);
+                // By time, not file order: a name set by another thread is
+                // written by that thread's converter, which may run ahead
+                // of the named thread's own (several recorder workers).
+                let newer = name_times.get(&t.thread).is_none_or(|&at| t.time >= at);
+                if newer {
+                    name_times.insert(t.thread, t.time);
+                    m.thread_names.insert(t.thread, t.name);
+                }
             }
             Record::ThreadEnd(t) => {
                 m.thread_ends.insert(t.thread, t.end_ns);

@@ -757,10 +757,16 @@ pub fn analyze(t: &Trace, symbolize: bool) -> SpinReport {
 /// names of data and code).
 pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
     // Threads are named after they start (pthread_setname_np): the last
-    // name is the one a reader knows them by.
+    // name in time is the one a reader knows them by (the file may hold
+    // a thread's names out of time order: see `input::Meta::thread_names`).
+    let mut named_at: HashMap<u32, u64> = HashMap::new();
     for r in &t.records {
         if let lockscope_format::Record::ThreadName(n) = r {
+            if named_at.get(&n.thread).is_some_and(|&at| n.time < at) {
+                continue;
+            }
             if let Some(s) = d.threads.get_mut(&n.thread) {
+                named_at.insert(n.thread, n.time);
                 s.name.clone_from(&n.name);
             }
         }

@@ -36,16 +36,20 @@ fn record_names_go_to_the_thread_named() {
                 let tid = *tid_of
                     .get(&n.thread)
                     .expect("a ThreadName follows its Thread record");
-                got.push((tid, n.name.clone()));
+                got.push((tid, n.time, n.name.clone()));
             }
             _ => {}
         }
     }
     assert_eq!(tid_of.len(), 2, "main + worker");
-    // Names of different threads may be drained in either order; per
-    // thread, the order is the order they were set.
+    // Names of different threads may be drained in either order, and a
+    // name given by another thread may be written before or after the
+    // thread's own (several converter workers); per thread, their times
+    // give the order they were set.
     let mut got_sorted = got.clone();
-    got_sorted.sort_by_key(|(tid, _)| *tid);
+    got_sorted.sort_by_key(|&(tid, time, _)| (tid, time));
+    let got_sorted: Vec<(u32, String)> =
+        got_sorted.into_iter().map(|(tid, _, n)| (tid, n)).collect();
     let mut want_sorted = want.clone();
     want_sorted.sort_by_key(|(tid, _)| *tid);
     assert_eq!(got_sorted, want_sorted, "names in the trace: {got:?}");

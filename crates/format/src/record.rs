@@ -120,6 +120,11 @@ pub struct Thread {
 }
 
 /// A thread was (re)named.
+///
+/// A thread's names may appear out of time order in the file (a name set
+/// by another thread is written by whichever recorder worker converts
+/// that thread's events): its name at a moment is the one with the
+/// latest `time` up to that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadName {
     /// Trace id of the thread.

@@ -1,19 +1,39 @@
-//! The writer thread: decodes raw ring slots into trace events (ticks to
-//! ns, call paths to stack ids, first sightings of locks, lock counters for
-//! the summary), buffers them per thread, encodes and writes them.
+//! The writer: converter workers decode raw ring slots into trace events
+//! (ticks to ns, call paths to stack ids, first sightings of locks, lock
+//! counters for the summary) and encode them per thread; one output
+//! thread writes what they produce.
 //!
 //! Decoding lives here rather than in the drain because the drain must
 //! free the rings as fast as possible: a bulk copy of the slots costs ~3 ns
 //! per event, decoding and converting another ~10, encoding ~15. With the
 //! copy alone on the drain thread, a ring is emptied several times faster
 //! than if the drain decoded (measured in `lockscope-bench-capture`).
+//!
+//! Several workers (issue 8: the recorder must scale with cores). On a
+//! 16-core machine one converting thread was the bottleneck: 16 threads
+//! each locking a private mutex offer ~200M events/s, and the single
+//! writer's ~25 ns per event filled the 1 GiB queue and made the program
+//! wait. Each program thread belongs to one worker (`thread % workers`),
+//! so everything per thread (its encoder's deltas, its open critical
+//! section, its run-length counts) stays in one place without locking;
+//! what is per process and shared by threads in different workers (the
+//! call-path and lock tables, thread ids by tid) sits behind one mutex
+//! that a worker takes only on a miss of its own cache of those tables.
+//! The alternative, workers per batch instead of per thread, would have
+//! needed every thread's state handed between workers in order.
+//!
+//! Order in the file: a table entry (call path, lock) is sent to the
+//! output under the tables' lock, so any worker that finds it there sends
+//! its referring events later; a thread's events follow its Thread record
+//! (both come from its worker); a process's end is written once every
+//! worker has sent everything it had of that process.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockscope_capture::raw::{Head, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS};
@@ -32,7 +52,8 @@ use crate::LockSummary;
 /// format's own maximum chunk size).
 const CHUNK_EVENTS: usize = 1 << 16;
 /// Events buffered (encoded, ~4 bytes each) across all threads before
-/// everything is flushed: bounds memory with hundreds of threads.
+/// everything is flushed: bounds memory with hundreds of threads. Shared
+/// out among the workers.
 const MAX_BUFFERED: usize = 1 << 23;
 /// How often buffered events are written out anyway, so that a recorder
 /// that is itself killed leaves a useful (footer-less) trace.
@@ -70,26 +91,88 @@ impl Hasher for AddrHasher {
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 type FastSet<K> = HashSet<K, BuildHasherDefault<AddrHasher>>;
 
-#[derive(Default)]
-struct LockStat {
+#[derive(Default, Clone, Copy)]
+pub(crate) struct LockStat {
     kind: u8,
     acquisitions: u64,
     contended: u64,
     wait_ns: u64,
 }
 
+/// A worker's view of one process: its own cache of the shared tables,
+/// and its threads' lock counters (summed at the end).
 #[derive(Default)]
 struct ProcConv {
-    pid: u32,
     last_ns: u64,
+    /// Locks this worker has seen (a subset of [`Tables::locks`]).
     locks: FastSet<u64>,
-    /// Call paths seen, by their frames. The address hasher, not SipHash:
-    /// in detailed mode every recorded access carries a path, and SipHash
-    /// plus a fresh `Vec` per event were a tenth of the writer's time
-    /// (`perf` on the spinlock fixture). The frames come from our own
-    /// rings: no hash-flooding to defend against.
+    /// Call paths seen, by their frames (a subset of [`Tables::stacks`]).
+    /// The address hasher, not SipHash: in detailed mode every recorded
+    /// access carries a path, and SipHash plus a fresh `Vec` per event
+    /// were a tenth of the writer's time (`perf` on the spinlock
+    /// fixture). The frames come from our own rings: no hash-flooding to
+    /// defend against.
     stacks: FastMap<Vec<u64>, u32>,
     stats: FastMap<u64, LockStat>,
+}
+
+/// What is shared by the workers: the trace's tables, which must have one
+/// id per call path and one entry per lock whichever thread met it first.
+/// Taken only on a miss of a worker's own cache (a path or lock that
+/// worker has not seen), so its cost does not grow with the event rate.
+pub(crate) struct Tables {
+    /// Call path ids by process and frames.
+    stacks: FastMap<u32, FastMap<Vec<u64>, u32>>,
+    next_stack: u32,
+    /// Locks whose first sighting was written, by (process, address).
+    locks: FastSet<(u32, u64)>,
+    /// Live threads by (trace process id, OS tid), for thread names set
+    /// by another thread.
+    by_tid: FastMap<(u32, u32), u32>,
+    /// Names given to a thread whose ring the drain has not opened yet:
+    /// (process, tid, time, name), written after its Thread record.
+    pending_names: Vec<(u32, u32, u64, String)>,
+}
+
+impl Tables {
+    pub(crate) fn new() -> Tables {
+        Tables {
+            stacks: FastMap::default(),
+            next_stack: 1,
+            locks: FastSet::default(),
+            by_tid: FastMap::default(),
+            pending_names: Vec::new(),
+        }
+    }
+}
+
+/// What a worker sends to the output thread.
+pub(crate) enum Out {
+    /// A record, written as is.
+    Rec(Record),
+    /// The worker has sent everything it had of `process`, whose latest
+    /// event it converted at `last_ns` (0: none).
+    ProcessEnd {
+        /// Trace process id.
+        process: u32,
+        /// End time if known.
+        end_ns: Option<u64>,
+        /// Shell-style status, -1 unknown.
+        status: i32,
+        /// The worker's latest event time of that process.
+        last_ns: u64,
+    },
+    /// The worker has flushed everything and stops; its lock counters by
+    /// (process, address).
+    Done(Vec<(u32, u64, LockStat)>),
+    /// From the drain, after its last message to the workers: write the
+    /// footer once every worker is done.
+    Finish {
+        /// Recording duration.
+        duration_ns: u64,
+        /// Exit status of the program.
+        exit_status: i32,
+    },
 }
 
 /// Per-thread conversion state. Events are encoded as soon as they are
@@ -192,66 +275,80 @@ impl ClockSegs {
     }
 }
 
-struct Converter<W: Write> {
-    tw: TraceWriter<W>,
-    /// Conversion segments by tick.
-    segs: ClockSegs,
-    procs: FastMap<u32, ProcConv>,
-    threads: FastMap<u32, ThreadConv>,
-    next_stack: u32,
-    classes: [u8; 256],
-    buffered: usize,
-    last_flush: Instant,
-    losses: HashMap<u8, (LossReason, u64)>,
-    lost: u64,
-    side: Vec<Record>,
-    /// Live threads by (trace process id, OS tid), for thread names set
-    /// by another thread.
-    by_tid: FastMap<(u32, u32), u32>,
-    /// Names given to a thread whose ring the drain has not opened yet:
-    /// (process, tid, time, name), written after its Thread record.
-    pending_names: Vec<(u32, u32, u64, String)>,
-}
-
 /// Bound on names waiting for their thread: a name for a tid that never
 /// records an event is dropped at the end; this keeps a program naming
 /// thousands of such threads from growing the list without limit.
 const MAX_PENDING_NAMES: usize = 4096;
 
-pub(crate) fn writer_loop<W: Write>(
+/// One converter worker: the threads `thread % workers == index`.
+struct Worker {
+    out: Sender<Out>,
+    tables: Arc<Mutex<Tables>>,
+    /// Conversion segments by tick (every segment: the drain sends each
+    /// new one to every worker).
+    segs: ClockSegs,
+    procs: FastMap<u32, ProcConv>,
+    threads: FastMap<u32, ThreadConv>,
+    classes: [u8; 256],
+    buffered: usize,
+    max_buffered: usize,
+    last_flush: Instant,
+    side: Vec<Record>,
+}
+
+/// The tables' lock. A worker that panicked while holding it left them
+/// consistent (every change is one insert), so a poisoned lock is used
+/// as is.
+fn lock(t: &Mutex<Tables>) -> std::sync::MutexGuard<'_, Tables> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn gone() -> FormatError {
+    FormatError::Io(std::io::Error::other("the trace's output thread stopped"))
+}
+
+/// A converter worker's loop: messages from the drain in, records out.
+/// `workers`: how many there are (for its share of the buffering bound).
+pub(crate) fn worker_loop(
     rx: Receiver<Msg>,
     pool: Sender<SlotBuf>,
     queued: Arc<AtomicUsize>,
-    w: W,
-    header: lockscope_format::Header,
-) -> Result<WriterResult, FormatError> {
-    let mut c = Converter {
-        tw: TraceWriter::new(w, &header)?,
+    out: Sender<Out>,
+    tables: Arc<Mutex<Tables>>,
+    workers: usize,
+) -> Result<(), FormatError> {
+    let mut c = Worker {
+        out,
+        tables,
         segs: ClockSegs::default(),
         procs: FastMap::default(),
         threads: FastMap::default(),
-        next_stack: 1,
         classes: op_classes(),
         buffered: 0,
+        max_buffered: MAX_BUFFERED / workers.max(1),
         last_flush: Instant::now(),
-        losses: HashMap::new(),
-        lost: 0,
         side: Vec::new(),
-        by_tid: FastMap::default(),
-        pending_names: Vec::new(),
     };
     while let Ok(m) = rx.recv() {
         match m {
             Msg::Rec(r) => c.record(r)?,
-            Msg::Raw { mut slots, segs } => {
+            Msg::Clock(conv) => c.segs.learn(conv),
+            Msg::Raw { slots, segs } => {
+                let mut n = 0;
                 for g in &segs {
                     let run = slots.get(g.start..g.start + g.len).unwrap_or(&[]);
+                    n += g.len;
                     c.convert(g.thread, run, g.corrupt, g.lost, g.clock)?;
                 }
-                queued.fetch_sub(slots.len() * std::mem::size_of::<Slot>(), Ordering::Relaxed);
-                slots.set_len(0);
-                let _ = pool.send(slots);
-                if c.buffered > MAX_BUFFERED || c.last_flush.elapsed() > FLUSH_EVERY {
+                queued.fetch_sub(n * std::mem::size_of::<Slot>(), Ordering::Relaxed);
+                // The batch may be shared with other workers: the last to
+                // let go returns it for reuse (`into_inner` gives it to
+                // exactly one of them).
+                if let Some(mut slots) = Arc::into_inner(slots) {
+                    slots.set_len(0);
+                    let _ = pool.send(slots);
+                }
+                if c.buffered > c.max_buffered || c.last_flush.elapsed() > FLUSH_EVERY {
                     c.flush_all()?;
                     c.last_flush = Instant::now();
                 }
@@ -268,17 +365,24 @@ pub(crate) fn writer_loop<W: Write>(
                 status,
             } => {
                 c.flush_all()?;
-                let last = c.procs.get(&process).map_or(0, |p| p.last_ns);
-                c.tw.write(&Record::ProcessEnd(ProcessEnd {
+                let last_ns = c.procs.get(&process).map_or(0, |p| p.last_ns);
+                c.send(Out::ProcessEnd {
                     process,
-                    end_ns: end_ns.map_or(last, |e| e.max(last)),
+                    end_ns,
                     status,
-                }))?;
+                    last_ns,
+                })?;
             }
-            Msg::Finish {
-                duration_ns,
-                exit_status,
-            } => return c.finish(duration_ns, exit_status),
+            Msg::Finish => {
+                c.flush_all()?;
+                let mut stats = Vec::new();
+                for (&process, p) in &c.procs {
+                    for (&addr, &s) in &p.stats {
+                        stats.push((process, addr, s));
+                    }
+                }
+                return c.send(Out::Done(stats));
+            }
         }
     }
     Err(FormatError::Io(std::io::Error::other(
@@ -286,76 +390,66 @@ pub(crate) fn writer_loop<W: Write>(
     )))
 }
 
-impl<W: Write> Converter<W> {
+impl Worker {
+    fn send(&self, o: Out) -> Result<(), FormatError> {
+        self.out.send(o).map_err(|_| gone())
+    }
+
+    fn write(&self, r: Record) -> Result<(), FormatError> {
+        self.send(Out::Rec(r))
+    }
+
     fn record(&mut self, r: Record) -> Result<(), FormatError> {
-        match &r {
-            Record::Process(p) => {
-                self.procs.insert(
-                    p.id,
-                    ProcConv {
-                        pid: p.pid,
-                        last_ns: p.start_ns,
-                        ..ProcConv::default()
-                    },
-                );
-            }
-            Record::Thread(t) => {
-                self.threads.insert(
-                    t.id,
-                    ThreadConv {
-                        process: t.process,
-                        last_ns: t.start_ns,
-                        tid: t.tid,
-                        ..ThreadConv::default()
-                    },
-                );
-                self.by_tid.insert((t.process, t.tid), t.id);
-            }
-            Record::Loss(l) => self.count_loss(l),
-            _ => {}
-        }
-        self.tw.write(&r)?;
-        if let Record::Thread(t) = &r {
-            if !self.pending_names.is_empty() {
-                let key = (t.process, t.tid);
-                let mut i = 0;
-                while i < self.pending_names.len() {
-                    if (self.pending_names[i].0, self.pending_names[i].1) == key {
-                        let (_, _, time, name) = self.pending_names.remove(i);
-                        self.tw.write(&Record::ThreadName(ThreadName {
-                            thread: t.id,
-                            time,
-                            name,
-                        }))?;
-                    } else {
-                        i += 1;
-                    }
-                }
+        let Record::Thread(t) = &r else {
+            return self.write(r);
+        };
+        self.threads.insert(
+            t.id,
+            ThreadConv {
+                process: t.process,
+                last_ns: t.start_ns,
+                tid: t.tid,
+                ..ThreadConv::default()
+            },
+        );
+        self.procs.entry(t.process).or_default();
+        let (id, process, tid) = (t.id, t.process, t.tid);
+        // Under the tables' lock: another worker that finds the thread in
+        // `by_tid` sends its name for it after this record.
+        let tables = self.tables.clone();
+        let mut tb = lock(&tables);
+        self.write(r)?;
+        tb.by_tid.insert((process, tid), id);
+        let mut i = 0;
+        while i < tb.pending_names.len() {
+            if (tb.pending_names[i].0, tb.pending_names[i].1) == (process, tid) {
+                let (_, _, time, name) = tb.pending_names.remove(i);
+                self.write(Record::ThreadName(ThreadName {
+                    thread: id,
+                    time,
+                    name,
+                }))?;
+            } else {
+                i += 1;
             }
         }
         Ok(())
-    }
-
-    fn count_loss(&mut self, l: &Loss) {
-        self.lost += l.events;
-        self.losses
-            .entry(loss_key(l.reason))
-            .or_insert((l.reason, 0))
-            .1 += l.events;
     }
 
     fn write_loss(&mut self, l: Loss) -> Result<(), FormatError> {
         if l.events == 0 {
             return Ok(());
         }
-        self.count_loss(&l);
-        self.tw.write(&Record::Loss(l))
+        self.write(Record::Loss(l))
     }
 
     fn flush_thread(&mut self, thread: u32) -> Result<(), FormatError> {
         if let Some(t) = self.threads.get_mut(&thread) {
             let count = t.enc.count();
             if count > 0 {
+                // The buffer goes to the output thread; the next chunk
+                // grows a new one (one allocation per 64K events at most,
+                // and a quiet thread keeps no large buffer).
                 let chunk = EventChunk {
                     thread,
                     count,
@@ -364,13 +458,7 @@ impl<W: Write> Converter<W> {
                 };
                 t.enc = Encoder::new();
                 self.buffered -= count as usize;
-                let rec = Record::Events(chunk);
-                self.tw.write(&rec)?;
-                // Reuse the buffer for the thread's next chunk.
-                if let Record::Events(c) = rec {
-                    t.data = c.data;
-                    t.data.clear();
-                }
+                self.write(Record::Events(chunk))?;
             }
         }
         Ok(())
@@ -409,10 +497,9 @@ impl<W: Write> Converter<W> {
         };
         let process = t.process;
         let classes = &self.classes;
-        let by_tid = &self.by_tid;
-        let pending_names = &mut self.pending_names;
+        let tables = &self.tables;
+        let out = &self.out;
         let side = &mut self.side;
-        let next_stack = &mut self.next_stack;
         t.corrupt += corrupt;
         let before = t.enc.count();
         let mut i = 0usize;
@@ -456,16 +543,24 @@ impl<W: Write> Converter<W> {
                         time: ns,
                         name,
                     }));
-                } else if let Some(&target) = by_tid.get(&(process, tid)) {
-                    side.push(Record::ThreadName(ThreadName {
+                    continue;
+                }
+                // Another thread, perhaps another worker's: looked up and
+                // parked under the tables' lock, so that its worker either
+                // has written its Thread record already or will find the
+                // name when it does.
+                let mut tb = lock(tables);
+                if let Some(&target) = tb.by_tid.get(&(process, tid)) {
+                    out.send(Out::Rec(Record::ThreadName(ThreadName {
                         thread: target,
                         time: ns,
                         name,
-                    }));
-                } else if tid != 0 && pending_names.len() < MAX_PENDING_NAMES {
+                    })))
+                    .map_err(|_| gone())?;
+                } else if tid != 0 && tb.pending_names.len() < MAX_PENDING_NAMES {
                     // Its ring is not open yet (the drain lists the
                     // session directory every few ms).
-                    pending_names.push((process, tid, ns, name));
+                    tb.pending_names.push((process, tid, ns, name));
                 }
                 continue;
             }
@@ -503,13 +598,28 @@ impl<W: Write> Converter<W> {
                 stack = match proc.stacks.get(frames) {
                     Some(&s) => s,
                     None => {
-                        let s = *next_stack;
-                        *next_stack += 1;
-                        side.push(Record::Stack(StackTrace {
-                            id: s,
-                            process,
-                            frames: frames.to_vec(),
-                        }));
+                        // New to this worker: the shared table has the id
+                        // if another worker met the path first. A new
+                        // path's record is sent under the lock (see the
+                        // module doc: order in the file).
+                        let mut tb = lock(tables);
+                        let tb = &mut *tb;
+                        let known = tb.stacks.entry(process).or_default();
+                        let s = match known.get(frames) {
+                            Some(&s) => s,
+                            None => {
+                                let s = tb.next_stack;
+                                tb.next_stack += 1;
+                                known.insert(frames.to_vec(), s);
+                                out.send(Out::Rec(Record::Stack(StackTrace {
+                                    id: s,
+                                    process,
+                                    frames: frames.to_vec(),
+                                })))
+                                .map_err(|_| gone())?;
+                                s
+                            }
+                        };
                         proc.stacks.insert(frames.to_vec(), s);
                         s
                     }
@@ -525,13 +635,18 @@ impl<W: Write> Converter<W> {
                     t.prev_lock = t.last_lock;
                     t.last_lock = h.addr;
                     if proc.locks.insert(h.addr) {
-                        side.push(Record::Lock(LockInfo {
-                            process,
-                            addr: h.addr,
-                            first_op: h.op,
-                            first_ns: ns,
-                            first_site: h.site,
-                        }));
+                        // New to this worker; written once for the trace,
+                        // by whichever worker meets the lock first.
+                        if lock(tables).locks.insert((process, h.addr)) {
+                            out.send(Out::Rec(Record::Lock(LockInfo {
+                                process,
+                                addr: h.addr,
+                                first_op: h.op,
+                                first_ns: ns,
+                                first_site: h.site,
+                            })))
+                            .map_err(|_| gone())?;
+                        }
                         proc.stats.insert(
                             h.addr,
                             LockStat {
@@ -615,10 +730,10 @@ impl<W: Write> Converter<W> {
         }
         self.buffered += (t.enc.count() - before) as usize;
         let full = t.enc.count() as usize >= CHUNK_EVENTS;
-        // Table entries (stacks, locks) go out before the events that
-        // refer to them: those are still in the buffer.
+        // Names go out before the events after them: those are still in
+        // the buffer.
         for r in std::mem::take(&mut self.side) {
-            self.tw.write(&r)?;
+            self.write(r)?;
         }
         if full {
             self.flush_thread(thread)?;
@@ -638,9 +753,13 @@ impl<W: Write> Converter<W> {
         let Some(t) = self.threads.remove(&thread) else {
             return Ok(());
         };
-        // A later thread may reuse the tid.
-        if self.by_tid.get(&(t.process, t.tid)) == Some(&thread) {
-            self.by_tid.remove(&(t.process, t.tid));
+        // A later thread may reuse the tid (and another worker may have
+        // registered it already).
+        {
+            let mut tb = lock(&self.tables);
+            if tb.by_tid.get(&(t.process, t.tid)) == Some(&thread) {
+                tb.by_tid.remove(&(t.process, t.tid));
+            }
         }
         if t.run_count > 0 {
             if let Some(p) = self.procs.get_mut(&t.process) {
@@ -664,12 +783,112 @@ impl<W: Write> Converter<W> {
         } else {
             t.last_ns
         };
-        self.tw
-            .write(&Record::ThreadEnd(ThreadEnd { thread, end_ns }))
+        self.write(Record::ThreadEnd(ThreadEnd { thread, end_ns }))
     }
+}
 
-    fn finish(mut self, duration_ns: u64, exit_status: i32) -> Result<WriterResult, FormatError> {
-        self.flush_all()?;
+/// The output thread's state: the one writer of the file.
+struct Output<W: Write> {
+    tw: TraceWriter<W>,
+    workers: usize,
+    losses: HashMap<u8, (LossReason, u64)>,
+    lost: u64,
+    /// (pid, start) of each process, for the summary and process ends.
+    procs: FastMap<u32, (u32, u64)>,
+    /// Process ends waiting for the other workers: (workers heard from,
+    /// latest event, end, status).
+    ends: FastMap<u32, (usize, u64, Option<u64>, i32)>,
+    stats: FastMap<(u32, u64), LockStat>,
+    done: usize,
+    finish: Option<(u64, i32)>,
+}
+
+/// The output thread's loop: writes what the drain and the workers send,
+/// and the footer once every worker is done (after `Msg::Finish`).
+pub(crate) fn output_loop<W: Write>(
+    rx: Receiver<Out>,
+    w: W,
+    header: lockscope_format::Header,
+    workers: usize,
+) -> Result<WriterResult, FormatError> {
+    let mut o = Output {
+        tw: TraceWriter::new(w, &header)?,
+        workers: workers.max(1),
+        losses: HashMap::new(),
+        lost: 0,
+        procs: FastMap::default(),
+        ends: FastMap::default(),
+        stats: FastMap::default(),
+        done: 0,
+        finish: None,
+    };
+    while let Ok(m) = rx.recv() {
+        match m {
+            Out::Rec(r) => {
+                match &r {
+                    Record::Process(p) => {
+                        o.procs.insert(p.id, (p.pid, p.start_ns));
+                    }
+                    Record::Loss(l) => {
+                        o.lost += l.events;
+                        o.losses
+                            .entry(loss_key(l.reason))
+                            .or_insert((l.reason, 0))
+                            .1 += l.events;
+                    }
+                    _ => {}
+                }
+                o.tw.write(&r)?;
+            }
+            Out::ProcessEnd {
+                process,
+                end_ns,
+                status,
+                last_ns,
+            } => {
+                let e = o.ends.entry(process).or_insert((0, 0, end_ns, status));
+                e.0 += 1;
+                e.1 = e.1.max(last_ns);
+                if e.0 == o.workers {
+                    let (_, last, end_ns, status) = *e;
+                    o.ends.remove(&process);
+                    let last = last.max(o.procs.get(&process).map_or(0, |p| p.1));
+                    o.tw.write(&Record::ProcessEnd(ProcessEnd {
+                        process,
+                        end_ns: end_ns.map_or(last, |e| e.max(last)),
+                        status,
+                    }))?;
+                }
+            }
+            Out::Done(stats) => {
+                for (process, addr, s) in stats {
+                    let m = o.stats.entry((process, addr)).or_default();
+                    if m.kind == 0 {
+                        m.kind = s.kind;
+                    }
+                    m.acquisitions += s.acquisitions;
+                    m.contended += s.contended;
+                    m.wait_ns += s.wait_ns;
+                }
+                o.done += 1;
+            }
+            Out::Finish {
+                duration_ns,
+                exit_status,
+            } => o.finish = Some((duration_ns, exit_status)),
+        }
+        // The drain's request usually comes before the workers are done.
+        if let (true, Some((duration_ns, exit_status))) = (o.done == o.workers, o.finish) {
+            return o.finish(duration_ns, exit_status);
+        }
+    }
+    Err(FormatError::Io(std::io::Error::other(
+        "a converter worker stopped before the end of the trace",
+    )))
+}
+
+impl<W: Write> Output<W> {
+    fn finish(self, duration_ns: u64, exit_status: i32) -> Result<WriterResult, FormatError> {
         let events = self.tw.events_written();
         let footer = lockscope_format::Footer {
             duration_ns,
@@ -680,17 +899,15 @@ impl<W: Write> Converter<W> {
         let mut w = self.tw.finish(&footer)?;
         w.flush()?;
         let mut top = Vec::new();
-        for p in self.procs.values() {
-            for (&addr, s) in &p.stats {
-                top.push(LockSummary {
-                    pid: p.pid,
-                    addr,
-                    kind: Op::from_u8(s.kind).map_or("?", Op::name),
-                    acquisitions: s.acquisitions,
-                    contended: s.contended,
-                    wait_ns: s.wait_ns,
-                });
-            }
+        for (&(process, addr), s) in &self.stats {
+            top.push(LockSummary {
+                pid: self.procs.get(&process).map_or(0, |p| p.0),
+                addr,
+                kind: Op::from_u8(s.kind).map_or("?", Op::name),
+                acquisitions: s.acquisitions,
+                contended: s.contended,
+                wait_ns: s.wait_ns,
+            });
         }
         top.sort_by(|a, b| {
             (b.contended, b.wait_ns, b.acquisitions, a.addr).cmp(&(

@@ -20,20 +20,26 @@ use lockscope_format::{
     Loss, LossReason, MapEntry, Overhead, Process, Record, StringEntry, Thread,
 };
 
+use crate::convert::Out;
 use crate::maps::{parse_complete, MapLine};
 use crate::slotbuf::SlotBuf;
 
-/// What the drain sends to the writer thread, in file order.
+/// What the drain sends to a converter worker, in order.
 pub(crate) enum Msg {
-    /// A record, written as is (Process and Thread records also set up the
-    /// converter's state for them).
+    /// A record for the output (a Thread record also sets up the worker's
+    /// state for that thread).
     Rec(Record),
+    /// A new tick conversion segment, sent to every worker before any
+    /// batch copied with it (each worker must know every segment to
+    /// convert ticks by the same function; see `ClockSegs`).
+    Clock(ClockConv),
     /// Raw slots copied out of the rings of one drain pass: `segs` say
     /// which thread each run of slots belongs to (whole events only).
     Raw {
-        /// The slots.
-        slots: SlotBuf,
-        /// The runs, in copy order.
+        /// The slots, shared with the other workers that have runs in
+        /// them.
+        slots: Arc<SlotBuf>,
+        /// This worker's runs, in copy order.
         segs: Vec<Seg>,
     },
     /// The thread's ring is closed: write its losses and its end.
@@ -56,13 +62,8 @@ pub(crate) enum Msg {
         /// Shell-style status, -1 unknown.
         status: i32,
     },
-    /// The end: flush and write the footer.
-    Finish {
-        /// Recording duration.
-        duration_ns: u64,
-        /// Exit status of the program.
-        exit_status: i32,
-    },
+    /// The end: flush everything, send the lock counters, stop.
+    Finish,
 }
 
 /// One thread's run of slots in a [`Msg::Raw`] batch.
@@ -358,7 +359,12 @@ const MAX_ARGV_BYTES: u32 = 1 << 20;
 pub(crate) struct Drainer {
     dir: PathBuf,
     pub(crate) clock: Clock,
-    tx: Sender<Msg>,
+    /// The converter workers; thread `t` belongs to `tx[t % len]`.
+    tx: Vec<Sender<Msg>>,
+    /// The output thread, for records that no worker needs to see.
+    out: Sender<Out>,
+    /// Start of the last conversion segment sent to the workers.
+    clock_sent: Option<u64>,
     pool: Receiver<SlotBuf>,
     /// Bytes of raw slots sent and not yet converted by the writer.
     queued: Arc<AtomicUsize>,
@@ -386,15 +392,18 @@ impl Drainer {
     pub(crate) fn new(
         dir: &Path,
         clock: Clock,
-        tx: Sender<Msg>,
+        tx: Vec<Sender<Msg>>,
+        out: Sender<Out>,
         pool: Receiver<SlotBuf>,
         queued: Arc<AtomicUsize>,
         queue_budget: usize,
     ) -> Drainer {
-        Drainer {
+        let mut d = Drainer {
             dir: dir.to_path_buf(),
             clock,
             tx,
+            out,
+            clock_sent: None,
             pool,
             queued,
             queue_budget,
@@ -413,18 +422,97 @@ impl Drainer {
             send_failed: false,
             spare: None,
             batch: None,
+        };
+        d.send_clock();
+        d
+    }
+
+    /// Re-estimates the tick rate if it is time to (see [`Clock`]), and
+    /// tells every worker about a new segment before anything copied
+    /// with it.
+    pub(crate) fn refine_clock(&mut self, force: bool) {
+        self.clock.maybe_refine(force);
+        self.send_clock();
+    }
+
+    fn send_clock(&mut self) {
+        let conv = self.clock.conv();
+        if self.clock_sent != Some(conv.tsc0) {
+            self.clock_sent = Some(conv.tsc0);
+            self.broadcast(|| Msg::Clock(conv));
         }
+    }
+
+    /// Sends one message to every worker (after the events before it).
+    fn broadcast(&mut self, m: impl Fn() -> Msg) {
+        self.flush_batch();
+        for i in 0..self.tx.len() {
+            self.send_to(i, m());
+        }
+    }
+
+    fn send_to(&mut self, w: usize, m: Msg) {
+        // A worker only stops early when writing failed; its error is
+        // reported when it is joined. Keep draining so the program is
+        // never blocked, dropping what cannot be written.
+        if !self.send_failed && self.tx[w].send(m).is_err() {
+            self.send_failed = true;
+        }
+    }
+
+    fn worker_of(&self, thread: u32) -> usize {
+        thread as usize % self.tx.len().max(1)
     }
 
     fn send(&mut self, m: Msg) {
         // Events copied so far go first: every other message (a thread's
         // end, a new thread...) must follow the events before it.
         self.flush_batch();
-        // The writer only stops early when writing failed; its error is
-        // reported when it is joined. Keep draining so the program is
-        // never blocked, dropping what cannot be written.
-        if !self.send_failed && self.tx.send(m).is_err() {
-            self.send_failed = true;
+        match m {
+            Msg::Rec(Record::Thread(t)) => {
+                let w = self.worker_of(t.id);
+                self.send_to(w, Msg::Rec(Record::Thread(t)));
+            }
+            Msg::ThreadEnd {
+                thread,
+                end_tsc,
+                lost,
+                clock,
+            } => {
+                let w = self.worker_of(thread);
+                self.send_to(
+                    w,
+                    Msg::ThreadEnd {
+                        thread,
+                        end_tsc,
+                        lost,
+                        clock,
+                    },
+                );
+            }
+            // Process-wide records need no worker: straight to the output
+            // (a Process record thus precedes its threads', which their
+            // workers forward later).
+            Msg::Rec(r) => {
+                if !self.send_failed && self.out.send(Out::Rec(r)).is_err() {
+                    self.send_failed = true;
+                }
+            }
+            Msg::ProcessEnd {
+                process,
+                end_ns,
+                status,
+            } => self.broadcast(|| Msg::ProcessEnd {
+                process,
+                end_ns,
+                status,
+            }),
+            m @ (Msg::Clock(_) | Msg::Raw { .. } | Msg::Finish) => {
+                // Not sent through here (see send_clock, flush_batch,
+                // send_finish); a Raw message would need splitting.
+                debug_assert!(false, "routed elsewhere");
+                drop(m);
+            }
         }
     }
 
@@ -904,16 +992,30 @@ impl Drainer {
         let bytes = b.used * std::mem::size_of::<Slot>();
         let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
         self.queue_peak = self.queue_peak.max(now);
-        if !self.send_failed
-            && self
-                .tx
-                .send(Msg::Raw {
-                    slots: b.buf,
+        // One buffer, each worker its own runs of it: splitting the copy
+        // per worker instead would cost a second copy or a buffer per
+        // worker per pass.
+        let slots = Arc::new(b.buf);
+        let k = self.tx.len().max(1);
+        if k == 1 {
+            self.send_to(
+                0,
+                Msg::Raw {
+                    slots,
                     segs: b.segs,
-                })
-                .is_err()
-        {
-            self.send_failed = true;
+                },
+            );
+            return;
+        }
+        let mut per: Vec<Vec<Seg>> = (0..k).map(|_| Vec::new()).collect();
+        for g in b.segs {
+            per[g.thread as usize % k].push(g);
+        }
+        for (w, segs) in per.into_iter().enumerate() {
+            if !segs.is_empty() {
+                let slots = slots.clone();
+                self.send_to(w, Msg::Raw { slots, segs });
+            }
         }
     }
 
@@ -1015,7 +1117,7 @@ impl Drainer {
     /// end of every process. `reaped`: raw wait statuses and reap times
     /// (ns) of the processes this recorder waited for.
     pub(crate) fn finish(&mut self, reaped: &HashMap<u32, (libc::c_int, u64)>) -> DrainTotals {
-        self.clock.maybe_refine(true);
+        self.refine_clock(true);
         self.discover(true);
         self.drain_all();
         // A ring still open now belongs to a thread that never returned
@@ -1113,12 +1215,20 @@ impl Drainer {
         self.procs.iter().map(|p| p.pid).collect()
     }
 
-    /// Sends the footer request.
+    /// Ends the workers, then asks the output for the footer.
     pub(crate) fn send_finish(&mut self, duration_ns: u64, exit_status: i32) {
-        self.send(Msg::Finish {
-            duration_ns,
-            exit_status,
-        });
+        self.broadcast(|| Msg::Finish);
+        if !self.send_failed
+            && self
+                .out
+                .send(Out::Finish {
+                    duration_ns,
+                    exit_status,
+                })
+                .is_err()
+        {
+            self.send_failed = true;
+        }
     }
 }
 

@@ -17,16 +17,18 @@
 //!   filled by someone else (benchmarks, tests with hand-made rings).
 //!
 //! # Design constraints
-//! - Two threads: the *drain* thread copies raw slots out of the rings
-//!   (one bulk copy per ring); the *writer* thread decodes and converts
-//!   them (ticks to ns, call paths to stack ids, first sightings of
-//!   locks), encodes and writes them. A single
-//!   thread doing uncontended lock/unlock produces ~60M events/s, so the
-//!   ring must be emptied every few ms; converting is the slower half and
-//!   would stall the drain if it ran on the same thread. They are joined by
-//!   a queue bounded in bytes (min(1 GiB, RAM/8) of raw slots): a writer
-//!   that falls behind a fast program catches up after it ends; beyond the
-//!   limit the drain leaves the rings to fill, and the program drops events
+//! - Threads: the *drain* thread copies raw slots out of the rings (one
+//!   bulk copy per ring); *converter* workers ([`RecordConfig::writers`],
+//!   by default one per four CPUs) decode and convert them (ticks to ns,
+//!   call paths to stack ids, first sightings of locks) and encode them,
+//!   each for its own share of the program's threads; one *output*
+//!   thread writes the file. A single thread doing uncontended
+//!   lock/unlock produces ~60M events/s, so the ring must be emptied
+//!   every few ms; converting is the slower half and would stall the
+//!   drain if it ran on the same thread. They are joined by a queue
+//!   bounded in bytes (min(1 GiB, RAM/8) of raw slots): workers that fall
+//!   behind a fast program catch up after it ends; beyond the limit the
+//!   drain leaves the rings to fill, and the program drops events
 //!   *counted* in the ring header instead of the recorder growing without
 //!   bound.
 //! - Nothing the program writes into the session is trusted: file names,
@@ -54,7 +56,7 @@ use std::path::PathBuf;
 
 pub use elf::build_id;
 pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
-pub use pipeline::drain_dir;
+pub use pipeline::{default_writers, drain_dir, MAX_WRITERS};
 
 /// Which call paths the preload library records (`LOCKSCOPE_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -114,6 +116,10 @@ pub struct RecordConfig {
     /// program that does not use CUDA never loads CUPTI either way, and a
     /// user's own `CUDA_INJECTION64_PATH` is left alone.
     pub gpu: bool,
+    /// Converter threads (1..=[`MAX_WRITERS`]); 0: [`default_writers`].
+    /// Each program thread's events are converted by one of them, so more
+    /// help only when several threads are busy.
+    pub writers: usize,
 }
 
 impl RecordConfig {
@@ -136,6 +142,7 @@ impl RecordConfig {
             wait_when_full: true,
             session_parent: None,
             gpu: true,
+            writers: 0,
         }
     }
 }
@@ -196,6 +203,8 @@ pub struct RecordOutcome {
     /// (min(1 GiB, RAM/8)); the events the program then dropped are
     /// counted in `lost`.
     pub queue_full_skips: u64,
+    /// Converter workers the recording used ([`RecordConfig::writers`]).
+    pub writers: u32,
     /// Times a thread of the program waited for the recorder to make room
     /// in its buffer (back-pressure, the default instead of losing events):
     /// the program's timing was perturbed for `full_wait_ns` in total.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use lockscope_capture::tsc;
 use lockscope_format::{FormatError, Header};
 
 use crate::child;
-use crate::convert::{writer_loop, WriterResult};
+use crate::convert::{output_loop, worker_loop, Tables, WriterResult};
 use crate::drain::{Clock, Drainer};
 use crate::sessiondir::SessionDir;
 use crate::{RecordConfig, RecordError, RecordOutcome};
@@ -89,10 +89,28 @@ fn cache_line() -> u32 {
         .unwrap_or(64)
 }
 
+/// Most converter workers accepted.
+pub const MAX_WRITERS: usize = 16;
+
+/// How many converter workers to start when not told: one per four CPUs,
+/// at most 8.
+///
+/// Why not one per CPU: the program's own threads are what the CPUs are
+/// for, and a worker converts ~40M events/s; on the 2-vCPU development
+/// machine one worker (and the drain, and the output thread) already
+/// share the CPUs with the program. On 16 cores four workers give the
+/// ~150M events/s that 8-16 threads locking in a tight loop offer.
+pub fn default_writers() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus / 4).clamp(1, 8)
+}
+
 /// The pieces shared by [`run`] and [`crate::drain_dir`].
 struct Pipeline {
     drainer: Drainer,
     writer: JoinHandle<Result<WriterResult, FormatError>>,
+    workers: Vec<JoinHandle<Result<(), FormatError>>>,
+    workers_n: usize,
 }
 
 impl Pipeline {
@@ -101,7 +119,9 @@ impl Pipeline {
         output: &Path,
         command: Vec<String>,
         extra: Vec<(String, String)>,
+        writers: usize,
     ) -> Result<Pipeline, RecordError> {
+        let writers = writers.clamp(1, MAX_WRITERS);
         let file = File::create(output).map_err(|e| RecordError::Output {
             path: output.to_path_buf(),
             source: FormatError::Io(e),
@@ -140,27 +160,47 @@ impl Pipeline {
             cache_line: cache_line(),
             extra,
         };
-        // Unbounded channel, bounded by bytes: `queued` counts the raw
-        // slots in flight (the drain adds, the writer subtracts).
-        let (tx, rx) = channel();
+        // Unbounded channels, bounded by bytes: `queued` counts the raw
+        // slots in flight (the drain adds, the workers subtract).
+        let (out_tx, out_rx) = channel();
         let (pool_tx, pool_rx) = channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        let wq = queued.clone();
+        let tables = Arc::new(Mutex::new(Tables::new()));
         let writer = std::thread::Builder::new()
             .name("lockscope-writer".into())
             .spawn(move || {
-                writer_loop(
-                    rx,
-                    pool_tx,
-                    wq,
+                output_loop(
+                    out_rx,
                     BufWriter::with_capacity(1 << 20, file),
                     header,
+                    writers,
                 )
             })
             .map_err(|e| RecordError::Internal(format!("cannot start the writer thread: {e}")))?;
+        let mut txs = Vec::with_capacity(writers);
+        let mut workers = Vec::with_capacity(writers);
+        for i in 0..writers {
+            let (tx, rx) = channel();
+            let (pool, queued, out, tables) = (
+                pool_tx.clone(),
+                queued.clone(),
+                out_tx.clone(),
+                tables.clone(),
+            );
+            let h = std::thread::Builder::new()
+                .name(format!("lockscope-conv{i}"))
+                .spawn(move || worker_loop(rx, pool, queued, out, tables, writers))
+                .map_err(|e| {
+                    RecordError::Internal(format!("cannot start a converter thread: {e}"))
+                })?;
+            txs.push(tx);
+            workers.push(h);
+        }
         Ok(Pipeline {
-            drainer: Drainer::new(dir, clock, tx, pool_rx, queued, queue_budget()),
+            drainer: Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget()),
             writer,
+            workers,
+            workers_n: writers,
         })
     }
 
@@ -171,7 +211,7 @@ impl Pipeline {
             self.drainer.discover(false);
             *last_list = Instant::now();
         }
-        self.drainer.clock.maybe_refine(false);
+        self.drainer.refine_clock(false);
         self.drainer.drain_all().1 >= BUSY_FILL
     }
 
@@ -188,14 +228,38 @@ impl Pipeline {
         let hz = drainer.clock.hz();
         drainer.send_finish(duration_ns, exit_status);
         drop(drainer);
+        // A worker's own error explains the output's ("a worker stopped"):
+        // it is reported first.
+        let mut first_err = None;
+        for w in self.workers {
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(RecordError::Output {
+                        path: output.to_path_buf(),
+                        source: e,
+                    });
+                }
+                Err(_) => {
+                    first_err
+                        .get_or_insert(RecordError::Internal("a converter thread panicked".into()));
+                }
+            }
+        }
         let res = self
             .writer
             .join()
-            .map_err(|_| RecordError::Internal("the writer thread panicked".into()))?
-            .map_err(|source| RecordError::Output {
-                path: output.to_path_buf(),
-                source,
-            })?;
+            .map_err(|_| RecordError::Internal("the writer thread panicked".into()))?;
+        let res = match (res, first_err) {
+            (Ok(r), _) => r,
+            (Err(_), Some(e)) => return Err(e),
+            (Err(source), None) => {
+                return Err(RecordError::Output {
+                    path: output.to_path_buf(),
+                    source,
+                })
+            }
+        };
         // The header went out with the 10 ms estimate; now that the whole
         // run is known, store the refined frequency (the events themselves
         // were converted with the running estimate).
@@ -216,6 +280,7 @@ impl Pipeline {
             disabled_processes: totals.disabled,
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
+            writers: self.workers_n as u32,
             full_waits: totals.full_waits,
             full_wait_ns: totals.full_wait_ns,
             space_exhausted: totals.space_exhausted,
@@ -302,7 +367,17 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
         "clock_monotonic_ns".to_string(),
         format!("{:.1}", costs.monotonic_ns),
     ));
-    let mut pipe = Pipeline::start(session.path(), &cfg.output, command, extra)?;
+    let mut pipe = Pipeline::start(
+        session.path(),
+        &cfg.output,
+        command,
+        extra,
+        if cfg.writers == 0 {
+            default_writers()
+        } else {
+            cfg.writers
+        },
+    )?;
     let signals = child::SignalGuard::install();
     child::set_subreaper(true);
     let root = match child::spawn(&cfg, session.path()) {
@@ -382,7 +457,13 @@ pub fn drain_dir(
     output: &Path,
     stop: &AtomicBool,
 ) -> Result<RecordOutcome, RecordError> {
-    let mut pipe = Pipeline::start(dir, output, vec!["(drain_dir)".into()], Vec::new())?;
+    let mut pipe = Pipeline::start(
+        dir,
+        output,
+        vec!["(drain_dir)".into()],
+        Vec::new(),
+        default_writers(),
+    )?;
     let mut last_list = Instant::now() - LIST_EVERY;
     while !stop.load(Ordering::Acquire) {
         if !pipe.pass(&mut last_list) {

@@ -23,8 +23,12 @@ pub(crate) struct SlotBuf {
 }
 
 // SAFETY: owns its mapping exclusively; moved between the drain and the
-// writer, never shared.
+// writer.
 unsafe impl Send for SlotBuf {}
+// SAFETY: shared (behind an `Arc`) only for reading, by the converter
+// workers that each convert their own runs of one batch; `&SlotBuf` gives
+// no way to write (`whole_mut` and `set_len` need `&mut`).
+unsafe impl Sync for SlotBuf {}
 
 impl SlotBuf {
     /// A buffer of at least `cap` slots, or `None` if the memory cannot be

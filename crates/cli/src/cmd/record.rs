@@ -62,6 +62,13 @@ pub struct Args {
     /// and counted, the program is never slowed by the recorder.
     #[arg(long, value_enum, default_value = "wait")]
     on_full: OnFull,
+    /// Threads of the recorder that convert and encode events, each for
+    /// its share of the program's threads. Default: one per four CPUs
+    /// (1 to 8). More help a program with many busy threads on a machine
+    /// with idle CPUs; a single busy thread is always converted by one.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=lockscope_record::MAX_WRITERS as u64))]
+    writers: Option<u64>,
     /// Directory in which to create the session (the per-thread buffers):
     /// a tmpfs with room for them. Default: /dev/shm, else $TMPDIR, else
     /// /tmp.
@@ -136,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
     cfg.gpu = !args.no_gpu;
+    cfg.writers = args.writers.map_or(0, |n| n as usize);
     match lockscope_record::record(cfg) {
         Ok(out) => {
             print_summary(&out, &program, args.quiet);
@@ -179,6 +187,10 @@ fn secs(ns: u64) -> String {
     } else {
         format!("{:.1} us", ns as f64 / 1e3)
     }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MB", bytes as f64 / 1e6)
 }
 
 fn signal_name(sig: i32) -> String {
@@ -320,6 +332,22 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
             if o.full_waits == 1 { "" } else { "s" },
             secs(o.full_wait_ns)
         );
+        if o.queue_full_skips > 0 {
+            // The converters, not the drain, were behind: the queue
+            // between them was full while the program waited.
+            let more = (o.writers as usize * 2).min(lockscope_record::MAX_WRITERS);
+            eprintln!(
+                "lockscope: the recorder's {} converter thread{} fell a full queue ({}) behind{}",
+                o.writers,
+                if o.writers == 1 { "" } else { "s" },
+                mib(o.queue_peak_bytes),
+                if more > o.writers as usize {
+                    format!("; with idle CPUs, --writers {more} converts faster")
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     if o.buffers_reused > 0 {
         // Programs that start many short threads: how well recycling
