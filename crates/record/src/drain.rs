@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering as AtOrd};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockscope_capture::raw::Slot;
@@ -90,6 +90,202 @@ struct Batch {
     /// When it was opened.
     since: Instant,
 }
+
+/// A copying thread's state: its open batch, a spare buffer, counters.
+/// The drain thread keeps one; each helper of a heavy pass has its own
+/// (merged back with [`CopyState::absorb`]).
+#[derive(Default)]
+struct CopyState {
+    batch: Option<Batch>,
+    spare: Option<SlotBuf>,
+    /// Most bytes queued at once, seen when sending.
+    queue_peak: usize,
+    /// Ring copies put off because the queue was full.
+    full_skips: u64,
+    /// A worker is gone (its error is reported when it is joined): keep
+    /// draining, drop what cannot be sent.
+    send_failed: bool,
+}
+
+impl CopyState {
+    fn absorb(&mut self, o: CopyState) {
+        debug_assert!(o.batch.is_none(), "helpers send their batches");
+        self.queue_peak = self.queue_peak.max(o.queue_peak);
+        self.full_skips += o.full_skips;
+        self.send_failed |= o.send_failed;
+        if self.spare.is_none() {
+            self.spare = o.spare;
+        }
+    }
+}
+
+/// What copying needs from the drain, shareable by the helper threads of
+/// a heavy pass.
+struct CopyCtx<'a> {
+    tx: &'a [Sender<Msg>],
+    pool: &'a Mutex<Receiver<SlotBuf>>,
+    queued: &'a AtomicUsize,
+    budget: usize,
+    clock: ClockConv,
+}
+
+/// Copies whatever the ring holds into `st`'s batch (opening one, or
+/// sending a full one, as needed). Returns the slots copied.
+fn copy_ring(r: &mut Ring, st: &mut CopyState, cx: &CopyCtx<'_>) -> u64 {
+    if r.thread == 0 {
+        // Vacant (see end_owner): nothing but a hand-over can come.
+        return 0;
+    }
+    let pending = r.c.pending() as usize * std::mem::size_of::<Slot>();
+    let queued = cx.queued.load(AtOrd::Relaxed);
+    if pending > 0 && queued + pending > cx.budget {
+        // The workers are a whole budget behind: leave the ring alone
+        // (it fills; the program waits or counts the drops) rather than
+        // grow without limit. Not blocking: the loop must still reap
+        // children and forward signals.
+        st.full_skips += 1;
+        return 0;
+    }
+    // Read before the copy: events counted lost by now were dropped
+    // while the ring was full, i.e. after everything copied now.
+    let lost_now = r.c.lost();
+    // Every buffer is 2 MiB (65,536 slots, one huge page) and is shared
+    // by the rings of one pass (a batch: one message, one huge page,
+    // for hundreds of quiet threads, where a buffer per ring cost 2 MB
+    // of memory each); a large ring is emptied into several. Same-size
+    // buffers are always recycled. (Sizing buffers by ring let mixed
+    // sizes miss the recycling, and zeroing fresh memory then took half
+    // of the drain's time: `perf`, fluid_like fixture.)
+    if st
+        .batch
+        .as_ref()
+        .is_some_and(|b| SMALL_BUF_SLOTS - b.used < BATCH_MIN_ROOM)
+    {
+        flush(st, cx);
+    }
+    if st.batch.is_none() {
+        let recycled = || {
+            cx.pool
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .try_recv()
+                .ok()
+        };
+        let Some(buf) = st
+            .spare
+            .take()
+            .or_else(recycled)
+            .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
+        else {
+            // Out of memory: the ring fills and the program waits or
+            // counts drops.
+            return 0;
+        };
+        st.batch = Some(Batch {
+            buf,
+            segs: Vec::new(),
+            used: 0,
+            since: Instant::now(),
+        });
+    }
+    let b = st.batch.as_mut().expect("set above");
+    let used = b.used;
+    let (n, corrupt) = r.c.copy_out_to(&mut b.buf.whole_mut()[used..]);
+    let lost = lost_now.saturating_sub(r.lost_seen);
+    r.lost_seen = r.lost_seen.max(lost_now);
+    if n == 0 && corrupt == 0 && lost == 0 {
+        return 0;
+    }
+    b.segs.push(Seg {
+        thread: r.thread,
+        start: used,
+        len: n as usize,
+        corrupt,
+        lost,
+        clock: cx.clock,
+    });
+    b.used += n as usize;
+    n
+}
+
+/// Sends `st`'s batch (if any) to the workers, each its own runs.
+fn flush(st: &mut CopyState, cx: &CopyCtx<'_>) {
+    let Some(mut b) = st.batch.take() else {
+        return;
+    };
+    if b.segs.is_empty() {
+        // A one-element stash is enough: most passes find most rings
+        // empty.
+        if st.spare.is_none() {
+            st.spare = Some(b.buf);
+        }
+        return;
+    }
+    b.buf.set_len(b.used);
+    // Counted by length: what was written (a recycled buffer's unused
+    // capacity is not counted, a fresh one's is not yet resident).
+    let bytes = b.used * std::mem::size_of::<Slot>();
+    let now = cx.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
+    st.queue_peak = st.queue_peak.max(now);
+    // One buffer, each worker its own runs of it: splitting the copy
+    // per worker instead would cost a second copy or a buffer per
+    // worker per pass.
+    let slots = Arc::new(b.buf);
+    let k = cx.tx.len().max(1);
+    let mut send = |w: usize, m: Msg| {
+        if !st.send_failed && cx.tx[w].send(m).is_err() {
+            st.send_failed = true;
+        }
+    };
+    if k == 1 {
+        send(
+            0,
+            Msg::Raw {
+                slots,
+                segs: b.segs,
+            },
+        );
+        return;
+    }
+    let mut per: Vec<Vec<Seg>> = (0..k).map(|_| Vec::new()).collect();
+    for g in b.segs {
+        per[g.thread as usize % k].push(g);
+    }
+    for (w, segs) in per.into_iter().enumerate() {
+        if !segs.is_empty() {
+            send(
+                w,
+                Msg::Raw {
+                    slots: slots.clone(),
+                    segs,
+                },
+            );
+        }
+    }
+}
+
+/// A helper's share of a heavy pass: each ring copied as in a normal
+/// pass (bounded rounds), then the batch sent.
+fn copy_group(rings: Vec<&mut Ring>, st: &mut CopyState, cx: &CopyCtx<'_>) {
+    for r in rings {
+        let rounds = r.c.capacity() as usize / SMALL_BUF_SLOTS + 2;
+        for _ in 0..rounds {
+            let k = copy_ring(r, st, cx);
+            r.copied += k;
+            if k == 0 || r.c.pending() == 0 {
+                break;
+            }
+        }
+    }
+    flush(st, cx);
+}
+
+/// A pass is copied by several threads only when at least two rings hold
+/// this many slots each...
+const PAR_MIN_RING_SLOTS: u64 = 8192;
+/// ...and all rings this many together (2 MiB of slots: a pass that
+/// copies less is over before helper threads would have started).
+const PAR_MIN_SLOTS: u64 = 65_536;
 
 /// Longest time copied events wait in an open batch before they go to
 /// the writer.
@@ -311,6 +507,8 @@ struct Ring {
     /// The ring's `lost` count when the current owner took it over
     /// (recycled rings: earlier owners' losses are below it).
     lost_base: u64,
+    /// Slots copied by the parallel part of this pass, not yet counted.
+    copied: u64,
 }
 
 /// Totals the drain reports at the end.
@@ -323,6 +521,8 @@ pub(crate) struct DrainTotals {
     pub queue_peak_bytes: u64,
     /// Ring copies put off because the queue was at its limit.
     pub queue_full_skips: u64,
+    /// Passes copied by several threads.
+    pub parallel_copies: u64,
     /// Times a thread of the program waited for room in its ring.
     pub full_waits: u64,
     /// Time those waits took, ns.
@@ -365,12 +565,16 @@ pub(crate) struct Drainer {
     out: Sender<Out>,
     /// Start of the last conversion segment sent to the workers.
     clock_sent: Option<u64>,
-    pool: Receiver<SlotBuf>,
+    /// Recycled batch buffers (shared by the copy threads of a heavy pass).
+    pool: Mutex<Receiver<SlotBuf>>,
     /// Bytes of raw slots sent and not yet converted by the writer.
     queued: Arc<AtomicUsize>,
     queue_budget: usize,
-    queue_peak: usize,
-    queue_full_skips: u64,
+    /// Threads that copy heavy passes (see `copy_parallel`).
+    copiers: usize,
+    /// The batch being filled and the copy counters.
+    cs: CopyState,
+    parallel_copies: u64,
     /// Back-pressure seen in closed rings: (waits, ticks).
     full_waits: u64,
     full_wait_ticks: u64,
@@ -382,10 +586,6 @@ pub(crate) struct Drainer {
     strings: HashMap<String, u32>,
     build_ids: HashMap<String, Vec<u8>>,
     next_thread: u32,
-    send_failed: bool,
-    spare: Option<SlotBuf>,
-    /// Slots copied in this pass, not yet handed to the writer.
-    batch: Option<Batch>,
 }
 
 impl Drainer {
@@ -404,11 +604,12 @@ impl Drainer {
             tx,
             out,
             clock_sent: None,
-            pool,
+            pool: Mutex::new(pool),
             queued,
             queue_budget,
-            queue_peak: 0,
-            queue_full_skips: 0,
+            copiers: 1,
+            cs: CopyState::default(),
+            parallel_copies: 0,
             full_waits: 0,
             full_wait_ticks: 0,
             procs: Vec::new(),
@@ -419,12 +620,14 @@ impl Drainer {
             strings: HashMap::new(),
             build_ids: HashMap::new(),
             next_thread: 1,
-            send_failed: false,
-            spare: None,
-            batch: None,
         };
         d.send_clock();
         d
+    }
+
+    /// Lets heavy passes be copied by up to `n` threads (1: never).
+    pub(crate) fn set_copiers(&mut self, n: usize) {
+        self.copiers = n.max(1);
     }
 
     /// Re-estimates the tick rate if it is time to (see [`Clock`]), and
@@ -455,8 +658,8 @@ impl Drainer {
         // A worker only stops early when writing failed; its error is
         // reported when it is joined. Keep draining so the program is
         // never blocked, dropping what cannot be written.
-        if !self.send_failed && self.tx[w].send(m).is_err() {
-            self.send_failed = true;
+        if !self.cs.send_failed && self.tx[w].send(m).is_err() {
+            self.cs.send_failed = true;
         }
     }
 
@@ -494,8 +697,8 @@ impl Drainer {
             // (a Process record thus precedes its threads', which their
             // workers forward later).
             Msg::Rec(r) => {
-                if !self.send_failed && self.out.send(Out::Rec(r)).is_err() {
-                    self.send_failed = true;
+                if !self.cs.send_failed && self.out.send(Out::Rec(r)).is_err() {
+                    self.cs.send_failed = true;
                 }
             }
             Msg::ProcessEnd {
@@ -747,6 +950,7 @@ impl Drainer {
             key: (pid, gen, tid),
             lost_before: 0,
             lost_base: 0,
+            copied: 0,
         });
     }
 
@@ -833,11 +1037,23 @@ impl Drainer {
     pub(crate) fn drain_all(&mut self) -> (u64, f64) {
         let mut total = 0;
         let mut fullest = 0.0f64;
+        if self.copiers > 1 {
+            let (mut pending, mut busy) = (0u64, 0usize);
+            for r in self.rings.iter().filter(|r| r.thread != 0) {
+                let p = r.c.pending();
+                pending += p;
+                busy += usize::from(p >= PAR_MIN_RING_SLOTS);
+            }
+            if busy >= 2 && pending >= PAR_MIN_SLOTS {
+                self.copy_parallel();
+            }
+        }
         let mut i = 0;
         while i < self.rings.len() {
             // A thread may have moved on to larger rings (several times
             // since the last pass): follow the chain to its current ring.
-            let mut n = 0;
+            // (What the parallel part copied counts for this pass.)
+            let mut n = std::mem::take(&mut self.rings[i].copied);
             let mut handoffs = 0;
             loop {
                 // Read before the copy: once `next_seq` is set the producer
@@ -894,6 +1110,7 @@ impl Drainer {
         // machine), flushing every pass queued thousands of nearly empty
         // 2 MiB buffers (569 MB peak RSS for 1000 short threads).
         if self
+            .cs
             .batch
             .as_ref()
             .is_some_and(|b| b.used >= SMALL_BUF_SLOTS / 2 || b.since.elapsed() >= BATCH_MAX_AGE)
@@ -903,119 +1120,91 @@ impl Drainer {
         (total, fullest)
     }
 
-    /// Copies whatever the ring holds and hands it to the writer.
+    /// Copies whatever the ring holds into the current batch.
     fn drain_ring(&mut self, ri: usize) -> u64 {
-        let r = &mut self.rings[ri];
-        if r.thread == 0 {
-            // Vacant (see end_owner): nothing but a hand-over can come.
-            return 0;
-        }
-        let pending = r.c.pending() as usize * std::mem::size_of::<Slot>();
-        let queued = self.queued.load(AtOrd::Relaxed);
-        if pending > 0 && queued + pending > self.queue_budget {
-            // The writer is a whole budget behind: leave the ring alone
-            // (it overflows, the program counts the drops) rather than
-            // grow without limit. Not blocking: the loop must still reap
-            // children and forward signals.
-            self.queue_full_skips += 1;
-            return 0;
-        }
-        // Read before the copy: events counted lost by now were dropped
-        // while the ring was full, i.e. after everything copied now.
-        let lost_now = r.c.lost();
-        // Every buffer is 2 MiB (65,536 slots, one huge page) and is shared
-        // by the rings of one pass (a batch: one message, one huge page,
-        // for hundreds of quiet threads, where a buffer per ring cost 2 MB
-        // of memory each); a large ring is emptied into several. Same-size
-        // buffers are always recycled. (Sizing buffers by ring let mixed
-        // sizes miss the recycling, and zeroing fresh memory then took half
-        // of the drain's time: `perf`, fluid_like fixture.)
-        if self
-            .batch
-            .as_ref()
-            .is_some_and(|b| SMALL_BUF_SLOTS - b.used < BATCH_MIN_ROOM)
-        {
-            self.flush_batch();
-        }
-        if self.batch.is_none() {
-            let Some(buf) = self
-                .spare
-                .take()
-                .or_else(|| self.pool.try_recv().ok())
-                .or_else(|| SlotBuf::new(SMALL_BUF_SLOTS))
-            else {
-                // Out of memory: the ring fills and the program waits or
-                // counts drops.
-                return 0;
-            };
-            self.batch = Some(Batch {
-                buf,
-                segs: Vec::new(),
-                used: 0,
-                since: Instant::now(),
-            });
-        }
-        let clock = self.clock.conv();
-        let r = &mut self.rings[ri];
-        let b = self.batch.as_mut().expect("set above");
-        let used = b.used;
-        let (n, corrupt) = r.c.copy_out_to(&mut b.buf.whole_mut()[used..]);
-        let lost = lost_now.saturating_sub(r.lost_seen);
-        r.lost_seen = r.lost_seen.max(lost_now);
-        if n == 0 && corrupt == 0 && lost == 0 {
-            return 0;
-        }
-        b.segs.push(Seg {
-            thread: r.thread,
-            start: used,
-            len: n as usize,
-            corrupt,
-            lost,
-            clock,
-        });
-        b.used += n as usize;
-        n
+        let cx = CopyCtx {
+            tx: &self.tx,
+            pool: &self.pool,
+            queued: &self.queued,
+            budget: self.queue_budget,
+            clock: self.clock.conv(),
+        };
+        copy_ring(&mut self.rings[ri], &mut self.cs, &cx)
     }
 
-    /// Hands the current batch (if any) to the writer.
+    /// Hands the current batch (if any) to the workers.
     fn flush_batch(&mut self) {
-        let Some(mut b) = self.batch.take() else {
-            return;
+        let cx = CopyCtx {
+            tx: &self.tx,
+            pool: &self.pool,
+            queued: &self.queued,
+            budget: self.queue_budget,
+            clock: self.clock.conv(),
         };
-        if b.segs.is_empty() {
-            self.pool_keep(b.buf);
-            return;
+        flush(&mut self.cs, &cx);
+    }
+
+    /// The bulk of a heavy pass, copied by several threads: the rings
+    /// with events are shared out by size among up to `self.copiers`
+    /// threads (this one included), each filling and sending its own
+    /// batches. What each ring gave is left in its `copied`, for the
+    /// rest of the pass (hand-overs, growth, ends) on this thread.
+    ///
+    /// Why: on 16 cores one drain thread copying for 12-16 busy threads
+    /// was the limit (the program waited for room while the queue behind
+    /// the drain was far from full). Why threads per pass rather than
+    /// drain threads that own rings: a ring's life (growth, hand-over to a
+    /// new thread, end) stays on one thread, unchanged; starting a few
+    /// scoped threads costs tens of us, paid only in passes that copy
+    /// megabytes.
+    fn copy_parallel(&mut self) {
+        // Earlier events of these rings, in the open batch, go first.
+        self.flush_batch();
+        self.parallel_copies += 1;
+        let k = self.copiers.max(1);
+        let mut groups: Vec<(u64, Vec<&mut Ring>)> = (0..k).map(|_| (0, Vec::new())).collect();
+        let mut busy: Vec<&mut Ring> = self
+            .rings
+            .iter_mut()
+            .filter(|r| r.thread != 0 && r.c.pending() > 0)
+            .collect();
+        // Largest first, each to the lightest group.
+        busy.sort_by_key(|r| std::cmp::Reverse(r.c.pending()));
+        for r in busy {
+            let g = groups
+                .iter_mut()
+                .min_by_key(|g| g.0)
+                .expect("at least one group");
+            g.0 += r.c.pending();
+            g.1.push(r);
         }
-        b.buf.set_len(b.used);
-        // Counted by length: what was written (a recycled buffer's unused
-        // capacity is not counted, a fresh one's is not yet resident).
-        let bytes = b.used * std::mem::size_of::<Slot>();
-        let now = self.queued.fetch_add(bytes, AtOrd::Relaxed) + bytes;
-        self.queue_peak = self.queue_peak.max(now);
-        // One buffer, each worker its own runs of it: splitting the copy
-        // per worker instead would cost a second copy or a buffer per
-        // worker per pass.
-        let slots = Arc::new(b.buf);
-        let k = self.tx.len().max(1);
-        if k == 1 {
-            self.send_to(
-                0,
-                Msg::Raw {
-                    slots,
-                    segs: b.segs,
-                },
-            );
-            return;
-        }
-        let mut per: Vec<Vec<Seg>> = (0..k).map(|_| Vec::new()).collect();
-        for g in b.segs {
-            per[g.thread as usize % k].push(g);
-        }
-        for (w, segs) in per.into_iter().enumerate() {
-            if !segs.is_empty() {
-                let slots = slots.clone();
-                self.send_to(w, Msg::Raw { slots, segs });
-            }
+        let cx = CopyCtx {
+            tx: &self.tx,
+            pool: &self.pool,
+            queued: &self.queued,
+            budget: self.queue_budget,
+            clock: self.clock.conv(),
+        };
+        let cx = &cx;
+        let mut mine = groups.swap_remove(0).1;
+        let cs = &mut self.cs;
+        let states: Vec<CopyState> = std::thread::scope(|sc| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .filter(|g| !g.1.is_empty())
+                .map(|(_, rings)| {
+                    sc.spawn(move || {
+                        let mut st = CopyState::default();
+                        copy_group(rings, &mut st, cx);
+                        st
+                    })
+                })
+                .collect();
+            copy_group(std::mem::take(&mut mine), cs, cx);
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        for st in states {
+            self.cs.absorb(st);
         }
     }
 
@@ -1044,13 +1233,6 @@ impl Drainer {
         r.c = c;
         let _ = std::fs::remove_file(old);
         true
-    }
-
-    fn pool_keep(&mut self, v: SlotBuf) {
-        // A one-element stash is enough: most passes find most rings empty.
-        if self.spare.is_none() {
-            self.spare = Some(v);
-        }
     }
 
     fn ring_done(&mut self, ri: usize) -> bool {
@@ -1143,8 +1325,9 @@ impl Drainer {
         let mut totals = DrainTotals {
             processes: self.procs.len() as u32,
             threads: self.next_thread - 1,
-            queue_peak_bytes: self.queue_peak as u64,
-            queue_full_skips: self.queue_full_skips,
+            queue_peak_bytes: self.cs.queue_peak as u64,
+            queue_full_skips: self.cs.full_skips,
+            parallel_copies: self.parallel_copies,
             full_waits: self.full_waits,
             full_wait_ns: (self.full_wait_ticks as f64 * 1e9 / self.clock.hz()) as u64,
             ..DrainTotals::default()
@@ -1218,7 +1401,7 @@ impl Drainer {
     /// Ends the workers, then asks the output for the footer.
     pub(crate) fn send_finish(&mut self, duration_ns: u64, exit_status: i32) {
         self.broadcast(|| Msg::Finish);
-        if !self.send_failed
+        if !self.cs.send_failed
             && self
                 .out
                 .send(Out::Finish {
@@ -1227,7 +1410,7 @@ impl Drainer {
                 })
                 .is_err()
         {
-            self.send_failed = true;
+            self.cs.send_failed = true;
         }
     }
 }

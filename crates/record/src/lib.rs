@@ -56,7 +56,7 @@ use std::path::PathBuf;
 
 pub use elf::build_id;
 pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
-pub use pipeline::{default_writers, drain_dir, MAX_WRITERS};
+pub use pipeline::{default_writers, drain_dir, drain_dir_with, MAX_WRITERS};
 
 /// Which call paths the preload library records (`LOCKSCOPE_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -118,7 +118,8 @@ pub struct RecordConfig {
     pub gpu: bool,
     /// Converter threads (1..=[`MAX_WRITERS`]); 0: [`default_writers`].
     /// Each program thread's events are converted by one of them, so more
-    /// help only when several threads are busy.
+    /// help only when several threads are busy. As many threads copy the
+    /// rings in drain passes that find megabytes waiting.
     pub writers: usize,
 }
 
@@ -205,6 +206,9 @@ pub struct RecordOutcome {
     pub queue_full_skips: u64,
     /// Converter workers the recording used ([`RecordConfig::writers`]).
     pub writers: u32,
+    /// Drain passes heavy enough to be copied by several threads (only
+    /// with more than one writer).
+    pub parallel_copies: u64,
     /// Times a thread of the program waited for the recorder to make room
     /// in its buffer (back-pressure, the default instead of losing events):
     /// the program's timing was perturbed for `full_wait_ns` in total.

@@ -196,8 +196,12 @@ impl Pipeline {
             txs.push(tx);
             workers.push(h);
         }
+        let mut drainer = Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget());
+        // As many copy threads for heavy passes as converters: both scale
+        // with the busy threads of the program, and one knob is enough.
+        drainer.set_copiers(writers);
         Ok(Pipeline {
-            drainer: Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget()),
+            drainer,
             writer,
             workers,
             workers_n: writers,
@@ -281,6 +285,7 @@ impl Pipeline {
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
             writers: self.workers_n as u32,
+            parallel_copies: totals.parallel_copies,
             full_waits: totals.full_waits,
             full_wait_ns: totals.full_wait_ns,
             space_exhausted: totals.space_exhausted,
@@ -457,13 +462,18 @@ pub fn drain_dir(
     output: &Path,
     stop: &AtomicBool,
 ) -> Result<RecordOutcome, RecordError> {
-    let mut pipe = Pipeline::start(
-        dir,
-        output,
-        vec!["(drain_dir)".into()],
-        Vec::new(),
-        default_writers(),
-    )?;
+    drain_dir_with(dir, output, stop, default_writers())
+}
+
+/// [`drain_dir`] with `writers` converter workers and copy threads
+/// (as [`crate::RecordConfig::writers`]).
+pub fn drain_dir_with(
+    dir: &Path,
+    output: &Path,
+    stop: &AtomicBool,
+    writers: usize,
+) -> Result<RecordOutcome, RecordError> {
+    let mut pipe = Pipeline::start(dir, output, vec!["(drain_dir)".into()], Vec::new(), writers)?;
     let mut last_list = Instant::now() - LIST_EVERY;
     while !stop.load(Ordering::Acquire) {
         if !pipe.pass(&mut last_list) {

@@ -661,3 +661,84 @@ fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
         100
     );
 }
+
+/// Issue 8 (the recorder scales with cores): a pass that finds several
+/// rings holding megabytes is copied by several threads, each sending its
+/// own batches to the converter workers. Every event must still come out
+/// exactly once, in its thread's order, whichever thread copied it and
+/// whichever worker converted it; events written after that pass follow.
+#[test]
+fn issue8_a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
+    let dir = temp_dir("parallel");
+    let out = dir.with_extension("lstrace");
+    let pid = 4343;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog", "prog"]);
+    const RINGS: u32 = 5;
+    const BEFORE: u64 = 40_000; // per ring, waiting when the drain starts
+    const AFTER: u64 = 60_000; // per ring, written while it drains
+                               // The sequence number of each event is its lock address: order and
+                               // completeness are checked per thread from it.
+    let seq_head = |i: u64| head(Op::MutexLock, phase::DONE, 0x10_0000 + i * 8, 0x401000);
+    let mut rings: Vec<(Producer, *mut u8)> = (0..RINGS)
+        .map(|k| make_ring(&dir, pid, 500 + k, 0, 4096))
+        .collect();
+    for (p, _) in &mut rings {
+        for i in 0..BEFORE {
+            assert!(
+                p.push(seq_head(i), None, &[]),
+                "the ring holds the first part"
+            );
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let outcome = std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 3).unwrap());
+        for i in BEFORE..BEFORE + AFTER {
+            for (p, _) in &mut rings {
+                while !p.push(seq_head(i), None, &[]) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let now = lockscope_capture::tsc::now();
+        for (p, _) in &rings {
+            // SAFETY: attached producers.
+            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+        }
+        ph.end_tsc.store(now, Ordering::Release);
+        stop.store(true, Ordering::Release);
+        h.join().unwrap()
+    });
+    assert!(
+        outcome.parallel_copies >= 1,
+        "the first pass found {RINGS} rings of {BEFORE} events: copied in parallel"
+    );
+    assert_eq!(outcome.writers, 3);
+    assert_eq!(outcome.lost, 0);
+    let t = Trace::open(&out).unwrap();
+    assert_eq!(t.footer.as_ref().unwrap().lost, 0);
+    let mut tid_of = std::collections::HashMap::new();
+    for r in &t.records {
+        if let Record::Thread(th) = r {
+            tid_of.insert(th.id, th.tid);
+        }
+    }
+    assert_eq!(tid_of.len(), RINGS as usize);
+    for (th, evs) in &t.events {
+        let seqs: Vec<u64> = evs
+            .iter()
+            .filter(|e| e.op == Op::MutexLock as u8)
+            .map(|e| (e.addr - 0x10_0000) / 8)
+            .collect();
+        let want: Vec<u64> = (0..BEFORE + AFTER).collect();
+        assert!(
+            seqs == want,
+            "thread {} (tid {}): {} events, first out of order at {:?}",
+            th,
+            tid_of[th],
+            seqs.len(),
+            seqs.iter().zip(&want).position(|(a, b)| a != b)
+        );
+        assert!(evs.windows(2).all(|w| w[0].time <= w[1].time));
+    }
+}
