@@ -346,7 +346,7 @@ impl ClockConv {
 /// The frequency is re-estimated from the start pair to a fresh pair every
 /// [`Clock::REFINE`] while recording (the longer the baseline, the better
 /// the estimate), so that durations late in a long run are not off by the
-/// error of a 10 ms calibration. The conversion is piecewise linear and
+/// error of the 1 ms calibration made before the program starts. The conversion is piecewise linear and
 /// *continuous*: a new estimate starts a new segment at the moment of the
 /// refinement, at the ns value the old segment gives that moment.
 ///
@@ -367,10 +367,15 @@ pub(crate) struct Clock {
     seg_ns: u64,
     ns_per_tick: f64,
     last_refine: Instant,
+    /// Time until the next refinement: [`Clock::REFINE_FIRST`] after
+    /// the start, whose estimate had a short baseline, then
+    /// [`Clock::REFINE`].
+    every: Duration,
 }
 
 impl Clock {
     const REFINE: Duration = Duration::from_millis(50);
+    const REFINE_FIRST: Duration = Duration::from_millis(10);
 
     pub(crate) fn new(start: ClockPair, hz: f64) -> Clock {
         let mut c = Clock {
@@ -379,6 +384,7 @@ impl Clock {
             seg_ns: 0,
             ns_per_tick: 1.0,
             last_refine: Instant::now(),
+            every: Self::REFINE_FIRST,
         };
         c.set_hz(hz);
         c
@@ -395,7 +401,8 @@ impl Clock {
     /// Re-estimates the frequency if it is time to, starting a new segment
     /// where the current one is now (continuity, see [`Clock`]).
     pub(crate) fn maybe_refine(&mut self, force: bool) {
-        if force || self.last_refine.elapsed() >= Self::REFINE {
+        if force || self.last_refine.elapsed() >= self.every {
+            self.every = Self::REFINE;
             self.refine_at(tsc::pair());
             self.last_refine = Instant::now();
         }

@@ -89,6 +89,9 @@ fn cache_line() -> u32 {
         .unwrap_or(64)
 }
 
+/// Baseline of the first tick-rate estimate, ns.
+const FIRST_ESTIMATE_NS: u64 = 1_000_000;
+
 /// Most converter workers accepted.
 pub const MAX_WRITERS: usize = 16;
 
@@ -120,6 +123,7 @@ impl Pipeline {
         command: Vec<String>,
         extra: Vec<(String, String)>,
         writers: usize,
+        start: Option<tsc::ClockPair>,
     ) -> Result<Pipeline, RecordError> {
         let writers = writers.clamp(1, MAX_WRITERS);
         let file = File::create(output).map_err(|e| RecordError::Output {
@@ -134,17 +138,28 @@ impl Pipeline {
             use std::os::unix::fs::PermissionsExt;
             let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
         }
-        // 10 ms of calibration before the program starts; refined while
-        // recording (see Clock).
-        let start_pair = tsc::pair();
-        let start = Instant::now();
-        std::thread::sleep(Duration::from_millis(10));
-        let hz = tsc::hz_between(start_pair, tsc::pair());
+        // A first estimate of the tick rate over at least 1 ms (`start`,
+        // when the caller took its pair earlier, already covers some of
+        // it), refined 10 ms into the recording and every 50 ms after
+        // (see Clock). It was a 10 ms sleep before the program started:
+        // most of the start-up of a recording, and a fifth of the wall
+        // time of a 50 ms program. The rougher first estimate is off by
+        // the jitter of a clock pair (tens of ns) over 1 ms, a few 1e-5,
+        // and only until the first refinement; every thread's ticks go
+        // through the same conversion, so order is not affected.
+        let start_pair = start.unwrap_or_else(tsc::pair);
+        let (hz, now) = loop {
+            let now = tsc::pair();
+            if now.mono_ns.saturating_sub(start_pair.mono_ns) >= FIRST_ESTIMATE_NS {
+                break (tsc::hz_between(start_pair, now), now);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
         let clock = Clock::new(start_pair, hz);
         let unix_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
-            .saturating_sub(start.elapsed().as_nanos() as u64);
+            .saturating_sub(now.mono_ns.saturating_sub(start_pair.mono_ns));
         let mut extra = extra;
         extra.push(("capture".into(), "timing".into()));
         extra.push(("kernel".into(), kernel_release()));
@@ -264,7 +279,7 @@ impl Pipeline {
                 })
             }
         };
-        // The header went out with the 10 ms estimate; now that the whole
+        // The header went out with the first estimate; now that the whole
         // run is known, store the refined frequency (the events themselves
         // were converted with the running estimate).
         let _ = patch_header_hz(output, hz);
@@ -366,6 +381,10 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
         _ => clock,
     };
     tsc::use_monotonic(clock == "monotonic");
+    // The start of the first tick-rate estimate (after the clock is
+    // chosen: a pair is of the chosen clock): the set-up below is part of
+    // its baseline.
+    let start_pair = tsc::pair();
     extra.push(("clock".to_string(), clock.to_string()));
     extra.push(("clock_tsc_ns".to_string(), format!("{:.1}", costs.tsc_ns)));
     extra.push((
@@ -382,6 +401,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
         } else {
             cfg.writers
         },
+        Some(start_pair),
     )?;
     let signals = child::SignalGuard::install();
     child::set_subreaper(true);
@@ -473,7 +493,14 @@ pub fn drain_dir_with(
     stop: &AtomicBool,
     writers: usize,
 ) -> Result<RecordOutcome, RecordError> {
-    let mut pipe = Pipeline::start(dir, output, vec!["(drain_dir)".into()], Vec::new(), writers)?;
+    let mut pipe = Pipeline::start(
+        dir,
+        output,
+        vec!["(drain_dir)".into()],
+        Vec::new(),
+        writers,
+        None,
+    )?;
     let mut last_list = Instant::now() - LIST_EVERY;
     while !stop.load(Ordering::Acquire) {
         if !pipe.pass(&mut last_list) {
