@@ -32,7 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -126,9 +126,14 @@ pub(crate) struct Tables {
     next_stack: u32,
     /// Locks whose first sighting was written, by (process, address).
     locks: FastSet<(u32, u64)>,
-    /// Live threads by (trace process id, OS tid), for thread names set
-    /// by another thread.
-    by_tid: FastMap<(u32, u32), u32>,
+    /// Threads by (trace process id, OS tid), for thread names set by
+    /// another thread: every thread that had the tid, as (start, trace
+    /// id), oldest first. Kept after a thread ends: the worker converting
+    /// the naming thread may be behind the named thread's own, which can
+    /// have ended by then (a name was lost that way, one run in a few,
+    /// `issue8_a_name_given_by_a_thread_of_one_worker_to_a_thread_of_another_is_kept`);
+    /// a reused tid is told apart by the name's time.
+    by_tid: FastMap<(u32, u32), Vec<(u64, u32)>>,
     /// Names given to a thread whose ring the drain has not opened yet:
     /// (process, tid, time, name), written after its Thread record.
     pending_names: Vec<(u32, u32, u64, String)>,
@@ -282,7 +287,7 @@ const MAX_PENDING_NAMES: usize = 4096;
 
 /// One converter worker: the threads `thread % workers == index`.
 struct Worker {
-    out: Sender<Out>,
+    out: SyncSender<Out>,
     tables: Arc<Mutex<Tables>>,
     /// Conversion segments by tick (every segment: the drain sends each
     /// new one to every worker).
@@ -313,7 +318,7 @@ pub(crate) fn worker_loop(
     rx: Receiver<Msg>,
     pool: Sender<SlotBuf>,
     queued: Arc<AtomicUsize>,
-    out: Sender<Out>,
+    out: SyncSender<Out>,
     tables: Arc<Mutex<Tables>>,
     workers: usize,
 ) -> Result<(), FormatError> {
@@ -413,13 +418,16 @@ impl Worker {
             },
         );
         self.procs.entry(t.process).or_default();
-        let (id, process, tid) = (t.id, t.process, t.tid);
+        let (id, process, tid, start) = (t.id, t.process, t.tid, t.start_ns);
         // Under the tables' lock: another worker that finds the thread in
         // `by_tid` sends its name for it after this record.
         let tables = self.tables.clone();
         let mut tb = lock(&tables);
         self.write(r)?;
-        tb.by_tid.insert((process, tid), id);
+        tb.by_tid
+            .entry((process, tid))
+            .or_default()
+            .push((start, id));
         let mut i = 0;
         while i < tb.pending_names.len() {
             if (tb.pending_names[i].0, tb.pending_names[i].1) == (process, tid) {
@@ -550,7 +558,18 @@ impl Worker {
                 // has written its Thread record already or will find the
                 // name when it does.
                 let mut tb = lock(tables);
-                if let Some(&target) = tb.by_tid.get(&(process, tid)) {
+                // The thread that had the tid when the name was set: the
+                // latest to start before it (a name set just after
+                // pthread_create can precede the new thread's own start
+                // stamp: then the oldest).
+                let target = tb.by_tid.get(&(process, tid)).and_then(|v| {
+                    v.iter()
+                        .rev()
+                        .find(|&&(start, _)| start <= ns)
+                        .or(v.first())
+                        .map(|&(_, id)| id)
+                });
+                if let Some(target) = target {
                     out.send(Out::Rec(Record::ThreadName(ThreadName {
                         thread: target,
                         time: ns,
@@ -753,14 +772,6 @@ impl Worker {
         let Some(t) = self.threads.remove(&thread) else {
             return Ok(());
         };
-        // A later thread may reuse the tid (and another worker may have
-        // registered it already).
-        {
-            let mut tb = lock(&self.tables);
-            if tb.by_tid.get(&(t.process, t.tid)) == Some(&thread) {
-                tb.by_tid.remove(&(t.process, t.tid));
-            }
-        }
         if t.run_count > 0 {
             if let Some(p) = self.procs.get_mut(&t.process) {
                 p.stats.entry(t.run_addr).or_default().acquisitions += t.run_count;

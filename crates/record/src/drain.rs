@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering as AtOrd};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -569,7 +569,7 @@ pub(crate) struct Drainer {
     /// The converter workers; thread `t` belongs to `tx[t % len]`.
     tx: Vec<Sender<Msg>>,
     /// The output thread, for records that no worker needs to see.
-    out: Sender<Out>,
+    out: SyncSender<Out>,
     /// Start of the last conversion segment sent to the workers.
     clock_sent: Option<u64>,
     /// Recycled batch buffers (shared by the copy threads of a heavy pass).
@@ -600,7 +600,7 @@ impl Drainer {
         dir: &Path,
         clock: Clock,
         tx: Vec<Sender<Msg>>,
-        out: Sender<Out>,
+        out: SyncSender<Out>,
         pool: Receiver<SlotBuf>,
         queued: Arc<AtomicUsize>,
         queue_budget: usize,

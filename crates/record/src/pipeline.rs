@@ -7,7 +7,7 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -88,6 +88,9 @@ fn cache_line() -> u32 {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(64)
 }
+
+/// Messages the output thread may have waiting (see `Pipeline::start`).
+const OUT_QUEUE: usize = 256;
 
 /// Baseline of the first tick-rate estimate, ns.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
@@ -177,7 +180,12 @@ impl Pipeline {
         };
         // Unbounded channels, bounded by bytes: `queued` counts the raw
         // slots in flight (the drain adds, the workers subtract).
-        let (out_tx, out_rx) = channel();
+        // Bounded in messages (a chunk is at most 64K events, ~256 KB
+        // encoded): if the file is written more slowly than the workers
+        // encode (a slow disk), they wait here, the raw queue behind them
+        // fills to its budget and the program waits for room, counted.
+        // Unbounded, encoded chunks would pile up in memory instead.
+        let (out_tx, out_rx) = sync_channel(OUT_QUEUE);
         let (pool_tx, pool_rx) = channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let tables = Arc::new(Mutex::new(Tables::new()));
