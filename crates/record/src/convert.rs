@@ -13,7 +13,8 @@
 //! 16-core machine one converting thread was the bottleneck: 16 threads
 //! each locking a private mutex offer ~200M events/s, and the single
 //! writer's ~25 ns per event filled the 1 GiB queue and made the program
-//! wait. Each program thread belongs to one worker (`thread % workers`),
+//! wait. Each program thread belongs to one worker (chosen by the drain
+//! when the thread appears: the one with the fewest live threads),
 //! so everything per thread (its encoder's deltas, its open critical
 //! section, its run-length counts) stays in one place without locking;
 //! what is per process and shared by threads in different workers (the
@@ -131,7 +132,7 @@ pub(crate) struct Tables {
     /// id), oldest first. Kept after a thread ends: the worker converting
     /// the naming thread may be behind the named thread's own, which can
     /// have ended by then (a name was lost that way, one run in a few,
-    /// `issue8_a_name_given_by_a_thread_of_one_worker_to_a_thread_of_another_is_kept`);
+    /// `issue8_names_given_across_threads_are_kept_with_two_workers`);
     /// a reused tid is told apart by the name's time.
     by_tid: FastMap<(u32, u32), Vec<(u64, u32)>>,
     /// Names given to a thread whose ring the drain has not opened yet:
@@ -285,7 +286,7 @@ impl ClockSegs {
 /// thousands of such threads from growing the list without limit.
 const MAX_PENDING_NAMES: usize = 4096;
 
-/// One converter worker: the threads `thread % workers == index`.
+/// One converter worker: the threads the drain gave it.
 struct Worker {
     out: SyncSender<Out>,
     tables: Arc<Mutex<Tables>>,

@@ -747,7 +747,7 @@ fn issue8_a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
 /// thread can be behind the named thread's, which may have ended by the
 /// time the name is converted. The name must still reach the thread it
 /// was given to (it was parked for a thread that never came, and lost:
-/// `issue8_a_name_given_by_a_thread_of_one_worker_to_a_thread_of_another_is_kept`
+/// `issue8_names_given_across_threads_are_kept_with_two_workers`
 /// failed one run in a few). Here the lag is made certain: the name is
 /// written after the named thread's ring was closed.
 #[test]
@@ -805,4 +805,86 @@ fn issue8_a_name_converted_after_the_named_thread_ended_is_kept() {
     assert_eq!(names, vec![(301, "late".to_string())]);
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
+}
+
+/// Issue 8: a name one thread gives another is written for the thread
+/// named when the two are converted by different workers. Placement is
+/// known: the process's first thread (no parent) is not counted, so with
+/// two workers its first child joins it on the first worker and the
+/// second child goes to the second.
+#[test]
+fn issue8_names_given_across_converter_workers_reach_the_thread_named() {
+    let dir = temp_dir("cross_names");
+    let out = dir.with_extension("lstrace");
+    let pid = 4646;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 2).unwrap());
+        let (mut main, mbase) = make_ring(&dir, pid, 400, 0, 64);
+        wait_registered(&mut main, mbase);
+        let (mut a, abase) = make_ring(&dir, pid, 401, 400, 64);
+        wait_registered(&mut a, abase);
+        let (mut b, bbase) = make_ring(&dir, pid, 402, 400, 64);
+        wait_registered(&mut b, bbase);
+        // b (second worker) names a (first worker) and a names b, and
+        // main names both.
+        for (p, tid, name) in [(&mut b, 401, "a-by-b"), (&mut a, 402, "b-by-a")] {
+            let (h2, args) = name_event(tid, name);
+            assert!(p.push(h2, Some(args), &[]));
+        }
+        for (tid, name) in [(401, "a-by-main"), (402, "b-by-main")] {
+            let (h2, args) = name_event(tid, name);
+            assert!(main.push(h2, Some(args), &[]));
+        }
+        let now = lockscope_capture::tsc::now();
+        for p in [&main, &a, &b] {
+            // SAFETY: attached producers.
+            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+        }
+        ph.end_tsc.store(now, Ordering::Release);
+        stop.store(true, Ordering::Release);
+        h.join().unwrap();
+    });
+    let t = Trace::open(&out).unwrap();
+    let mut ids = std::collections::HashMap::new();
+    let mut names = std::collections::BTreeSet::new();
+    for r in &t.records {
+        match r {
+            Record::Thread(th) => {
+                ids.insert(th.id, th.tid);
+            }
+            Record::ThreadName(n) => {
+                names.insert((ids[&n.thread], n.name.clone()));
+            }
+            _ => {}
+        }
+    }
+    let want: std::collections::BTreeSet<(u32, String)> = [
+        (401, "a-by-b"),
+        (402, "b-by-a"),
+        (401, "a-by-main"),
+        (402, "b-by-main"),
+    ]
+    .into_iter()
+    .map(|(t, n)| (t, n.to_string()))
+    .collect();
+    assert_eq!(names, want);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}
+
+/// Waits until the drain has opened the ring at `base` (it reads the
+/// ring's first event), so that threads are registered in a known order.
+fn wait_registered(p: &mut Producer, base: *mut u8) {
+    // SAFETY: `base` is `p`'s live ring mapping (the test keeps it mapped).
+    let h = unsafe { &*(base as *const RingHeader) };
+    assert!(p.push(
+        head(Op::MutexLock, phase::DONE, 0x2000, 0x401000),
+        None,
+        &[]
+    ));
+    poll_until("the drain to open the ring", DEFAULT_DEADLINE, || {
+        h.read.load(Ordering::Acquire) >= h.write.load(Ordering::Acquire)
+    });
 }
