@@ -737,7 +737,6 @@ fn grow(st: &mut ThreadState) -> bool {
         st.no_grow = 1;
         return false;
     };
-    let t0 = crate::tsc::now();
     // SAFETY: errno is saved around the file operations (the program must
     // not see them); create_ring has no other precondition.
     let new = unsafe {
@@ -746,16 +745,6 @@ fn grow(st: &mut ThreadState) -> bool {
         *libc::__errno_location() = saved_errno;
         p
     };
-    // Creating and pre-faulting the larger ring is the recorder's time,
-    // not the program's: counted with the waits for room, which the
-    // thread's run-queue delay samples include, and a sample is made due
-    // at once (this call's), so that the replay takes it out of the
-    // segment it fell in. Growing to 16 MiB took 41 ms in one detailed
-    // recording of `ulcp_table` (pre-faulting 4,096 tmpfs pages), and
-    // the replay had kept it as work: with the other growths, a twelfth
-    // of the program's replayed time.
-    st.waited = st.waited.wrapping_add(crate::tsc::now().wrapping_sub(t0));
-    st.cpu_t = 0;
     let Some(new) = new else {
         st.no_grow = 1;
         return false;
