@@ -130,6 +130,21 @@ struct CopyCtx<'a> {
     clock: ClockConv,
 }
 
+/// The [`CopyCtx`] of a [`Drainer`], from its fields (a macro, not a
+/// method: the callers hold other fields mutably at the same time).
+macro_rules! copy_ctx {
+    ($d:expr) => {
+        CopyCtx {
+            tx: &$d.tx,
+            worker_of: &$d.worker_of,
+            pool: &$d.pool,
+            queued: &$d.queued,
+            budget: $d.queue_budget,
+            clock: $d.clock.conv(),
+        }
+    };
+}
+
 /// Copies whatever the ring holds into `st`'s batch (opening one, or
 /// sending a full one, as needed). Returns the slots copied.
 fn copy_ring(r: &mut Ring, st: &mut CopyState, cx: &CopyCtx<'_>) -> u64 {
@@ -1166,27 +1181,13 @@ impl Drainer {
 
     /// Copies whatever the ring holds into the current batch.
     fn drain_ring(&mut self, ri: usize) -> u64 {
-        let cx = CopyCtx {
-            tx: &self.tx,
-            worker_of: &self.worker_of,
-            pool: &self.pool,
-            queued: &self.queued,
-            budget: self.queue_budget,
-            clock: self.clock.conv(),
-        };
+        let cx = copy_ctx!(self);
         copy_ring(&mut self.rings[ri], &mut self.cs, &cx)
     }
 
     /// Hands the current batch (if any) to the workers.
     fn flush_batch(&mut self) {
-        let cx = CopyCtx {
-            tx: &self.tx,
-            worker_of: &self.worker_of,
-            pool: &self.pool,
-            queued: &self.queued,
-            budget: self.queue_budget,
-            clock: self.clock.conv(),
-        };
+        let cx = copy_ctx!(self);
         flush(&mut self.cs, &cx);
     }
 
@@ -1224,14 +1225,7 @@ impl Drainer {
             g.0 += r.c.pending();
             g.1.push(r);
         }
-        let cx = CopyCtx {
-            tx: &self.tx,
-            worker_of: &self.worker_of,
-            pool: &self.pool,
-            queued: &self.queued,
-            budget: self.queue_budget,
-            clock: self.clock.conv(),
-        };
+        let cx = copy_ctx!(self);
         let cx = &cx;
         let mut mine = groups.swap_remove(0).1;
         let cs = &mut self.cs;
