@@ -209,17 +209,28 @@ fn issue9_ulcp_free_keeps_the_conflicts_ulcp_reports() {
     let bin = dir.path("ulcp_kinds");
     build_instrumented(c, &fixture("ulcp_kinds.c"), &bin);
     let (trace, tf) = (dir.path("t.lstrace"), dir.path("truth.txt"));
-    record(&bin, &[&tf], &trace, &[]);
-    let u = analysis_json("ulcp", &trace);
-    let (mut conflict, mut unnecessary) = (0, 0);
-    for l in u["locks"].as_array().unwrap() {
-        for (k, v) in l["pairs"].as_object().unwrap() {
-            let n = v.as_u64().unwrap_or(0);
-            if k == "conflict" {
-                conflict += n;
-            } else {
-                unnecessary += n;
+    // Pairs exist only where threads took turns: a loaded 2-CPU machine
+    // can run the four threads in long streaks (15 pairs of 2,400
+    // sections and none conflicting, once in CI, with the other tests of
+    // this file recording at the same time). Such a recording is taken
+    // again, up to three in all.
+    let (mut u, mut conflict, mut unnecessary) = (serde_json::Value::Null, 0, 0);
+    for _ in 0..3 {
+        record(&bin, &[&tf], &trace, &[]);
+        u = analysis_json("ulcp", &trace);
+        (conflict, unnecessary) = (0, 0);
+        for l in u["locks"].as_array().unwrap() {
+            for (k, v) in l["pairs"].as_object().unwrap() {
+                let n = v.as_u64().unwrap_or(0);
+                if k == "conflict" {
+                    conflict += n;
+                } else {
+                    unnecessary += n;
+                }
             }
+        }
+        if conflict > 0 {
+            break;
         }
     }
     assert!(conflict > 0, "the fixture must conflict: {u:#}");
