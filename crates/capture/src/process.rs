@@ -132,6 +132,13 @@ pub fn ticks_to_ns(ticks: u64) -> u64 {
         as u64
 }
 
+/// `ns` in clock units, at the same rate as [`ticks_to_ns`].
+pub fn ns_to_ticks(ns: u64) -> u64 {
+    let per_us = SLOW_TICKS.load(Ordering::Relaxed);
+    (u128::from(ns) * u128::from(per_us) / u128::from(SLOW_CALL_NS)).min(u128::from(u64::MAX))
+        as u64
+}
+
 /// Clock units after which a lock call that looked uncontended is taken
 /// to have waited ([`SLOW_CALL_NS`]).
 #[inline(always)]

@@ -765,9 +765,7 @@ fn grow(st: &mut ThreadState) -> bool {
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
     };
-    let preempted = (u128::from(preempted_ns) * u128::from(process::slow_call_ticks())
-        / u128::from(process::SLOW_CALL_NS))
-    .min(u128::from(u64::MAX)) as u64;
+    let preempted = process::ns_to_ticks(preempted_ns);
     st.waited = st.waited.wrapping_add(spent.saturating_sub(preempted));
     st.cpu_t = 0;
     let Some(new) = new else {

@@ -6,36 +6,9 @@
 
 mod record_util;
 
-use std::collections::HashMap;
 use std::process::Command;
 
-use lockscope_format::{phase, Op};
 use record_util::*;
-
-/// Critical sections (acquired, released) per (mutex, thread), in order.
-fn sections(t: &lockscope_format::Trace) -> HashMap<u64, Vec<(u64, u64, u32)>> {
-    let mut out: HashMap<u64, Vec<(u64, u64, u32)>> = HashMap::new();
-    for (&th, evs) in &t.events {
-        let mut open: HashMap<u64, u64> = HashMap::new();
-        for e in evs {
-            if phase::of(e.flags) != phase::DONE {
-                continue;
-            }
-            match e.op() {
-                Some(Op::MutexLock) => {
-                    open.insert(e.addr, e.time);
-                }
-                Some(Op::MutexUnlock) => {
-                    if let Some(a) = open.remove(&e.addr) {
-                        out.entry(e.addr).or_default().push((a, e.time, th));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
@@ -67,7 +40,7 @@ fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
             "lossless: {}",
             run.stderr
         );
-        for (addr, mut cs) in sections(&t) {
+        for (addr, mut cs) in mutex_sections(&t) {
             cs.sort_unstable();
             // Sorted by acquisition: a section inside another one starts
             // after it and ends before the furthest end seen so far. Its

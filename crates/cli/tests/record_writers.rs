@@ -149,46 +149,24 @@ fn issue8_with_several_workers_process_ends_follow_every_event_of_their_process(
 #[test]
 fn issue8_with_several_workers_no_critical_section_lies_inside_another() {
     let dir = temp("writers_order");
-    let bin = dir.join("contended");
-    let st = std::process::Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(workspace().join("tests/programs/bench/contended.c"))
-        .status()
-        .expect("gcc must be installed to build the fixtures");
-    assert!(st.success());
+    let bin = build_c("bench/contended", &dir);
     let run = record(&dir, &["--writers", "4"], &bin, &["4", "50000"], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     let ix = Index::new(run.trace());
     check_integrity(&ix);
     check_tables_once(&ix);
     assert_eq!(ix.trace.footer.as_ref().unwrap().lost, 0, "{}", run.stderr);
+    let acquisitions = ix
+        .trace
+        .events
+        .values()
+        .flatten()
+        .filter(|e| e.op() == Some(Op::MutexLock) && phase::of(e.flags) == phase::DONE)
+        .count();
+    assert_eq!(acquisitions, 4 * 50_000, "every acquisition, exactly");
     // Sections per mutex, from every thread (each converted by its own
     // worker with the same tick conversion).
-    let mut cs: HashMap<u64, Vec<(u64, u64, u32)>> = HashMap::new();
-    let mut acquisitions = 0u64;
-    for (&th, evs) in &ix.trace.events {
-        let mut open = HashMap::new();
-        for e in evs {
-            if phase::of(e.flags) != phase::DONE {
-                continue;
-            }
-            match e.op() {
-                Some(Op::MutexLock) => {
-                    acquisitions += 1;
-                    open.insert(e.addr, e.time);
-                }
-                Some(Op::MutexUnlock) => {
-                    if let Some(a) = open.remove(&e.addr) {
-                        cs.entry(e.addr).or_default().push((a, e.time, th));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    assert_eq!(acquisitions, 4 * 50_000, "every acquisition, exactly");
-    for (addr, mut v) in cs {
+    for (addr, mut v) in mutex_sections(&ix.trace) {
         v.sort_unstable();
         let mut cover: Option<(u64, u64, u32)> = None;
         for &(a, r, th) in &v {

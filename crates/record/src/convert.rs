@@ -422,8 +422,7 @@ impl Worker {
         let (id, process, tid, start) = (t.id, t.process, t.tid, t.start_ns);
         // Under the tables' lock: another worker that finds the thread in
         // `by_tid` sends its name for it after this record.
-        let tables = self.tables.clone();
-        let mut tb = lock(&tables);
+        let mut tb = lock(&self.tables);
         self.write(r)?;
         tb.by_tid
             .entry((process, tid))

@@ -605,8 +605,6 @@ pub(crate) struct Drainer {
     /// Bytes of raw slots sent and not yet converted by the writer.
     queued: Arc<AtomicUsize>,
     queue_budget: usize,
-    /// Threads that copy heavy passes (see `copy_parallel`).
-    copiers: usize,
     /// The batch being filled and the copy counters.
     cs: CopyState,
     parallel_copies: u64,
@@ -645,7 +643,6 @@ impl Drainer {
             pool: Mutex::new(pool),
             queued,
             queue_budget,
-            copiers: 1,
             cs: CopyState::default(),
             parallel_copies: 0,
             full_waits: 0,
@@ -661,11 +658,6 @@ impl Drainer {
         };
         d.send_clock();
         d
-    }
-
-    /// Lets heavy passes be copied by up to `n` threads (1: never).
-    pub(crate) fn set_copiers(&mut self, n: usize) {
-        self.copiers = n.max(1);
     }
 
     /// Re-estimates the tick rate if it is time to (see [`Clock`]), and
@@ -732,34 +724,17 @@ impl Drainer {
                 self.worker_of.insert(t.id, (w, weight));
                 self.send_to(w, Msg::Rec(Record::Thread(t)));
             }
-            Msg::ThreadEnd {
-                thread,
-                end_tsc,
-                lost,
-                clock,
-            } => {
+            m @ Msg::ThreadEnd { thread, .. } => {
                 let w = self.worker_of(thread);
                 if let Some((_, weight)) = self.worker_of.remove(&thread) {
                     self.live[w] = self.live[w].saturating_sub(weight);
                 }
-                self.send_to(
-                    w,
-                    Msg::ThreadEnd {
-                        thread,
-                        end_tsc,
-                        lost,
-                        clock,
-                    },
-                );
+                self.send_to(w, m);
             }
             // Process-wide records need no worker: straight to the output
             // (a Process record thus precedes its threads', which their
             // workers forward later).
-            Msg::Rec(r) => {
-                if !self.cs.send_failed && self.out.send(Out::Rec(r)).is_err() {
-                    self.cs.send_failed = true;
-                }
-            }
+            Msg::Rec(r) => self.send_out(Out::Rec(r)),
             Msg::ProcessEnd {
                 process,
                 end_ns,
@@ -1096,7 +1071,9 @@ impl Drainer {
     pub(crate) fn drain_all(&mut self) -> (u64, f64) {
         let mut total = 0;
         let mut fullest = 0.0f64;
-        if self.copiers > 1 {
+        // As many copy threads for a heavy pass as converter workers: both
+        // scale with the busy threads of the program, one knob for both.
+        if self.tx.len() > 1 {
             let (mut pending, mut busy) = (0u64, 0usize);
             for r in self.rings.iter().filter(|r| r.thread != 0) {
                 let p = r.c.pending();
@@ -1192,7 +1169,7 @@ impl Drainer {
     }
 
     /// The bulk of a heavy pass, copied by several threads: the rings
-    /// with events are shared out by size among up to `self.copiers`
+    /// with events are shared out by size among up to `self.tx.len()`
     /// threads (this one included), each filling and sending its own
     /// batches. What each ring gave is left in its `copied`, for the
     /// rest of the pass (hand-overs, growth, ends) on this thread.
@@ -1208,7 +1185,7 @@ impl Drainer {
         // Earlier events of these rings, in the open batch, go first.
         self.flush_batch();
         self.parallel_copies += 1;
-        let k = self.copiers.max(1);
+        let k = self.tx.len().max(1);
         let mut groups: Vec<(u64, Vec<&mut Ring>)> = (0..k).map(|_| (0, Vec::new())).collect();
         let mut busy: Vec<&mut Ring> = self
             .rings
@@ -1442,15 +1419,15 @@ impl Drainer {
     /// Ends the workers, then asks the output for the footer.
     pub(crate) fn send_finish(&mut self, duration_ns: u64, exit_status: i32) {
         self.broadcast(|| Msg::Finish);
-        if !self.cs.send_failed
-            && self
-                .out
-                .send(Out::Finish {
-                    duration_ns,
-                    exit_status,
-                })
-                .is_err()
-        {
+        self.send_out(Out::Finish {
+            duration_ns,
+            exit_status,
+        });
+    }
+
+    /// Sends to the output thread (see `send_to` for a failed send).
+    fn send_out(&mut self, o: Out) {
+        if !self.cs.send_failed && self.out.send(o).is_err() {
             self.cs.send_failed = true;
         }
     }

@@ -116,7 +116,6 @@ struct Pipeline {
     drainer: Drainer,
     writer: JoinHandle<Result<WriterResult, FormatError>>,
     workers: Vec<JoinHandle<Result<(), FormatError>>>,
-    workers_n: usize,
 }
 
 impl Pipeline {
@@ -219,15 +218,10 @@ impl Pipeline {
             txs.push(tx);
             workers.push(h);
         }
-        let mut drainer = Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget());
-        // As many copy threads for heavy passes as converters: both scale
-        // with the busy threads of the program, and one knob is enough.
-        drainer.set_copiers(writers);
         Ok(Pipeline {
-            drainer,
+            drainer: Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget()),
             writer,
             workers,
-            workers_n: writers,
         })
     }
 
@@ -249,6 +243,7 @@ impl Pipeline {
         exit_status: i32,
     ) -> Result<RecordOutcome, RecordError> {
         let mut drainer = self.drainer;
+        let writers = self.workers.len() as u32;
         let duration_ns = drainer.clock.now_ns();
         let totals = drainer.finish(reaped);
 
@@ -307,7 +302,7 @@ impl Pipeline {
             disabled_processes: totals.disabled,
             queue_peak_bytes: totals.queue_peak_bytes,
             queue_full_skips: totals.queue_full_skips,
-            writers: self.workers_n as u32,
+            writers,
             parallel_copies: totals.parallel_copies,
             full_waits: totals.full_waits,
             full_wait_ns: totals.full_wait_ns,

@@ -17,6 +17,32 @@ pub use lockscope_test_support::{
     build_c, shell_code, workspace_root as workspace, Scratch as TempDir,
 };
 
+/// Critical sections (acquired, released, thread) per mutex, each
+/// thread's in order.
+pub fn mutex_sections(t: &Trace) -> HashMap<u64, Vec<(u64, u64, u32)>> {
+    let mut out: HashMap<u64, Vec<(u64, u64, u32)>> = HashMap::new();
+    for (&th, evs) in &t.events {
+        let mut open: HashMap<u64, u64> = HashMap::new();
+        for e in evs {
+            if phase::of(e.flags) != phase::DONE {
+                continue;
+            }
+            match e.op() {
+                Some(Op::MutexLock) => {
+                    open.insert(e.addr, e.time);
+                }
+                Some(Op::MutexUnlock) => {
+                    if let Some(a) = open.remove(&e.addr) {
+                        out.entry(e.addr).or_default().push((a, e.time, th));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// A fresh directory for one test, removed when the test passes (kept
 /// for inspection when it fails: traces can be large, ~40 MB for 512
 /// threads).
