@@ -209,6 +209,10 @@ pub struct RecordOutcome {
     /// Drain passes heavy enough to be copied by several threads (only
     /// with more than one writer).
     pub parallel_copies: u64,
+    /// 2 MiB buffers the recorder mapped to carry events from the drain to
+    /// the converters (recycled; each costs a huge page's zeroing when
+    /// first touched).
+    pub batch_buffers: u64,
     /// Times a thread of the program waited for the recorder to make room
     /// in its buffer (back-pressure, the default instead of losing events):
     /// the program's timing was perturbed for `full_wait_ns` in total.

@@ -304,6 +304,7 @@ impl Pipeline {
             queue_full_skips: totals.queue_full_skips,
             writers,
             parallel_copies: totals.parallel_copies,
+            batch_buffers: totals.batch_buffers,
             full_waits: totals.full_waits,
             full_wait_ns: totals.full_wait_ns,
             space_exhausted: totals.space_exhausted,

@@ -32,9 +32,15 @@ unsafe impl Sync for SlotBuf {}
 
 impl SlotBuf {
     /// A buffer of at least `cap` slots, or `None` if the memory cannot be
-    /// mapped.
+    /// mapped. From 2 MiB up: whole huge pages, aligned, with
+    /// `MADV_HUGEPAGE`; below: whole small pages (a small buffer must not
+    /// cost a huge page's zeroing: see `drain::SMALL_COPY_SLOTS`).
     pub(crate) fn new(cap: usize) -> Option<SlotBuf> {
-        let bytes = (cap.max(1) * std::mem::size_of::<Slot>()).next_multiple_of(HUGE);
+        let want = cap.max(1) * std::mem::size_of::<Slot>();
+        if want < HUGE {
+            return Self::new_small(want.next_multiple_of(4096));
+        }
+        let bytes = want.next_multiple_of(HUGE);
         // Over-map by one huge page to align the start.
         // SAFETY: anonymous private mapping; checked below.
         let raw = unsafe {
@@ -72,8 +78,31 @@ impl SlotBuf {
         })
     }
 
+    /// `bytes` (a multiple of the page size) of small pages.
+    fn new_small(bytes: usize) -> Option<SlotBuf> {
+        // SAFETY: anonymous private mapping; checked below.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        Some(SlotBuf {
+            ptr: raw as *mut Slot,
+            cap: bytes / std::mem::size_of::<Slot>(),
+            len: 0,
+            map_len: bytes,
+        })
+    }
+
     /// Slots it can hold.
-    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.cap
     }
@@ -124,5 +153,18 @@ mod tests {
         assert!(b.iter().enumerate().all(|(i, s)| s.0[0] == i as u64));
         b.set_len(usize::MAX);
         assert_eq!(b.len(), b.capacity());
+    }
+
+    #[test]
+    fn a_small_buffer_takes_small_pages_only() {
+        let mut b = SlotBuf::new(4096).unwrap();
+        assert_eq!(b.capacity(), 4096);
+        assert_eq!(b.map_len, 4096 * std::mem::size_of::<Slot>());
+        b.whole_mut()[4095].0[3] = 7;
+        b.set_len(4096);
+        assert_eq!(b[4095].0[3], 7);
+        let odd = SlotBuf::new(1000).unwrap();
+        assert_eq!(odd.map_len % 4096, 0);
+        assert!(odd.capacity() >= 1000 && odd.map_len < HUGE);
     }
 }
