@@ -7,7 +7,11 @@
  * prints them:
  *   worker wall_ns=W cpu_ns=C
  * so that W - C is the time it was preempted (it never blocks).
- * usage: preempted [ms] */
+ * With `inside`, the worker does its work while holding the mutex, so
+ * that the preemptions fall inside critical sections (the segments that
+ * end at a release). With `tail`, it takes the mutex once and then only
+ * works until it exits: the preemptions fall after its last lock call.
+ * usage: preempted [ms [inside|tail]] */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -19,6 +23,7 @@ static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static volatile int stop;
 static volatile unsigned long sink;
 static long run_ms = 300;
+static int inside, tail;
 
 static long now(clockid_t c) {
     struct timespec ts;
@@ -44,10 +49,20 @@ static void *worker(void *arg) {
     (void)arg;
     pin();
     long w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
-    while (now(CLOCK_MONOTONIC) - w0 < run_ms * 1000000L) {
-        for (int i = 0; i < 2000; i++) sink += i;
+    if (tail) {
         pthread_mutex_lock(&m);
         sink++;
+        pthread_mutex_unlock(&m);
+        while (now(CLOCK_MONOTONIC) - w0 < run_ms * 1000000L)
+            for (int i = 0; i < 2000; i++) sink += i;
+    }
+    while (!tail && now(CLOCK_MONOTONIC) - w0 < run_ms * 1000000L) {
+        if (!inside)
+            for (int i = 0; i < 2000; i++) sink += i;
+        pthread_mutex_lock(&m);
+        sink++;
+        if (inside)
+            for (int i = 0; i < 2000; i++) sink += i;
         pthread_mutex_unlock(&m);
     }
     long w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_THREAD_CPUTIME_ID);
@@ -57,6 +72,10 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc > 1) run_ms = atol(argv[1]);
+    if (argc > 2) {
+        inside = argv[2][0] == 'i';
+        tail = argv[2][0] == 't';
+    }
     pthread_t s, w;
     pthread_create(&s, 0, spinner, 0);
     pthread_create(&w, 0, worker, 0);

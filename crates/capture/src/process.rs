@@ -1029,8 +1029,11 @@ extern "C" fn exit_handler(status: libc::c_int, _arg: *mut libc::c_void) {
         return;
     }
     snapshot_maps();
-    let now = tsc::now();
+    let mut now = tsc::now();
     if let Some(mut g) = thread::recorder() {
+        if g.sample_before_exit(now) {
+            now = tsc::now();
+        }
         g.event(OP_THREAD_EXIT, 0, now, 0, 0, 0);
         g.stamp_exit(now);
     }

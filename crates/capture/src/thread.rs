@@ -82,6 +82,9 @@ pub(crate) struct ThreadState {
     /// Clock units this thread has spent waiting for the recorder to make
     /// room in its ring (back-pressure), all rings together.
     waited: u64,
+    /// The kernel's run-queue delay of the thread at its last sample, ns
+    /// (without `waited`; see [`Guard::preempted_in_call`]).
+    last_rq: u64,
 }
 
 impl ThreadState {
@@ -98,6 +101,7 @@ impl ThreadState {
         last_t: 0,
         cpu_t: 0,
         waited: 0,
+        last_rq: 0,
     };
 }
 
@@ -211,8 +215,16 @@ fn sample_run_delay_now(g: &mut Guard) {
     // room in its ring. Without the second, the replay kept a detailed
     // recording's back-pressure waits (255 ms in one 0.8 s run of
     // `ulcp_table`) as the program's work.
+    let rq = run_delay_ns().unwrap_or(0);
+    emit_run_delay(g, rq);
+}
+
+/// Records a run-queue delay sample of `rq` ns (the kernel's figure, read
+/// just before) plus the thread's waits for the recorder, stamped now.
+fn emit_run_delay(g: &mut Guard, rq: u64) {
     let waited = process::ticks_to_ns(g.st().waited);
-    let ns = run_delay_ns().unwrap_or(0).saturating_add(waited);
+    g.st().last_rq = rq;
+    let ns = rq.saturating_add(waited);
     // Stamped after the system calls, not at `t`: returning from one is
     // where the kernel switches to another runnable thread, and a
     // preemption there must fall before the sample (in the segment it
@@ -220,6 +232,9 @@ fn sample_run_delay_now(g: &mut Guard) {
     // fixture were missed that way).
     let t = crate::tsc::now();
     g.st().cpu_t = t;
+    // A sample also restarts the gap that makes a release or a try take
+    // one (`sample_run_delay_after_gap`).
+    g.st().last_t = t;
     let head = Head {
         tsc: t,
         op: crate::raw::OP_RUN_DELAY,
@@ -537,6 +552,86 @@ impl Guard {
             sample_run_delay_now(self);
         }
         due
+    }
+
+    /// Call at a release or a try-only acquisition, with its stamp `t`:
+    /// when the thread made no lock call for [`process::delay_gap_ticks`]
+    /// (500 us), takes a run-queue delay sample now (see
+    /// [`Guard::sample_run_delay`]) and returns true (the caller then
+    /// stamps its call again). Only the gap counts here, not the period:
+    /// a release is usually inside or at the end of a critical section.
+    ///
+    /// Why: the replay puts a sample's growth on the segment that ends at
+    /// the sample. A thread preempted inside a critical section, or just
+    /// before a `trylock`, ended that long segment at the release or the
+    /// try, and the sample came only at its next blocking lock call, after
+    /// a segment of microseconds: the preemption (9.6 ms of one worker of
+    /// the mutex fixture on a loaded machine) was dropped, and the replay
+    /// ran 9 % short. The sample's system calls (~1.5 us) then fall inside
+    /// a section that has already lasted 500 us or more.
+    #[inline(always)]
+    pub fn sample_run_delay_after_gap(&mut self, t: u64) -> bool {
+        let st = self.st();
+        if st.cpu_t == 0 || t.wrapping_sub(st.last_t) <= process::delay_gap_ticks() {
+            return false;
+        }
+        st.last_t = t;
+        sample_run_delay_now(self);
+        true
+    }
+
+    /// Call at the thread's exit (or the process's, for its main thread),
+    /// before its last events, with the current clock `t`: when the
+    /// thread's last run-queue delay sample is older than
+    /// [`process::delay_gap_ticks`] (500 us), takes one now, so that a
+    /// preemption after the thread's last lock call is measured too.
+    /// Returns true if it did (the caller then stamps its events again).
+    ///
+    /// Why: samples were taken only at lock calls, and the time a thread
+    /// was preempted between its last lock call and its end was replayed
+    /// as work (test: `issue9_time_preempted_after_the_last_lock_call_is_measured`).
+    /// A thread never sampled (no lock call: often a main thread that
+    /// only creates and joins) has no baseline and is not sampled here
+    /// either. A short thread, sampled at its first lock call less than
+    /// 500 us before, is not sampled again: 1000 short threads pay
+    /// nothing.
+    pub fn sample_before_exit(&mut self, t: u64) -> bool {
+        let st = self.st();
+        if st.cpu_t == 0 || t.wrapping_sub(st.cpu_t) <= process::delay_gap_ticks() {
+            return false;
+        }
+        sample_run_delay_now(self);
+        true
+    }
+
+    /// For a lock call that took longer than any uncontended one can
+    /// although the lock looked free (`call_ticks`, its duration): true if
+    /// the thread spent most of it runnable without a CPU, i.e. it was
+    /// preempted inside the call rather than asleep waiting for the lock.
+    /// Then a run-queue delay sample is recorded now, so that the replay
+    /// counts the call's time as preempted work. False (and nothing
+    /// recorded) when the delay did not grow that much, or the kernel does
+    /// not keep it. One read of `/proc/thread-self/schedstat` (~1.5 us),
+    /// only on such slow calls.
+    ///
+    /// Why: a thread preempted just after its compare-and-swap took the
+    /// lock holds it while off the CPU; another thread that queues
+    /// meanwhile leaves the lock word saying "waiters", and the call then
+    /// looked exactly like a hidden wait (a lock that was free at the look
+    /// and slept in the call). It was recorded as milliseconds of waiting
+    /// for a lock that nobody else held, and the replay, which grants the
+    /// lock at once, lost that time (the mutex fixture under heavy load:
+    /// one recording in six replayed 4-21 % short).
+    pub fn preempted_in_call(&mut self, call_ticks: u64) -> bool {
+        let Some(rq) = run_delay_ns() else {
+            return false;
+        };
+        let grew = rq.saturating_sub(self.st().last_rq);
+        if grew.saturating_mul(2) < process::ticks_to_ns(call_ticks) {
+            return false;
+        }
+        emit_run_delay(self, rq);
+        true
     }
 
     /// Runs `f`, a call to the real function, with the guard released:

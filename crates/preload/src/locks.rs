@@ -105,7 +105,7 @@ fn acquire(
     // that ordering critical sections by time gives the real hand-off
     // order. Fenced so that it does not run ahead of the lock's own
     // instruction.
-    let t = tsc::now_after();
+    let mut t = tsc::now_after();
     // A call that looked free can still have waited: another thread can
     // take the lock between our look and the real call's own attempt.
     // Measured on ulcp_table (2 threads, 500,000 acquisitions), 7,322 such
@@ -118,7 +118,18 @@ fn acquire(
     // `t0`. The duration alone is not enough: a preemption or an
     // interrupt inside the call makes one too (537 of 2M acquisitions of a
     // one-thread program, with the recorder's threads sharing its 2 CPUs).
-    let slow = !held && t.wrapping_sub(t0) > process::slow_call_ticks() && got(rc) && waited();
+    let mut slow = !held && t.wrapping_sub(t0) > process::slow_call_ticks() && got(rc) && waited();
+    // Slow, and the word says waiters, but the thread may have been
+    // preempted inside the call instead (just after taking the lock, while
+    // another thread queued): then its run-queue delay grew by most of the
+    // call, and the call is recorded as the uncontended acquisition it
+    // was, after a run-queue sample that makes its time preempted work
+    // (Guard::preempted_in_call). Stamped again after that sample's
+    // system calls.
+    if slow && g.preempted_in_call(t.wrapping_sub(t0)) {
+        slow = false;
+        t = tsc::now_after();
+    }
     if slow {
         emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
     }
@@ -209,7 +220,10 @@ fn try_acquire(
 ) {
     // After the try, as in `acquire`.
     let rc = try_();
-    let t0 = tsc::now_after();
+    let mut t0 = tsc::now_after();
+    if g.sample_run_delay_after_gap(t0) {
+        t0 = tsc::now_after();
+    }
     *ret = Some(rc);
     if got(rc) {
         emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
@@ -232,7 +246,10 @@ fn release(
     fp: u64,
     unlock: impl FnOnce() -> c_int,
 ) -> u64 {
-    let t0 = tsc::now();
+    let mut t0 = tsc::now();
+    if g.sample_run_delay_after_gap(t0) {
+        t0 = tsc::now();
+    }
     let rc = unlock();
     *ret = Some(rc);
     if rc == 0 {

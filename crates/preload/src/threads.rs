@@ -203,8 +203,11 @@ unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
 /// thread also hands its ring to the joiner for unmapping.
 fn thread_exit_event(site: u64, joinable: bool) {
     if let Some(mut g) = thread::recorder() {
-        let t = tsc::now();
         guarded(|| {
+            let mut t = tsc::now();
+            if g.sample_before_exit(t) {
+                t = tsc::now();
+            }
             g.event(Op::ThreadExit as u8, phase::DONE, t, 0, site, 0);
             g.stamp_exit(t);
             // Asked now, not at creation: `pthread_detach` may have
