@@ -11,7 +11,10 @@
  * that the preemptions fall inside critical sections (the segments that
  * end at a release). With `tail`, it takes the mutex once and then only
  * works until it exits: the preemptions fall after its last lock call.
- * usage: preempted [ms [inside|tail]] */
+ * With `main`, the main thread is the one that works (and prints the
+ * `worker` line): it makes no lock call at all, only creates the spinner
+ * and joins it, as many main threads do.
+ * usage: preempted [ms [inside|tail|main]] */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -77,6 +80,18 @@ int main(int argc, char **argv) {
         tail = argv[2][0] == 't';
     }
     pthread_t s, w;
+    if (argc > 2 && argv[2][0] == 'm') {
+        pin();
+        pthread_create(&s, 0, spinner, 0);
+        long w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
+        while (now(CLOCK_MONOTONIC) - w0 < run_ms * 1000000L)
+            for (int i = 0; i < 2000; i++) sink += i;
+        long w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_THREAD_CPUTIME_ID);
+        stop = 1;
+        pthread_join(s, 0);
+        printf("worker wall_ns=%ld cpu_ns=%ld\n", w1 - w0, c1 - c0);
+        return 0;
+    }
     pthread_create(&s, 0, spinner, 0);
     pthread_create(&w, 0, worker, 0);
     pthread_join(w, 0);

@@ -554,9 +554,10 @@ impl Guard {
         due
     }
 
-    /// Call at a release or a try-only acquisition, with its stamp `t`:
-    /// when the thread made no lock call for [`process::delay_gap_ticks`]
-    /// (500 us), takes a run-queue delay sample now (see
+    /// Call at a release, a try-only acquisition, before a thread
+    /// creation or at the start of a join, with its stamp `t`: when the
+    /// thread made no lock call for [`process::delay_gap_ticks`] (500 us),
+    /// or was never sampled, takes a run-queue delay sample now (see
     /// [`Guard::sample_run_delay`]) and returns true (the caller then
     /// stamps its call again). Only the gap counts here, not the period:
     /// a release is usually inside or at the end of a critical section.
@@ -568,11 +569,14 @@ impl Guard {
     /// a segment of microseconds: the preemption (9.6 ms of one worker of
     /// the mutex fixture on a loaded machine) was dropped, and the replay
     /// ran 9 % short. The sample's system calls (~1.5 us) then fall inside
-    /// a section that has already lasted 500 us or more.
+    /// a section that has already lasted 500 us or more. A thread that
+    /// makes no lock call at all (a main thread that creates and joins)
+    /// was never sampled: its first creation or join now takes its first
+    /// sample.
     #[inline(always)]
     pub fn sample_run_delay_after_gap(&mut self, t: u64) -> bool {
         let st = self.st();
-        if st.cpu_t == 0 || t.wrapping_sub(st.last_t) <= process::delay_gap_ticks() {
+        if st.cpu_t != 0 && t.wrapping_sub(st.last_t) <= process::delay_gap_ticks() {
             return false;
         }
         st.last_t = t;

@@ -152,6 +152,17 @@ fn issue9_time_preempted_after_the_last_lock_call_is_measured() {
     preempted_worker_is_measured("tail");
 }
 
+/// The same for a main thread that makes no lock call: it only creates
+/// the spinner, works, and joins it. It is sampled before the creation
+/// (its first sample) and at the start of the join (the 300 ms before it
+/// are a gap of more than 500 us); before, such a thread was never
+/// sampled, and the mutex fixture's main thread, preempted after joining
+/// a worker, replayed up to 18 % short on a loaded machine.
+#[test]
+fn issue9_time_a_main_thread_without_lock_calls_was_preempted_is_measured() {
+    preempted_worker_is_measured("main");
+}
+
 /// Records `preempted 300 MODE` and checks the replay's preempted time
 /// against what the worker measured, and the replay's wall against the
 /// recorded one.

@@ -255,7 +255,20 @@ unsafe extern "C-unwind" fn create_impl(
     unsafe {
         let parent_tid = match thread::recorder() {
             None => return real_create(t, attr, f, arg),
-            Some(mut g) => g.tid(),
+            Some(mut g) => {
+                // A run-queue sample before the call, when due (see
+                // Guard::sample_run_delay_after_gap): a thread that only
+                // creates and joins threads, often the main thread, is
+                // otherwise never sampled. Before the call, not after:
+                // the new thread may start during it, and the replay
+                // places that start inside the segment that ends at the
+                // creation; a sample after the call cut that segment to a
+                // few microseconds and moved the start of every thread
+                // created late (8 ms in one recording of the mutex
+                // fixture).
+                guarded(|| g.sample_run_delay_after_gap(tsc::now()));
+                g.tid()
+            }
         };
         // One small allocation per thread creation, outside the event path
         // (pthread_create allocates a stack anyway).
@@ -321,8 +334,11 @@ unsafe extern "C-unwind" fn join_impl(
             Some(mut g) => {
                 // Read before the join: afterwards the descriptor is freed.
                 tid = join_tid(t);
-                let t0 = tsc::now();
                 guarded(|| {
+                    let mut t0 = tsc::now();
+                    if g.sample_run_delay_after_gap(t0) {
+                        t0 = tsc::now();
+                    }
                     emit(
                         &mut g,
                         Op::ThreadJoin,
