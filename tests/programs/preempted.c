@@ -14,7 +14,8 @@
  * With `main`, the main thread is the one that works (and prints the
  * `worker` line): it makes no lock call at all, only creates the spinner
  * and joins it, as many main threads do.
- * usage: preempted [ms [inside|tail|main]] */
+ * With `between` (or no mode), the work is between the critical sections.
+ * usage: preempted [ms [between|inside|tail|main]] */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>

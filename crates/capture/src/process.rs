@@ -1029,14 +1029,15 @@ extern "C" fn exit_handler(status: libc::c_int, _arg: *mut libc::c_void) {
         return;
     }
     snapshot_maps();
-    let mut now = tsc::now();
-    if let Some(mut g) = thread::recorder() {
-        if g.sample_before_exit(now) {
-            now = tsc::now();
+    let now = match thread::recorder() {
+        Some(mut g) => {
+            let now = g.exit_stamp();
+            g.event(OP_THREAD_EXIT, 0, now, 0, 0, 0);
+            g.stamp_exit(now);
+            now
         }
-        g.event(OP_THREAD_EXIT, 0, now, 0, 0, 0);
-        g.stamp_exit(now);
-    }
+        None => tsc::now(),
+    };
     if let Some(h) = header() {
         h.exit_code.store(status as u32, Ordering::Relaxed);
         h.end_tsc.store(now, Ordering::Release);

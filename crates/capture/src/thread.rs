@@ -233,7 +233,7 @@ fn emit_run_delay(g: &mut Guard, rq: u64) {
     let t = crate::tsc::now();
     g.st().cpu_t = t;
     // A sample also restarts the gap that makes a release or a try take
-    // one (`sample_run_delay_after_gap`).
+    // one (`Guard::boundary_stamp`).
     g.st().last_t = t;
     let head = Head {
         tsc: t,
@@ -554,13 +554,14 @@ impl Guard {
         due
     }
 
-    /// Call at a release, a try-only acquisition, before a thread
-    /// creation or at the start of a join, with its stamp `t`: when the
-    /// thread made no lock call for [`process::delay_gap_ticks`] (500 us),
-    /// or was never sampled, takes a run-queue delay sample now (see
-    /// [`Guard::sample_run_delay`]) and returns true (the caller then
-    /// stamps its call again). Only the gap counts here, not the period:
-    /// a release is usually inside or at the end of a critical section.
+    /// The stamp, read with `clock`, of a call that can end a long
+    /// segment: a release, a try-only acquisition, a thread creation (read
+    /// before it) or the start of a join. When the thread made no lock
+    /// call for [`process::delay_gap_ticks`] (500 us), or was never
+    /// sampled, a run-queue delay sample comes first (see
+    /// [`Guard::sample_run_delay`]) and the stamp is read after its system
+    /// calls. Only the gap counts here, not the period: a release is
+    /// usually inside or at the end of a critical section.
     ///
     /// Why: the replay puts a sample's growth on the segment that ends at
     /// the sample. A thread preempted inside a critical section, or just
@@ -574,38 +575,37 @@ impl Guard {
     /// was never sampled: its first creation or join now takes its first
     /// sample.
     #[inline(always)]
-    pub fn sample_run_delay_after_gap(&mut self, t: u64) -> bool {
+    pub fn boundary_stamp(&mut self, clock: impl Fn() -> u64) -> u64 {
+        let t = clock();
         let st = self.st();
         if st.cpu_t != 0 && t.wrapping_sub(st.last_t) <= process::delay_gap_ticks() {
-            return false;
+            return t;
         }
-        st.last_t = t;
         sample_run_delay_now(self);
-        true
+        clock()
     }
 
-    /// Call at the thread's exit (or the process's, for its main thread),
-    /// before its last events, with the current clock `t`: when the
-    /// thread's last run-queue delay sample is older than
-    /// [`process::delay_gap_ticks`] (500 us), takes one now, so that a
-    /// preemption after the thread's last lock call is measured too.
-    /// Returns true if it did (the caller then stamps its events again).
+    /// The stamp of the thread's exit (or the process's, for its main
+    /// thread), for its last events: when the thread's last run-queue
+    /// delay sample is older than [`process::delay_gap_ticks`] (500 us),
+    /// a sample comes first, so that a preemption after the thread's last
+    /// lock call is measured too, and the stamp is read after it.
     ///
     /// Why: samples were taken only at lock calls, and the time a thread
     /// was preempted between its last lock call and its end was replayed
     /// as work (test: `issue9_time_preempted_after_the_last_lock_call_is_measured`).
-    /// A thread never sampled (no lock call: often a main thread that
-    /// only creates and joins) has no baseline and is not sampled here
+    /// A thread never sampled has no baseline and is not sampled here
     /// either. A short thread, sampled at its first lock call less than
     /// 500 us before, is not sampled again: 1000 short threads pay
     /// nothing.
-    pub fn sample_before_exit(&mut self, t: u64) -> bool {
+    pub fn exit_stamp(&mut self) -> u64 {
+        let t = crate::tsc::now();
         let st = self.st();
         if st.cpu_t == 0 || t.wrapping_sub(st.cpu_t) <= process::delay_gap_ticks() {
-            return false;
+            return t;
         }
         sample_run_delay_now(self);
-        true
+        crate::tsc::now()
     }
 
     /// For a lock call that took longer than any uncontended one can

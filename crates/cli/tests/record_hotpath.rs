@@ -24,15 +24,27 @@ fn shim_and_uncontended(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf)
         .status()
         .expect("gcc must be installed to build the fixtures");
     assert!(st.success());
-    let bin = dir.join("uncontended");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(workspace().join("tests/programs/bench/uncontended.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (shim, bin)
+    (shim, build_c("bench/uncontended", dir))
+}
+
+/// Records `uncontended PAIRS` (`opts` to `record`) with `shim`, if any,
+/// in `LD_PRELOAD`; the run must succeed and lose nothing.
+fn record_uncontended(
+    dir: &std::path::Path,
+    shim: Option<&std::path::Path>,
+    opts: &[&str],
+    bin: &std::path::Path,
+    pairs: &str,
+) -> (Run, lockscope_format::Trace) {
+    let env: Vec<_> = shim
+        .map(|s| ("LD_PRELOAD", s.as_os_str()))
+        .into_iter()
+        .collect();
+    let run = record_env(dir, &env, opts, bin, &[pairs], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let trace = run.trace();
+    assert_eq!(trace.footer.as_ref().unwrap().lost, 0);
+    (run, trace)
 }
 
 #[test]
@@ -41,24 +53,12 @@ fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
     let (shim, bin) = shim_and_uncontended(&dir, "lock_count_shim");
     // The user's preload comes after ours (the recorder prepends its own):
     // 5 rounds of 25,600 pairs = 128,000 calls must all reach it.
-    let trace_path = dir.join("trace.lstrace");
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["record", "-o"])
-        .arg(&trace_path)
-        .arg("--")
-        .arg(&bin)
-        .arg("25600")
-        .env("LD_PRELOAD", &shim)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (run, trace) = record_uncontended(&dir, Some(&shim), &[], &bin, "25600");
     assert!(
-        stderr.contains("lock_count_shim calls=128000"),
-        "the shim must see all 128,000 calls: {stderr}"
+        run.stderr.contains("lock_count_shim calls=128000"),
+        "the shim must see all 128,000 calls: {}",
+        run.stderr
     );
-    let trace = lockscope_format::Trace::open(&trace_path).unwrap();
-    assert_eq!(trace.footer.as_ref().unwrap().lost, 0);
     let locks = trace
         .events
         .values()
@@ -105,25 +105,8 @@ fn issue8_sem_post_from_a_signal_handler_inside_a_blocked_lock_is_recorded() {
 fn issue8_a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
     let dir = temp("slow-call");
     let (shim, bin) = shim_and_uncontended(&dir, "slow_lock_shim");
-    for (slow, path) in [(true, "slow.lstrace"), (false, "plain.lstrace")] {
-        let trace_path = dir.join(path);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockscope"));
-        cmd.args(["record", "-q", "-o"])
-            .arg(&trace_path)
-            .arg("--")
-            .arg(&bin)
-            .arg("4");
-        if slow {
-            cmd.env("LD_PRELOAD", &shim);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let trace = lockscope_format::Trace::open(&trace_path).unwrap();
-        assert_eq!(trace.footer.as_ref().unwrap().lost, 0);
+    for (slow, path) in [(true, "slow"), (false, "plain")] {
+        let (_, trace) = record_uncontended(&dir, slow.then_some(&*shim), &["-q"], &bin, "4");
         // 5 rounds of 4 pairs, one thread: 20 acquisitions.
         let locks: Vec<_> = trace
             .events
@@ -171,46 +154,33 @@ fn issue8_a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
 fn issue9_a_thread_preempted_in_a_lock_call_is_not_recorded_as_waiting() {
     let dir = temp("preempted-call");
     let (shim, bin) = shim_and_uncontended(&dir, "preempted_lock_shim");
-    let trace_path = dir.join("preempted.lstrace");
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["record", "-q", "-o"])
-        .arg(&trace_path)
-        .arg("--")
-        .arg(&bin)
-        .arg("4")
-        .env("LD_PRELOAD", &shim)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let trace = lockscope_format::Trace::open(&trace_path).unwrap();
-    assert_eq!(trace.footer.as_ref().unwrap().lost, 0);
-    let events: Vec<_> = trace.events.values().flatten().collect();
+    let (_, trace) = record_uncontended(&dir, Some(&shim), &["-q"], &bin, "4");
     let mut done = 0;
     let mut preempted = 0;
-    let mut last_delay = None;
-    let mut prev: Option<&lockscope_format::Event> = None;
-    for e in &events {
-        if e.op() == Some(Op::MutexLock) && phase::of(e.flags) == phase::DONE {
-            done += 1;
-            // Preceded by a sample that grew by at least 1 ms: the 2 ms
-            // the caller spent runnable without its CPU.
-            if let (Some(p), Some((before, after))) = (prev, last_delay) {
-                if p.op() == Some(Op::RunDelay)
-                    && e.flags & phase::CONTENDED == 0
-                    && after - before >= 1_000_000
-                {
-                    preempted += 1;
+    // Each thread's events in order (the shim's helper and hog threads
+    // are recorded too: their few events are not the program's).
+    for events in trace.events.values() {
+        let mut last_delay = None;
+        let mut prev: Option<&lockscope_format::Event> = None;
+        for e in events {
+            if e.op() == Some(Op::MutexLock) && phase::of(e.flags) == phase::DONE {
+                done += 1;
+                // Preceded by a sample that grew by at least 1 ms: the 2 ms
+                // the caller spent runnable without its CPU.
+                if let (Some(p), Some((before, after))) = (prev, last_delay) {
+                    if p.op() == Some(Op::RunDelay)
+                        && e.flags & phase::CONTENDED == 0
+                        && after - before >= 1_000_000
+                    {
+                        preempted += 1;
+                    }
                 }
             }
+            if e.op() == Some(Op::RunDelay) {
+                last_delay = Some((last_delay.map_or(e.arg, |(_, a)| a), e.arg));
+            }
+            prev = Some(e);
         }
-        if e.op() == Some(Op::RunDelay) {
-            last_delay = Some((last_delay.map_or(e.arg, |(_, a)| a), e.arg));
-        }
-        prev = Some(e);
     }
     // 5 rounds of 4 pairs, one thread: 20 acquisitions.
     assert_eq!(done, 20);

@@ -25,23 +25,13 @@ fn record_names_go_to_the_thread_named() {
         .collect();
     assert_eq!(want.len(), 3, "{}", run.stdout);
     let trace = run.trace();
-    let mut tid_of = std::collections::HashMap::new();
-    let mut got = Vec::new();
-    for r in &trace.records {
-        match r {
-            Record::Thread(t) => {
-                tid_of.insert(t.id, t.tid);
-            }
-            Record::ThreadName(n) => {
-                let tid = *tid_of
-                    .get(&n.thread)
-                    .expect("a ThreadName follows its Thread record");
-                got.push((tid, n.time, n.name.clone()));
-            }
-            _ => {}
-        }
-    }
-    assert_eq!(tid_of.len(), 2, "main + worker");
+    let got = thread_names(&trace);
+    let threads = trace
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Thread(_)))
+        .count();
+    assert_eq!(threads, 2, "main + worker");
     // Names of different threads may be drained in either order, and a
     // name given by another thread may be written before or after the
     // thread's own (several converter workers); per thread, their times

@@ -91,22 +91,10 @@ fn issue8_names_given_across_threads_are_kept_with_two_workers() {
         })
         .collect();
     assert_eq!(want.len(), 3, "{}", run.stdout);
-    let mut tid_of = HashMap::new();
-    let mut got = HashSet::new();
-    for r in &ix.trace.records {
-        match r {
-            Record::Thread(t) => {
-                tid_of.insert(t.id, t.tid);
-            }
-            Record::ThreadName(n) => {
-                let tid = *tid_of
-                    .get(&n.thread)
-                    .expect("a ThreadName follows its Thread record");
-                got.insert((tid, n.name.clone()));
-            }
-            _ => {}
-        }
-    }
+    let got: HashSet<(u32, String)> = thread_names(&ix.trace)
+        .into_iter()
+        .map(|(tid, _, name)| (tid, name))
+        .collect();
     assert_eq!(got, want);
 }
 

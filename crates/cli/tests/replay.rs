@@ -100,37 +100,7 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
 /// recorded wall time.
 #[test]
 fn issue9_the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
-    let dir = temp("replay-preempted");
-    let prog = build_c("preempted", &dir);
-    let run = record(&dir, &[], &prog, &["300"], b"");
-    assert!(run.trace_path.exists(), "{}", run.stderr);
-    let line = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("worker "))
-        .unwrap_or_else(|| panic!("no worker line: {}", run.stdout));
-    let kv = record_util::kv(line);
-    let wall: f64 = kv["wall_ns"].parse().unwrap();
-    let cpu: f64 = kv["cpu_ns"].parse().unwrap();
-    let truth = wall - cpu;
-    assert!(
-        truth > 0.2 * wall,
-        "the worker must have shared its CPU (wall {wall} ns, cpu {cpu} ns)"
-    );
-    let (j, _) = replay_json(&run.trace_path, &[]);
-    let pre = j["preempted_ns"].as_u64().unwrap() as f64;
-    println!(
-        "preempted: worker measured {:.1} ms, replay {:.1} ms",
-        truth / 1e6,
-        pre / 1e6
-    );
-    assert!(
-        (pre - truth).abs() <= 0.10 * truth,
-        "replay says {pre} ns preempted, the worker measured {truth} ns"
-    );
-    let rec = j["recorded_wall_ns"].as_u64().unwrap() as f64;
-    let rep = j["replayed_wall_ns"].as_u64().unwrap() as f64;
-    assert!((rep / rec - 1.0).abs() < 0.05, "{j:#}");
+    preempted_worker_is_measured("between");
 }
 
 /// The same, with the worker's work inside its critical sections: a

@@ -204,10 +204,7 @@ unsafe extern "C-unwind" fn start_trampoline(p: *mut c_void) -> *mut c_void {
 fn thread_exit_event(site: u64, joinable: bool) {
     if let Some(mut g) = thread::recorder() {
         guarded(|| {
-            let mut t = tsc::now();
-            if g.sample_before_exit(t) {
-                t = tsc::now();
-            }
+            let t = g.exit_stamp();
             g.event(Op::ThreadExit as u8, phase::DONE, t, 0, site, 0);
             g.stamp_exit(t);
             // Asked now, not at creation: `pthread_detach` may have
@@ -257,7 +254,7 @@ unsafe extern "C-unwind" fn create_impl(
             None => return real_create(t, attr, f, arg),
             Some(mut g) => {
                 // A run-queue sample before the call, when due (see
-                // Guard::sample_run_delay_after_gap): a thread that only
+                // Guard::boundary_stamp): a thread that only
                 // creates and joins threads, often the main thread, is
                 // otherwise never sampled. Before the call, not after:
                 // the new thread may start during it, and the replay
@@ -266,7 +263,7 @@ unsafe extern "C-unwind" fn create_impl(
                 // few microseconds and moved the start of every thread
                 // created late (8 ms in one recording of the mutex
                 // fixture).
-                guarded(|| g.sample_run_delay_after_gap(tsc::now()));
+                guarded(|| g.boundary_stamp(tsc::now));
                 g.tid()
             }
         };
@@ -335,10 +332,7 @@ unsafe extern "C-unwind" fn join_impl(
                 // Read before the join: afterwards the descriptor is freed.
                 tid = join_tid(t);
                 guarded(|| {
-                    let mut t0 = tsc::now();
-                    if g.sample_run_delay_after_gap(t0) {
-                        t0 = tsc::now();
-                    }
+                    let t0 = g.boundary_stamp(tsc::now);
                     emit(
                         &mut g,
                         Op::ThreadJoin,

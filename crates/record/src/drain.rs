@@ -128,17 +128,7 @@ impl CopyState {
     /// [`SMALL_COPY_SLOTS`]: a spare, else one back from the workers, else
     /// a new one (`None`: out of memory).
     fn take_buf(&mut self, pool: &Mutex<Receiver<SlotBuf>>, small: bool) -> Option<SlotBuf> {
-        let stash = |st: &mut CopyState| {
-            if small {
-                st.smalls.pop()
-            } else {
-                st.spares.pop()
-            }
-        };
-        if let Some(b) = stash(self) {
-            return Some(b);
-        }
-        {
+        if self.stash(small).is_empty() {
             let rx = pool
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -150,15 +140,25 @@ impl CopyState {
                 }
             }
         }
-        if let Some(b) = stash(self) {
+        if let Some(b) = self.stash(small).pop() {
             return Some(b);
         }
-        if small {
-            return SlotBuf::new(SMALL_COPY_SLOTS);
-        }
-        let b = SlotBuf::new(SMALL_BUF_SLOTS)?;
-        self.big_mapped += 1;
+        let b = SlotBuf::new(if small {
+            SMALL_COPY_SLOTS
+        } else {
+            SMALL_BUF_SLOTS
+        })?;
+        self.big_mapped += u64::from(!small);
         Some(b)
+    }
+
+    /// The spare buffers of one size.
+    fn stash(&mut self, small: bool) -> &mut Vec<SlotBuf> {
+        if small {
+            &mut self.smalls
+        } else {
+            &mut self.spares
+        }
     }
 }
 

@@ -15,6 +15,26 @@ use lockscope_capture::session::{
 use lockscope_format::{phase, LossReason, Op, Record, Trace};
 use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 
+/// The thread names of a trace as (OS tid of the thread named, name), in
+/// file order. Panics if a name comes before its thread's record.
+fn thread_names(t: &Trace) -> Vec<(u32, String)> {
+    let mut ids = std::collections::HashMap::new();
+    let mut names = Vec::new();
+    for r in &t.records {
+        match r {
+            Record::Thread(th) => {
+                ids.insert(th.id, th.tid);
+            }
+            Record::ThreadName(n) => {
+                let tid = *ids.get(&n.thread).expect("ThreadName after its Thread");
+                names.push((tid, n.name.clone()));
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lsrec-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -422,21 +442,7 @@ fn a_name_goes_to_the_thread_named_not_the_one_naming() {
             assert!(main.push(h, Some(args), &[]));
         }
     });
-    let t = Trace::open(&out).unwrap();
-    let mut ids = std::collections::HashMap::new();
-    let mut names = Vec::new();
-    for r in &t.records {
-        match r {
-            Record::Thread(th) => {
-                ids.insert(th.id, th.tid);
-            }
-            Record::ThreadName(n) => {
-                let tid = *ids.get(&n.thread).expect("ThreadName after its Thread");
-                names.push((tid, n.name.clone()));
-            }
-            _ => {}
-        }
-    }
+    let names = thread_names(&Trace::open(&out).unwrap());
     assert_eq!(
         names,
         vec![
@@ -790,18 +796,7 @@ fn issue8_a_name_converted_after_the_named_thread_ended_is_kept() {
         stop.store(true, Ordering::Release);
         h.join().unwrap();
     });
-    let t = Trace::open(&out).unwrap();
-    let mut ids = std::collections::HashMap::new();
-    let mut names = Vec::new();
-    for r in &t.records {
-        match r {
-            Record::Thread(th) => {
-                ids.insert(th.id, th.tid);
-            }
-            Record::ThreadName(n) => names.push((ids[&n.thread], n.name.clone())),
-            _ => {}
-        }
-    }
+    let names = thread_names(&Trace::open(&out).unwrap());
     assert_eq!(names, vec![(301, "late".to_string())]);
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
@@ -846,20 +841,10 @@ fn issue8_names_given_across_converter_workers_reach_the_thread_named() {
         stop.store(true, Ordering::Release);
         h.join().unwrap();
     });
-    let t = Trace::open(&out).unwrap();
-    let mut ids = std::collections::HashMap::new();
-    let mut names = std::collections::BTreeSet::new();
-    for r in &t.records {
-        match r {
-            Record::Thread(th) => {
-                ids.insert(th.id, th.tid);
-            }
-            Record::ThreadName(n) => {
-                names.insert((ids[&n.thread], n.name.clone()));
-            }
-            _ => {}
-        }
-    }
+    let names: std::collections::BTreeSet<(u32, String)> =
+        thread_names(&Trace::open(&out).unwrap())
+            .into_iter()
+            .collect();
     let want: std::collections::BTreeSet<(u32, String)> = [
         (401, "a-by-b"),
         (402, "b-by-a"),

@@ -10,13 +10,11 @@
  * asleep waiting for it (the mutex fixture on a loaded machine, issue 9).
  * Build: gcc -O2 -shared -fPIC -o libpreempted_lock_shim.so preempted_lock_shim.c -ldl -lpthread */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include "user_shim.h"
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
-static int (*real_lock)(pthread_mutex_t *);
-static int (*real_unlock)(pthread_mutex_t *);
 static pthread_mutex_t *target;
 static int go;      /* 1: the helper is asked to queue for `target` */
 static int hog_on;  /* 1: the hog spins */
@@ -26,12 +24,6 @@ static long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
-
-static void pause_ns(long ns) {
-    struct timespec ts = {0, ns};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
 }
 
 static void pin(int cpu) {
@@ -67,10 +59,7 @@ static void *hog(void *arg) {
 }
 
 int pthread_mutex_lock(pthread_mutex_t *m) {
-    if (!real_lock) {
-        real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
-        real_unlock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_unlock");
-    }
+    resolve_real();
     if (!__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
         pin(0);
         pthread_t t;

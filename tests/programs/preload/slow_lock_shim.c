@@ -8,12 +8,10 @@
  * and the call (issue 8), made deterministic.
  * Build: gcc -O2 -shared -fPIC -o libslow_lock_shim.so slow_lock_shim.c -ldl -lpthread */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include "user_shim.h"
 #include <pthread.h>
 #include <time.h>
 
-static int (*real_lock)(pthread_mutex_t *);
-static int (*real_unlock)(pthread_mutex_t *);
 static pthread_mutex_t *target;
 /* The handshake: each side waits for a value only the other one sets,
  * so no step can be missed however late either side runs.
@@ -24,12 +22,6 @@ static pthread_mutex_t *target;
  * (2): main is then inside the real call, blocked. */
 static int phase;
 static int started;
-
-static void pause_ns(long ns) {
-    struct timespec ts = {0, ns};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
 
 static void *helper(void *arg) {
     (void)arg;
@@ -47,10 +39,7 @@ static void *helper(void *arg) {
 }
 
 int pthread_mutex_lock(pthread_mutex_t *m) {
-    if (!real_lock) {
-        real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
-        real_unlock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_unlock");
-    }
+    resolve_real();
     if (!__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
         pthread_t t;
         pthread_create(&t, 0, helper, 0);

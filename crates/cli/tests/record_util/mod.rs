@@ -17,6 +17,29 @@ pub use lockscope_test_support::{
     build_c, shell_code, workspace_root as workspace, Scratch as TempDir,
 };
 
+/// The thread names of a trace as (OS tid of the thread named, time,
+/// name), in file order. Panics if a name comes before its thread's
+/// `Thread` record.
+pub fn thread_names(t: &Trace) -> Vec<(u32, u64, String)> {
+    let mut tid_of = HashMap::new();
+    let mut names = Vec::new();
+    for r in &t.records {
+        match r {
+            Record::Thread(th) => {
+                tid_of.insert(th.id, th.tid);
+            }
+            Record::ThreadName(n) => {
+                let tid = *tid_of
+                    .get(&n.thread)
+                    .expect("a ThreadName follows its Thread record");
+                names.push((tid, n.time, n.name.clone()));
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
 /// Critical sections (acquired, released, thread) per mutex, each
 /// thread's in order.
 pub fn mutex_sections(t: &Trace) -> HashMap<u64, Vec<(u64, u64, u32)>> {
@@ -117,8 +140,23 @@ impl Run {
 
 /// Runs `lockscope record [opts] -o DIR/trace.lstrace -- prog args`.
 pub fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    record_env(dir, &[], opts, prog, args, stdin)
+}
+
+/// [`record`] with `env` set for `lockscope record` (and so for the
+/// program: a user's own `LD_PRELOAD`, which the recorder keeps after
+/// its library).
+pub fn record_env(
+    dir: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    opts: &[&str],
+    prog: &Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> Run {
     let trace_path = dir.join("trace.lstrace");
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .envs(env.iter().copied())
         .arg("record")
         .args(opts)
         .arg("-o")
