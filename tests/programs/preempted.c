@@ -7,15 +7,13 @@
  * prints them:
  *   worker wall_ns=W cpu_ns=C
  * so that W - C is the time it was preempted (it never blocks).
- * With `inside`, the worker does its work while holding the mutex, so
- * that the preemptions fall inside critical sections (the segments that
- * end at a release). With `tail`, it takes the mutex once and then only
+ * With `tail`, the worker takes the mutex once and then only
  * works until it exits: the preemptions fall after its last lock call.
  * With `main`, the main thread is the one that works (and prints the
  * `worker` line): it makes no lock call at all, only creates the spinner
  * and joins it, as many main threads do.
  * With `between` (or no mode), the work is between the critical sections.
- * usage: preempted [ms [between|inside|tail|main]] */
+ * usage: preempted [ms [between|tail|main]] */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -27,7 +25,7 @@ static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static volatile int stop;
 static volatile unsigned long sink;
 static long run_ms = 300;
-static int inside, tail;
+static int tail;
 
 static long now(clockid_t c) {
     struct timespec ts;
@@ -61,12 +59,9 @@ static void *worker(void *arg) {
             for (int i = 0; i < 2000; i++) sink += i;
     }
     while (!tail && now(CLOCK_MONOTONIC) - w0 < run_ms * 1000000L) {
-        if (!inside)
-            for (int i = 0; i < 2000; i++) sink += i;
+        for (int i = 0; i < 2000; i++) sink += i;
         pthread_mutex_lock(&m);
         sink++;
-        if (inside)
-            for (int i = 0; i < 2000; i++) sink += i;
         pthread_mutex_unlock(&m);
     }
     long w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_THREAD_CPUTIME_ID);
@@ -77,7 +72,6 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
     if (argc > 1) run_ms = atol(argv[1]);
     if (argc > 2) {
-        inside = argv[2][0] == 'i';
         tail = argv[2][0] == 't';
     }
     pthread_t s, w;

@@ -85,6 +85,8 @@ pub(crate) struct ThreadState {
     /// The kernel's run-queue delay of the thread at its last sample, ns
     /// (without `waited`; see [`Guard::preempted_in_call`]).
     last_rq: u64,
+    /// The thread's time on a CPU at its last sample, ns (the same).
+    last_oncpu: u64,
 }
 
 impl ThreadState {
@@ -102,12 +104,13 @@ impl ThreadState {
         cpu_t: 0,
         waited: 0,
         last_rq: 0,
+        last_oncpu: 0,
     };
 }
 
 /// Bytes reserved in `.tbss` for the state (checked at compile time).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-const TLS_BYTES: usize = 128;
+const TLS_BYTES: usize = 192;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 const _: () = assert!(core::mem::size_of::<ThreadState>() <= TLS_BYTES);
@@ -215,15 +218,17 @@ fn sample_run_delay_now(g: &mut Guard) {
     // room in its ring. Without the second, the replay kept a detailed
     // recording's back-pressure waits (255 ms in one 0.8 s run of
     // `ulcp_table`) as the program's work.
-    let rq = run_delay_ns().unwrap_or(0);
-    emit_run_delay(g, rq);
+    emit_run_delay(g, schedstat().unwrap_or_default());
 }
 
-/// Records a run-queue delay sample of `rq` ns (the kernel's figure, read
-/// just before) plus the thread's waits for the recorder, stamped now.
-fn emit_run_delay(g: &mut Guard, rq: u64) {
+/// Records a run-queue delay sample from `stat` (the kernel's figures,
+/// read just before: see [`schedstat`]) plus the thread's waits for the
+/// recorder, stamped now.
+fn emit_run_delay(g: &mut Guard, stat: Schedstat) {
     let waited = process::ticks_to_ns(g.st().waited);
+    let rq = stat.run_delay;
     g.st().last_rq = rq;
+    g.st().last_oncpu = stat.on_cpu;
     let ns = rq.saturating_add(waited);
     // Stamped after the system calls, not at `t`: returning from one is
     // where the kernel switches to another runnable thread, and a
@@ -232,7 +237,7 @@ fn emit_run_delay(g: &mut Guard, rq: u64) {
     // fixture were missed that way).
     let t = crate::tsc::now();
     g.st().cpu_t = t;
-    // A sample also restarts the gap that makes a release or a try take
+    // A sample also restarts the gap that makes a creation or a join take
     // one (`Guard::boundary_stamp`).
     g.st().last_t = t;
     let head = Head {
@@ -243,17 +248,31 @@ fn emit_run_delay(g: &mut Guard, rq: u64) {
     g.emit(head, Some((ns, 0)), &[]);
 }
 
-/// The calling thread's run-queue delay so far, ns: the second field of
-/// `/proc/thread-self/schedstat` (time spent runnable but waiting for a
-/// CPU). `None` when the kernel has no such file (built without
-/// scheduler statistics) or it cannot be read. Why not the thread's CPU
-/// time (`CLOCK_THREAD_CPUTIME_ID`, one vDSO-less system call): wall
-/// minus CPU time also counts the time a thread sleeps in a call
-/// lockscope does not hook (disk I/O, `poll`), which is not preemption.
-/// Cost: open, read, close, ~5-10 us in a VM, at most once per 500 us of
-/// the thread's lock calls (under 2 %) and typically once per 2 ms. All
-/// three calls are async-signal-safe; errno is kept.
+/// The calling thread's scheduler statistics so far (ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Schedstat {
+    /// Time on a CPU.
+    on_cpu: u64,
+    /// Time runnable but waiting for a CPU (the run-queue delay).
+    run_delay: u64,
+}
+
+/// The calling thread's run-queue delay so far, ns (see [`schedstat`]).
 fn run_delay_ns() -> Option<u64> {
+    schedstat().map(|s| s.run_delay)
+}
+
+/// The first two fields of `/proc/thread-self/schedstat`: time on a CPU
+/// and time runnable but waiting for one. `None` when the kernel has no
+/// such file (built without scheduler statistics) or it cannot be read.
+/// Why the run-queue delay and not the thread's CPU time alone
+/// (`CLOCK_THREAD_CPUTIME_ID`, one vDSO-less system call): wall minus CPU
+/// time also counts the time a thread sleeps in a call lockscope does not
+/// hook (disk I/O, `poll`), which is not preemption. Cost: open, read,
+/// close, ~1.5-10 us in a VM, at most once per 500 us of the thread's lock
+/// calls (under 2 %) and typically once per 2 ms. All three calls are
+/// async-signal-safe; errno is kept.
+fn schedstat() -> Option<Schedstat> {
     let mut buf = [0u8; 128];
     // SAFETY: a NUL-terminated path; `buf` is ours and `read` writes at
     // most its length; the descriptor is closed before returning; errno's
@@ -277,22 +296,25 @@ fn run_delay_ns() -> Option<u64> {
     if n <= 0 {
         return None;
     }
-    parse_run_delay(&buf[..n as usize])
+    parse_schedstat(&buf[..n as usize])
 }
 
-/// The second number of a `schedstat` line (`run_ns wait_ns slices`).
-fn parse_run_delay(text: &[u8]) -> Option<u64> {
+/// The first two numbers of a `schedstat` line (`run_ns wait_ns slices`).
+fn parse_schedstat(text: &[u8]) -> Option<Schedstat> {
     let mut fields = text
         .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    fields.next()?;
-    let f = fields.next()?;
-    if f.is_empty() || f.len() > 20 || !f.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    f.iter().try_fold(0u64, |acc, &d| {
-        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            if f.len() > 20 || !f.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            f.iter().try_fold(0u64, |acc, &d| {
+                acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+        });
+    let on_cpu = fields.next()??;
+    let run_delay = fields.next()??;
+    Some(Schedstat { on_cpu, run_delay })
 }
 
 /// Adds `ticks` of waiting for the recorder (a full ring) to the calling
@@ -554,26 +576,23 @@ impl Guard {
         due
     }
 
-    /// The stamp, read with `clock`, of a call that can end a long
-    /// segment: a release, a try-only acquisition, a thread creation (read
-    /// before it) or the start of a join. When the thread made no lock
-    /// call for [`process::delay_gap_ticks`] (500 us), or was never
-    /// sampled, a run-queue delay sample comes first (see
-    /// [`Guard::sample_run_delay`]) and the stamp is read after its system
-    /// calls. Only the gap counts here, not the period: a release is
-    /// usually inside or at the end of a critical section.
+    /// The stamp, read with `clock`, of a thread creation (read before
+    /// it) or the start of a join: when the thread made no lock call for
+    /// [`process::delay_gap_ticks`] (500 us), or was never sampled, a
+    /// run-queue delay sample comes first (see
+    /// [`Guard::sample_run_delay`]) and the stamp is read after its
+    /// system calls.
     ///
     /// Why: the replay puts a sample's growth on the segment that ends at
-    /// the sample. A thread preempted inside a critical section, or just
-    /// before a `trylock`, ended that long segment at the release or the
-    /// try, and the sample came only at its next blocking lock call, after
-    /// a segment of microseconds: the preemption (9.6 ms of one worker of
-    /// the mutex fixture on a loaded machine) was dropped, and the replay
-    /// ran 9 % short. The sample's system calls (~1.5 us) then fall inside
-    /// a section that has already lasted 500 us or more. A thread that
-    /// makes no lock call at all (a main thread that creates and joins)
-    /// was never sampled: its first creation or join now takes its first
-    /// sample.
+    /// the sample, and samples were taken only at lock calls: a thread
+    /// that makes no lock call (a main thread that only creates and joins
+    /// threads) was never sampled, and its preemptions were replayed as
+    /// work (the mutex fixture on a loaded machine replayed up to 18 %
+    /// short). Taking the same sample at releases and `trylock`s (a
+    /// preemption inside a critical section ends its segment there) was
+    /// tried and not kept: on `contended.c` it lowered the contended
+    /// fraction about fourfold at 8 threads on 2 CPUs, for reasons not
+    /// established.
     #[inline(always)]
     pub fn boundary_stamp(&mut self, clock: impl Fn() -> u64) -> u64 {
         let t = clock();
@@ -610,13 +629,22 @@ impl Guard {
 
     /// For a lock call that took longer than any uncontended one can
     /// although the lock looked free (`call_ticks`, its duration): true if
-    /// the thread spent most of it runnable without a CPU, i.e. it was
-    /// preempted inside the call rather than asleep waiting for the lock.
-    /// Then a run-queue delay sample is recorded now, so that the replay
-    /// counts the call's time as preempted work. False (and nothing
-    /// recorded) when the delay did not grow that much, or the kernel does
-    /// not keep it. One read of `/proc/thread-self/schedstat` (~1.5 us),
-    /// only on such slow calls.
+    /// the thread was preempted inside the call rather than asleep waiting
+    /// for the lock. Then a run-queue delay sample is recorded now, so that
+    /// the replay counts the call's time as preempted work. False (and
+    /// nothing recorded) otherwise, or when the kernel keeps no statistics
+    /// or the thread has no sample yet. One read of
+    /// `/proc/thread-self/schedstat` (~1.5 us), only on such slow calls.
+    ///
+    /// Preempted means both: its run-queue delay grew by at least half the
+    /// call, and since its last sample the thread slept (wall time less
+    /// time on a CPU less time waiting for one) less than an eighth of the
+    /// call. The second is what tells a wait apart: a thread that slept on
+    /// the futex and, once woken, waited for a CPU also shows a delay
+    /// grown by most of the call. With the first test alone, such waits
+    /// were taken for preemptions: on `contended.c` the contended fraction
+    /// fell from 5.3 % to 0.7 % at 8 threads on 2 CPUs (the counting shim:
+    /// 12 %).
     ///
     /// Why: a thread preempted just after its compare-and-swap took the
     /// lock holds it while off the CPU; another thread that queues
@@ -627,14 +655,23 @@ impl Guard {
     /// lock at once, lost that time (the mutex fixture under heavy load:
     /// one recording in six replayed 4-21 % short).
     pub fn preempted_in_call(&mut self, call_ticks: u64) -> bool {
-        let Some(rq) = run_delay_ns() else {
-            return false;
-        };
-        let grew = rq.saturating_sub(self.st().last_rq);
-        if grew.saturating_mul(2) < process::ticks_to_ns(call_ticks) {
+        let st = self.st();
+        if st.cpu_t == 0 {
             return false;
         }
-        emit_run_delay(self, rq);
+        let Some(stat) = schedstat() else {
+            return false;
+        };
+        let call_ns = process::ticks_to_ns(call_ticks);
+        let grew = stat.run_delay.saturating_sub(st.last_rq);
+        let wall = process::ticks_to_ns(crate::tsc::now().wrapping_sub(st.cpu_t));
+        let slept = wall
+            .saturating_sub(stat.on_cpu.saturating_sub(st.last_oncpu))
+            .saturating_sub(grew);
+        if grew.saturating_mul(2) < call_ns || slept.saturating_mul(8) >= call_ns {
+            return false;
+        }
+        emit_run_delay(self, stat);
         true
     }
 
@@ -1342,12 +1379,21 @@ mod tests {
 
     #[test]
     fn run_delay_is_the_second_schedstat_field() {
-        assert_eq!(parse_run_delay(b"1109500 2345 17\n"), Some(2345));
-        assert_eq!(parse_run_delay(b"0 0 1"), Some(0));
-        assert_eq!(parse_run_delay(b"12"), None);
-        assert_eq!(parse_run_delay(b"1 x 2"), None);
-        assert_eq!(parse_run_delay(b"1 99999999999999999999999 2"), None);
-        assert_eq!(parse_run_delay(b""), None);
+        let delay = |t: &[u8]| parse_schedstat(t).map(|s| s.run_delay);
+        assert_eq!(delay(b"1109500 2345 17\n"), Some(2345));
+        assert_eq!(delay(b"0 0 1"), Some(0));
+        assert_eq!(delay(b"12"), None);
+        assert_eq!(delay(b"1 x 2"), None);
+        assert_eq!(delay(b"1 99999999999999999999999 2"), None);
+        assert_eq!(delay(b""), None);
+        assert_eq!(
+            parse_schedstat(b"1109500 2345 17\n"),
+            Some(Schedstat {
+                on_cpu: 1109500,
+                run_delay: 2345
+            })
+        );
+        assert_eq!(parse_schedstat(b"x 2345 17"), None);
         // This kernel's own file, if it has one: a number.
         if std::path::Path::new("/proc/thread-self/schedstat").exists() {
             assert!(run_delay_ns().is_some());

@@ -103,16 +103,6 @@ fn issue9_the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
     preempted_worker_is_measured("between");
 }
 
-/// The same, with the worker's work inside its critical sections: a
-/// preemption then ends at a release, and the run-queue sample must be
-/// taken there (the next lock call's sample came after a segment of
-/// microseconds, and the preemption was dropped: the mutex fixture on a
-/// loaded machine replayed up to 21 % short in one recording of six).
-#[test]
-fn issue9_time_preempted_inside_critical_sections_is_measured() {
-    preempted_worker_is_measured("inside");
-}
-
 /// The same, with the worker preempted after its last lock call: the
 /// thread takes a run-queue sample at its exit (before, samples were
 /// taken only at lock calls, and a main thread preempted after joining

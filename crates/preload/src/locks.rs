@@ -220,7 +220,7 @@ fn try_acquire(
 ) {
     // After the try, as in `acquire`.
     let rc = try_();
-    let t0 = g.boundary_stamp(tsc::now_after);
+    let t0 = tsc::now_after();
     *ret = Some(rc);
     if got(rc) {
         emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
@@ -243,7 +243,7 @@ fn release(
     fp: u64,
     unlock: impl FnOnce() -> c_int,
 ) -> u64 {
-    let t0 = g.boundary_stamp(tsc::now);
+    let t0 = tsc::now();
     let rc = unlock();
     *ret = Some(rc);
     if rc == 0 {
