@@ -14,6 +14,13 @@
 //! - `libtsan`: the compiler's own ThreadSanitizer build, for comparison;
 //! - `coalesced`: lockset mode with `LOCKSCOPE_COALESCE=1` (runs of
 //!   identical accesses recorded once with a count);
+//! - `default`: detailed mode as a user gets it (coalescing on), the
+//!   figure issue 13's targets are about;
+//! - `floor`, for fixtures that have one (`spin/spinlocks.c` built with
+//!   `-DRECORD_FLOOR`): the plain build doing, after each atomic, only
+//!   what detailed mode cannot avoid (a fenced clock read and a 64-byte
+//!   event into a pre-faulted ring, no recorder threads): how far below
+//!   the design's own cost a target lies on this machine;
 //!
 //! - with `SLOWDOWN_BASELINE_LIB=path/to/liblockscope_tsan.a` (an older
 //!   build of this runtime), the same fixture linked with it and recorded
@@ -48,6 +55,8 @@ const RUNS: usize = 5;
 /// Paths under `tests/programs/`: the detailed fixtures, the hand-written
 /// spinlock fixture (every spin iteration is an atomic load) and a
 /// streaming fixture (repeated reads of a few locations).
+/// Fixtures with a `-DRECORD_FLOOR` variant (see the module doc).
+const WITH_FLOOR: &[&str] = &["spinlocks.c"];
 const FIXTURES: &[&str] = &[
     "detailed/ulcp_kinds.c",
     "detailed/pincs_fig1.c",
@@ -257,6 +266,18 @@ fn main() {
                     .env(if cpp { "LOCKSCOPE_CXX" } else { "LOCKSCOPE_CC" }, drv),
                 "lockscope cc",
             );
+            let floor = tmp.join("floor");
+            let have_floor = cfg!(target_arch = "x86_64") && WITH_FLOOR.contains(&f);
+            if have_floor {
+                build(
+                    Command::new(drv)
+                        .args(["-O2", "-g", "-pthread", "-DRECORD_FLOOR"])
+                        .arg(&src)
+                        .arg("-o")
+                        .arg(&floor),
+                    "floor build",
+                );
+            }
             let have_tsan = Command::new(drv)
                 .args(["-O2", "-g", "-pthread", "-fsanitize=thread"])
                 .arg(&src)
@@ -302,11 +323,11 @@ fn main() {
                 callgrind_line(&ls, &format!("{f} {label}"), &bins, &tmp);
                 continue;
             }
-            let mut losses = [(0u64, 0f64); 4];
+            let mut losses = [(0u64, 0f64); 5];
             let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
                 // Explicit either way: the default may change (issue 12).
-                let coalesce = matches!(slot, Some(2 | 3));
+                let coalesce = matches!(slot, Some(2..=4));
                 c.env("LOCKSCOPE_COALESCE", if coalesce { "1" } else { "0" });
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
@@ -324,7 +345,7 @@ fn main() {
                 c.env("FIXTURE_SCALE", &scale);
                 c
             };
-            let mut cols = [const { Vec::new() }; 10];
+            let mut cols = [const { Vec::new() }; 12];
             for _ in 0..runs {
                 if base_lib.is_some() {
                     cols[7].push(rec(&base, false, None));
@@ -336,6 +357,10 @@ fn main() {
                 cols[3].push(rec(&instr, true, Some(1)));
                 cols[4].push(time(run(&instr)));
                 cols[6].push(rec(&instr, true, Some(2)));
+                cols[10].push(rec(&instr, false, Some(4)));
+                if have_floor {
+                    cols[11].push(time(run(&floor)));
+                }
                 if base_lib.is_some() {
                     cols[9].push(rec(&base, true, Some(3)));
                 }
@@ -378,6 +403,26 @@ fn main() {
                 m[6],
                 m[6] / m[1]
             );
+            println!(
+                "{:<20} {:<6} default mode (detailed, coalescing on): {:.1}ms = {:.2}x timing, {:.2}x plain, lost {} ({:.1} MB)",
+                "",
+                "",
+                m[10],
+                m[10] / m[1],
+                m[10] / m[0],
+                losses[4].0,
+                losses[4].1
+            );
+            if have_floor {
+                println!(
+                    "{:<20} {:<6} floor (-DRECORD_FLOOR: fenced clock read + 64-byte event per atomic, no recorder): {:.1}ms = {:.2}x plain; default mode is {:.2}x the floor",
+                    "",
+                    "",
+                    m[11],
+                    m[11] / m[0],
+                    m[10] / m[11]
+                );
+            }
             if base_lib.is_some() {
                 println!(
                     "{:<20} {:<6} baseline runtime: detailed {:.1}ms = {:.2}x, lockset {:.1}ms = {:.2}x, \
