@@ -118,6 +118,9 @@ pub struct Producer {
     /// stay 0 then, so it is never low (and the all-zero TLS state is
     /// [`Producer::EMPTY`]).
     low_mark: u64,
+    /// An event is waiting in the header's deferred line
+    /// ([`Producer::defer`]).
+    deferred: bool,
 }
 
 impl Producer {
@@ -134,6 +137,7 @@ impl Producer {
         wait_full: false,
         headroom_skip: 0,
         low_mark: 0,
+        deferred: false,
     };
 
     /// True if this producer has a ring.
@@ -190,6 +194,7 @@ impl Producer {
                 wait_full: false,
                 headroom_skip: 0,
                 low_mark: cap - cap / 4,
+                deferred: false,
             })
         }
     }
@@ -237,6 +242,7 @@ impl Producer {
             wait_full: false,
             headroom_skip: 0,
             low_mark: cap - cap / 4,
+            deferred: false,
         })
     }
 
@@ -377,6 +383,72 @@ impl Producer {
             (*self.hdr).write.store(w, Ordering::Release);
         }
         true
+    }
+
+    /// Holds a one-slot event (no args, no frames: `head`'s are cleared)
+    /// back instead of publishing it: its slot goes to the header's
+    /// deferred line ([`RingHeader::deferred`]), which only this producer
+    /// writes and the consumer reads only after the program is gone, so
+    /// the store stays in this core's cache. Why: an acquisition is
+    /// recorded inside the critical section it opens, and a store to a
+    /// ring line the consumer has read must first take the line back from
+    /// the consumer's core; deferring it to the next event (the release,
+    /// recorded after the real unlock) keeps that out of the section.
+    /// Measured on `contended.c` (2 threads, 2 CPUs): the program's own
+    /// count of acquisitions that found the mutex taken was 5.4 % alone,
+    /// 1.4 % recorded with the acquisition written in the section, 3.8 %
+    /// with it written after.
+    ///
+    /// The caller publishes it before anything else this producer writes
+    /// ([`Producer::take_deferred`], then a push), so the ring keeps the
+    /// thread's order. Returns false (nothing deferred) without a ring or
+    /// while another event is deferred.
+    #[inline]
+    pub fn defer(&mut self, mut head: Head) -> bool {
+        if self.hdr.is_null() || self.deferred {
+            return false;
+        }
+        head.nframes = 0;
+        head.xflags &= !XF_ARGS;
+        let s = head.pack();
+        // SAFETY: attached; the header lives as long as the mapping. The
+        // slot words first, then the mark (Release): a consumer that sees
+        // the mark sees the slot.
+        unsafe {
+            let h = &*self.hdr;
+            for (d, v) in h.deferred.iter().zip(s.0) {
+                d.store(v, Ordering::Relaxed);
+            }
+            h.deferred_at.store(self.write + 1, Ordering::Release);
+        }
+        self.deferred = true;
+        true
+    }
+
+    /// True while an event is deferred ([`Producer::defer`]).
+    #[inline(always)]
+    pub fn has_deferred(&self) -> bool {
+        self.deferred
+    }
+
+    /// Takes the deferred event back, to push it (or to carry it to a
+    /// larger ring), and clears the header's mark so that the consumer
+    /// never publishes it too.
+    pub fn take_deferred(&mut self) -> Option<Head> {
+        if !self.deferred || self.hdr.is_null() {
+            return None;
+        }
+        self.deferred = false;
+        // SAFETY: attached.
+        unsafe {
+            let h = &*self.hdr;
+            let mut w = [0u64; 4];
+            for (d, v) in w.iter_mut().zip(&h.deferred) {
+                *d = v.load(Ordering::Relaxed);
+            }
+            h.deferred_at.store(0, Ordering::Relaxed);
+            Some(Head::from_slot(&Slot(w)))
+        }
     }
 
     /// Makes a full ring wait for the consumer instead of dropping events
@@ -740,6 +812,41 @@ impl Consumer {
     /// Events dropped by the producer so far.
     pub fn lost(&self) -> u64 {
         self.header().lost.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the event the producer deferred and never published
+    /// ([`Producer::defer`]): call only once its process is gone (the
+    /// recorder does, for every ring still open, after the last process
+    /// ended). `Some(true)`: published after the ring's last event;
+    /// `Some(false)`: no room, counted in the ring's `lost`; `None`:
+    /// nothing was deferred.
+    pub fn salvage_deferred(&mut self) -> Option<bool> {
+        let h = self.header();
+        let write = h.write.load(Ordering::Acquire);
+        if h.deferred_at.load(Ordering::Acquire) != write.wrapping_add(1) {
+            return None;
+        }
+        let mut w = [0u64; 4];
+        for (d, v) in w.iter_mut().zip(&h.deferred) {
+            *d = v.load(Ordering::Relaxed);
+        }
+        h.deferred_at.store(0, Ordering::Relaxed);
+        let read = h.read.load(Ordering::Relaxed);
+        if write.wrapping_sub(read) >= self.cap {
+            h.lost.fetch_add(1, Ordering::Relaxed);
+            return Some(false);
+        }
+        // SAFETY: the slot index is masked into the ring, which the
+        // mapping holds whole (validated at open); the producer is gone, so
+        // nothing else writes the slot or `write`.
+        unsafe {
+            let slots = self.base.add(HEADER_BYTES) as *mut Slot;
+            slots
+                .add((write & (self.cap - 1)) as usize)
+                .write_volatile(Slot(w));
+        }
+        h.write.store(write + 1, Ordering::Release);
+        Some(true)
     }
 
     /// Slots published but not yet consumed.
@@ -1115,6 +1222,65 @@ mod tests {
             }
         }
         assert_eq!(c.lost(), 0);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A deferred event: taken back it is the same event and the header
+    /// no longer offers it; left behind by a producer that is gone, the
+    /// consumer publishes it after the ring's last event, once; with the
+    /// ring full it is counted as lost, never silently dropped.
+    #[test]
+    fn a_deferred_event_is_taken_back_or_salvaged_once() {
+        let (path, base, len) = temp_ring(2);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        let ev = |tsc: u64| Head {
+            tsc,
+            addr: 0x40,
+            site: 9,
+            op: 3,
+            flags: 2,
+            aux: 7,
+            ..Head::default()
+        };
+        assert_eq!(c.salvage_deferred(), None, "nothing deferred yet");
+        assert!(p.push(ev(1), None, &[]));
+        assert!(p.defer(ev(2)));
+        assert!(p.has_deferred());
+        assert!(!p.defer(ev(3)), "one deferred event at a time");
+        let back = p.take_deferred().unwrap();
+        assert_eq!(
+            (back.tsc, back.addr, back.site, back.op, back.flags, back.aux),
+            (2, 0x40, 9, 3, 2, 7)
+        );
+        assert!(!p.has_deferred());
+        assert_eq!(
+            c.salvage_deferred(),
+            None,
+            "taken back: not the consumer's to publish"
+        );
+        assert!(p.push(back, None, &[]));
+        // Deferred and never published: the producer is gone.
+        assert!(p.defer(ev(3)));
+        assert_eq!(c.salvage_deferred(), Some(true));
+        assert_eq!(c.salvage_deferred(), None, "published once");
+        let mut got = Vec::new();
+        c.drain(|e| got.push(e.head.tsc));
+        assert_eq!(got, [1, 2, 3]);
+        std::fs::remove_file(path).unwrap();
+        // A full ring: counted as lost.
+        let (path, base, len) = temp_ring(4);
+        // SAFETY: as above.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        for i in 0..c.capacity() {
+            assert!(p.try_push(ev(10 + i), None, &[]));
+        }
+        assert!(p.defer(ev(99)));
+        assert_eq!(c.lost(), 0);
+        assert_eq!(c.salvage_deferred(), Some(false));
+        assert_eq!(c.lost(), 1);
         std::fs::remove_file(path).unwrap();
     }
 

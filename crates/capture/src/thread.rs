@@ -522,10 +522,37 @@ impl Guard {
     #[inline(always)]
     pub fn emit(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
         let st = self.st();
+        // A deferred event ([`Guard::defer`]) came first: it goes first.
+        if st.prod.has_deferred() {
+            flush_deferred(st);
+        }
         if st.prod.try_push(head, args, frames) {
             return true;
         }
         emit_full(st, head, args, frames)
+    }
+
+    /// [`Guard::emit`] for a one-slot event (no args, no call path) that
+    /// opens a critical section (an acquisition): it is held
+    /// back in the ring header and published with the thread's next event,
+    /// normally the release, which is recorded after the real unlock (see
+    /// `Producer::defer` for why and what it measured). The thread's order
+    /// is kept: every emit publishes a deferred event first. A thread
+    /// whose process ends before it records again leaves the event in its
+    /// ring header, and the recorder publishes it then
+    /// (`Consumer::salvage_deferred`): an acquisition whose holder blocks
+    /// in a call lockscope does not hook until the program is killed is
+    /// still in the trace.
+    #[inline(always)]
+    pub fn defer(&mut self, head: Head) -> bool {
+        let st = self.st();
+        if st.prod.has_deferred() {
+            flush_deferred(st);
+        }
+        if st.prod.defer(head) {
+            return true;
+        }
+        self.emit(head, None, &[])
     }
 
     /// The compact form of [`Guard::emit`]: one 32-byte slot, `arg` in
@@ -807,11 +834,27 @@ impl Guard {
     /// follow (destructors at thread exit); the recorder keeps draining.
     pub fn stamp_exit(&mut self, tsc: u64) {
         let st = self.st();
+        // The recorder may close the ring once it is stamped and empty.
+        if st.prod.has_deferred() {
+            flush_deferred(st);
+        }
         if st.prod.is_attached() {
             // SAFETY: attached.
             unsafe { st.prod.header() }
                 .end_tsc
                 .store(tsc, Ordering::Release);
+        }
+    }
+}
+
+/// Publishes the deferred event ([`Guard::defer`]) before anything else
+/// the thread records.
+#[cold]
+#[inline(never)]
+fn flush_deferred(st: &mut ThreadState) {
+    if let Some(h) = st.prod.take_deferred() {
+        if !st.prod.try_push(h, None, &[]) {
+            emit_full(st, h, None, &[]);
         }
     }
 }
@@ -908,7 +951,14 @@ fn grow(st: &mut ThreadState) -> bool {
         st.no_grow = 1;
         return false;
     };
+    // A deferred event follows every event of the old ring: it stays
+    // deferred, in the new ring's header (and off the old one's, which
+    // the recorder must not publish).
+    let carried = st.prod.take_deferred();
     let old = core::mem::replace(&mut st.prod, new);
+    if let Some(h) = carried {
+        st.prod.defer(h);
+    }
     st.seq += 1;
     // SAFETY: `old` is attached (RING_OK); nothing writes its slots after
     // this point, so the Release store publishes every event in it.

@@ -72,6 +72,32 @@ pub(crate) fn emit(
     }
 }
 
+/// [`emit`] for the acquisition that opens a critical section: held back
+/// and published with the thread's next event (the release, recorded
+/// after the real unlock), so that the section itself is not lengthened
+/// by the ring write (`Guard::defer` says why and what it measured).
+/// Emitted at once when it needs more than one slot (an argument over 32
+/// bits, or a call path under `--stacks all`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_opening(
+    g: &mut Guard,
+    op: Op,
+    flags: u8,
+    tsc: u64,
+    addr: u64,
+    site: u64,
+    fp: u64,
+    arg: u64,
+) {
+    if arg > u64::from(u32::MAX) || g.wants_path(false) {
+        emit(g, op, flags, tsc, addr, site, fp, arg, 0, false);
+        return;
+    }
+    let (head, _) = pack(op, flags, tsc, addr, site, arg, 0);
+    g.defer(head);
+}
+
 /// Emits an event with a call path the caller already has (`frames`, the
 /// site first): packed as [`emit`] packs its events.
 #[allow(clippy::too_many_arguments)]

@@ -22,7 +22,7 @@ use lockscope_capture::thread::{self, Guard};
 use lockscope_capture::{process, tsc};
 use lockscope_format::{phase, Op};
 
-use crate::common::{emit, errno, guarded, set_errno, tramp};
+use crate::common::{emit, emit_opening, errno, guarded, set_errno, tramp};
 use crate::real::real;
 
 real!(pub(crate) real_mutex_lock = "pthread_mutex_lock": fn(m: *mut pthread_mutex_t) -> c_int);
@@ -137,7 +137,16 @@ fn acquire(
     let contended = if waited_here { phase::CONTENDED } else { 0 };
     if got(rc) {
         let flags = phase::DONE | contended;
-        emit(g, op, flags, t, addr, site, fp, rc as u64, 0, waited_here);
+        // The acquisition opens a critical section: written after it (with
+        // the release) when it is one slot, which keeps the ring write out
+        // of the section (`Guard::defer`). A wait's call path can only be
+        // walked now, while the caller's frame is live: such an event is
+        // written at once.
+        if waited_here && g.wants_path(true) {
+            emit(g, op, flags, t, addr, site, fp, rc as u64, 0, true);
+        } else {
+            emit_opening(g, op, flags, t, addr, site, fp, rc as u64);
+        }
         g.acquired();
     } else {
         let flags = phase::FAIL | contended;
@@ -223,7 +232,7 @@ fn try_acquire(
     let t0 = tsc::now_after();
     *ret = Some(rc);
     if got(rc) {
-        emit(g, op, phase::DONE, t0, addr, site, fp, rc as u64, 0, false);
+        emit_opening(g, op, phase::DONE, t0, addr, site, fp, rc as u64);
         g.acquired();
     } else {
         emit(g, op, phase::FAIL, t0, addr, site, fp, rc as u64, 0, false);

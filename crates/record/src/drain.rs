@@ -1372,6 +1372,16 @@ impl Drainer {
     pub(crate) fn finish(&mut self, reaped: &HashMap<u32, (libc::c_int, u64)>) -> DrainTotals {
         self.refine_clock(true);
         self.discover(true);
+        // Every process is gone. A thread whose process ended while it
+        // was inside a critical section may have left the section's
+        // acquisition deferred in its ring header (`Guard::defer`: it is
+        // published with the thread's next event, which never came):
+        // published now, after the ring's last event, so the trace still
+        // says who held the lock (a hang ended by a kill, an exit with
+        // threads inside sections). No room: counted as lost by the ring.
+        for r in &mut self.rings {
+            let _ = r.c.salvage_deferred();
+        }
         self.drain_all();
         // A ring still open now belongs to a thread that never returned
         // nor called pthread_exit: it lived until its process ended (exit
