@@ -22,10 +22,14 @@
 //!
 //! A coalesced run (`LOCKSCOPE_COALESCE=1`: [`Op::AccessRepeat`] after
 //! the access it repeats) counts as that many more accesses: repeated
-//! reads change nothing; N repeated writes of the same bytes by the same
-//! context are N dead writes killed by that context (the repeats are
-//! folded only when the thread recorded nothing else in between; a read
-//! by another thread inside the run's time window is not seen).
+//! reads and failed compare-exchanges change nothing; N repeated writes of
+//! the same bytes by the same context are N dead writes killed by that
+//! context (the repeats are folded only when the thread recorded nothing
+//! else in between; a read by another thread inside the run's time window
+//! is not seen); N repeated exchanges that wrote the value they found are
+//! N more writes, none dead (each reads first; a plain store by another
+//! thread inside the run's window, which would kill one of them, is not
+//! seen).
 //!
 //! Accesses are read from the sync layer's steps ([`crate::sync`]). A
 //! trace recorded without `LOCKSCOPE_ALL_ACCESSES=1` holds only accesses
@@ -251,6 +255,15 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
                     }
                     last_write.insert(st.thread, (ci, lo, me));
                 }
+            } else if e.arg2 == 4 {
+                // Exchanges that wrote the value they found (a
+                // test-and-set spinning on a taken lock): each reads the
+                // bytes before writing them, so none of them is dead, but
+                // each is a write. Failed compare-exchanges (5, 6) only
+                // read.
+                let size = access_size(e.flags, 0).max(1);
+                writes += e.arg;
+                bytes_written += e.arg * size;
             }
             return;
         }
@@ -677,5 +690,39 @@ mod tests {
         assert_eq!(rep.dead_writes, 4);
         assert_eq!(rep.pairs[0].count, 3);
         assert_eq!(rep.dead_sites[0].count, 3, "{rep:#?}");
+    }
+
+    /// A test-and-set spin coalesced: an exchange that wrote the value it
+    /// found, then 5 more (kind 4), each reading before it writes: 6
+    /// writes, none dead; then a failed compare-exchange and 7 more
+    /// (kinds 5, 6: reads only). The store after them kills the last
+    /// exchange's write only if nothing read it: the failed
+    /// compare-exchanges did.
+    #[test]
+    fn coalesced_exchanges_are_writes_and_none_dead() {
+        let at = |time, op: Op, flags| Event {
+            time,
+            op: op as u8,
+            flags,
+            addr: 0x300,
+            site: 0xA,
+            ..Event::default()
+        };
+        let t = trace(vec![vec![
+            at(1, Op::AtomicExchange, 2),
+            repeat(2, 0x300, 4, 5, 4),
+            at(3, Op::AtomicCas, 2 | 0x40),
+            repeat(4, 0x300, 4, 7, 5),
+            w(5, 0x300, 4, 0xB),
+            at(6, Op::AtomicExchange, 2),
+            repeat(7, 0x300, 4, 2, 4),
+            w(8, 0x300, 4, 0xC), // kills the last exchange's write
+        ]]);
+        let mut d = Detailed::from_trace(&t, false);
+        let rep = analyze(&t, &mut d);
+        assert_eq!(rep.writes, 6 + 1 + 3 + 1, "{rep:#?}");
+        assert_eq!(rep.bytes_written, 4 * (6 + 1 + 3 + 1));
+        assert_eq!(rep.dead_writes, 1, "{rep:#?}");
+        assert_eq!(rep.dead_bytes, 4);
     }
 }

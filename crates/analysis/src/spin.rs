@@ -302,12 +302,16 @@ fn mem_op(thread: u32, idx: usize, e: &Event, values: bool) -> Option<(u64, MemO
 }
 
 /// The access kind an `AccessRepeat` repeats (its `arg2`: 1 plain read,
-/// 2 plain write, 3 atomic load; see docs/detailed.md).
+/// 2 plain write, 3 atomic load, 4 an exchange that wrote the value it
+/// found, 5 and 6 a failed strong and weak compare-exchange; see
+/// docs/detailed.md).
 fn repeated_op(e: &Event) -> Option<Op> {
     match e.arg2 {
         1 => Some(Op::Read),
         2 => Some(Op::Write),
         3 => Some(Op::AtomicLoad),
+        4 => Some(Op::AtomicExchange),
+        5 | 6 => Some(Op::AtomicCas),
         _ => None,
     }
 }
@@ -785,9 +789,10 @@ pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
     // other) plus plain accesses of the candidates.
     let mut ops: BTreeMap<u64, Vec<MemOp>> = BTreeMap::new();
     for (&tid, evs) in &t.events {
-        // The thread's last plain access or atomic load (the only
-        // operations the runtime coalesces), and where it went in `ops`:
-        // an `AccessRepeat` repeats it (any other access, atomic or
+        // The thread's last plain access, atomic load, exchange or
+        // compare-exchange (the operations the runtime coalesces when they
+        // repeat identically), and where it went in `ops`: an
+        // `AccessRepeat` repeats it (any other access, atomic or
         // synchronization call of the thread ends a run first).
         let mut last: Option<(u64, Op, Option<usize>)> = None;
         for (i, e) in evs.iter().enumerate() {
@@ -802,7 +807,10 @@ pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
                 }
                 continue;
             }
-            let repeatable = matches!(op, Some(Op::Read | Op::Write | Op::AtomicLoad));
+            let repeatable = matches!(
+                op,
+                Some(Op::Read | Op::Write | Op::AtomicLoad | Op::AtomicExchange | Op::AtomicCas)
+            );
             let plain = matches!(op, Some(Op::Read | Op::Write));
             if plain && !cands.contains(&e.addr) {
                 last = op.map(|o| (e.addr, o, None));

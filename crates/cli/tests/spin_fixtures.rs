@@ -521,3 +521,69 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
         }
     }
 }
+
+#[test]
+fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
+    // A test-and-set spinlock spins on the exchange itself: every busy
+    // attempt writes the 1 it finds. Such an exchange leaves the word as
+    // it was, so the runtime folds a run of them like busy loads (one
+    // exchange plus an `AccessRepeat` of kind 4) and `spin` counts each
+    // repeat as one more failed attempt. Exact against the program's own
+    // count with coalescing on (default) and off, gcc and clang.
+    use lockscope_format::{Op, Trace};
+    for c in compilers() {
+        let dir = Scratch::new("spin-coalesce-tas");
+        let bin = dir.path("held_spin");
+        build_instrumented(c, &spin_fixture("held_spin.c"), &bin);
+        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
+            let on = env.is_empty();
+            let trace = dir.path("t.lstrace");
+            let truth = truth_of(&record(&bin, &[Path::new("tas")], &trace, env));
+            let failed = num(&truth, "hlock failed_attempts");
+            // ROUNDS * SPINS failed exchanges at least (the handshake).
+            assert!(failed >= 2000, "{}: {truth:?}", c.label);
+            let t = Trace::open(&trace).unwrap();
+            let evs: Vec<_> = t.events.values().flatten().collect();
+            let xchg = evs
+                .iter()
+                .filter(|e| e.op == Op::AtomicExchange as u8)
+                .count() as u64;
+            let repeated: u64 = evs
+                .iter()
+                .filter(|e| e.op == Op::AccessRepeat as u8 && e.arg2 == 4)
+                .map(|e| e.arg)
+                .sum();
+            if on {
+                // Every failed exchange is either recorded or a repeat,
+                // and runs did form (how long depends on scheduling).
+                assert!(
+                    repeated > 0,
+                    "{}: nothing coalesced ({xchg} exchanges)",
+                    c.label
+                );
+                assert!(
+                    xchg < failed,
+                    "{}: {xchg} exchanges for {failed} failures",
+                    c.label
+                );
+            } else {
+                assert_eq!(repeated, 0, "{}", c.label);
+                assert!(
+                    xchg > failed,
+                    "{}: {xchg} exchanges for {failed} failures",
+                    c.label
+                );
+            }
+            let j = analysis_json("spin", &trace);
+            let l = lock(&j, "hlock");
+            assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
+            assert_eq!(
+                l["acquisitions"],
+                num(&truth, "hlock acquisitions"),
+                "{} coalesce {on}",
+                c.label
+            );
+            assert_eq!(l["failed_attempts"], failed, "{} coalesce {on}", c.label);
+        }
+    }
+}

@@ -206,6 +206,8 @@ pub fn export(
                     1 => Some(Op::Read),
                     2 => Some(Op::Write),
                     3 => Some(Op::AtomicLoad),
+                    4 => Some(Op::AtomicExchange),
+                    5 | 6 => Some(Op::AtomicCas),
                     _ => None,
                 };
                 match &last_row {
@@ -366,7 +368,7 @@ pub fn export(
                 );
                 last_ip = e.site;
             }
-            if op == Op::AtomicLoad {
+            if matches!(op, Op::AtomicLoad | Op::AtomicExchange | Op::AtomicCas) {
                 last_row = Some((e.addr, op, c, text.clone()));
             }
             rows.insert(

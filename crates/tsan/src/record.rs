@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use lockscope_capture::raw::{Head, MAX_FRAMES};
 use lockscope_format::Op;
 
+use crate::atomic::{CAS_FAILED, CAS_WEAK};
 use crate::{backend, config, tls};
 
 /// 0 = not decided yet, 1 = accesses inside critical sections only,
@@ -86,6 +87,14 @@ pub const RUN_READ: u64 = 1;
 pub const RUN_WRITE: u64 = 2;
 /// Kind code of an atomic load (its order in bits 4..8).
 pub const RUN_ATOMIC_LOAD: u64 = 3;
+/// Kind code of an atomic exchange that wrote the value it found (a
+/// test-and-set on a taken lock): the word did not change.
+pub const RUN_ATOMIC_XCHG: u64 = 4;
+/// Kind code of a failed strong compare-exchange (the word did not
+/// change).
+pub const RUN_ATOMIC_CAS_FAILED: u64 = 5;
+/// Kind code of a failed weak compare-exchange.
+pub const RUN_ATOMIC_CAS_FAILED_WEAK: u64 = 6;
 
 /// Tries to fold an access into the thread's current run: true if it is
 /// identical to the last one recorded (and counted as a repeat), false if
@@ -222,8 +231,29 @@ fn atomic_event_slow(
         // gcc may or HLE hints into the order (bits 16+); C11 orders are 0..=5.
         let order = (order & 0xffff).clamp(0, 5) as u8;
         if config::coalesce() {
-            if op == Op::AtomicLoad {
-                let key = (1u64 << log2_width) | (RUN_ATOMIC_LOAD | u64::from(order) << 4) << 32;
+            // The operations that leave the word as they found it repeat
+            // identically while a thread spins: a load of a taken lock
+            // (test-and-test-and-set), an exchange that writes the value
+            // already there (test-and-set: old == new), a failed
+            // compare-exchange. Each repeat is one more attempt that found
+            // the same value, which is all `spin` counts (docs/detailed.md).
+            // Anything that changes the word (a store, an exchange or
+            // compare-exchange that took the lock, a fetch-add) is a new
+            // value for every reader: never folded.
+            let kind = match op {
+                Op::AtomicLoad => RUN_ATOMIC_LOAD,
+                Op::AtomicExchange if old == new => RUN_ATOMIC_XCHG,
+                Op::AtomicCas if extra & CAS_FAILED != 0 => {
+                    if extra & CAS_WEAK != 0 {
+                        RUN_ATOMIC_CAS_FAILED_WEAK
+                    } else {
+                        RUN_ATOMIC_CAS_FAILED
+                    }
+                }
+                _ => 0,
+            };
+            if kind != 0 {
+                let key = (1u64 << log2_width) | (kind | u64::from(order) << 4) << 32;
                 if fold(t, addr, key, old, pc, backend::held()) {
                     return;
                 }

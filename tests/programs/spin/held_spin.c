@@ -10,11 +10,16 @@
  * and releases it. The count is cumulative (round r ends once the spinner
  * has seen it busy (r + 1) * SPINS times in all), so at least
  * ROUNDS * SPINS busy loads happen however the threads are scheduled.
+ *   held_spin       test-test-and-set, as above
+ *   held_spin tas   test-and-set: both threads spin on the exchange
+ *                   itself, so the spinner's busy attempts are exchanges
+ *                   that write the 1 they find (coalesced the same way)
  * stdout: hlock acquisitions N / hlock failed_attempts N. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../detailed/truth.h"
 
@@ -29,6 +34,7 @@ static pthread_barrier_t round_start;
 static volatile long held_round = -1;
 static volatile long seen_busy;
 static long failed_total;
+static int tas_mode;
 
 NOTSAN static void set_held(long r) { held_round = r; }
 NOTSAN static void wait_held(long r) {
@@ -46,11 +52,12 @@ static void release(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 static void *holder(void *arg) {
     (void)arg;
+    const int tas = tas_mode;
     for (long r = 0; r < ROUNDS; r++) {
         pthread_barrier_wait(&round_start);
         /* Test, then test-and-set, like the spinner (never busy here:
          * the spinner waits for set_held). */
-        while (__atomic_load_n(&hlock, __ATOMIC_RELAXED) ||
+        while ((!tas && __atomic_load_n(&hlock, __ATOMIC_RELAXED)) ||
                __atomic_exchange_n(&hlock, 1, __ATOMIC_ACQUIRE))
             sched_yield();
         hdata++;
@@ -65,10 +72,17 @@ static void *holder(void *arg) {
 static void *spinner(void *arg) {
     (void)arg;
     long f = 0;
+    /* Read once: no access of the loop but the lock word's. */
+    const int tas = tas_mode;
     for (long r = 0; r < ROUNDS; r++) {
         pthread_barrier_wait(&round_start);
         wait_held(r);
-        for (;;) {
+        while (tas && __atomic_exchange_n(&hlock, 1, __ATOMIC_ACQUIRE)) {
+            f++;
+            publish(f);
+            sched_yield();
+        }
+        for (; !tas;) {
             while (__atomic_load_n(&hlock, __ATOMIC_RELAXED)) {
                 f++;
                 publish(f);
@@ -86,7 +100,8 @@ static void *spinner(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tas_mode = argc > 1 && strcmp(argv[1], "tas") == 0;
     pthread_t a, b;
     pthread_barrier_init(&round_start, NULL, 2);
     pthread_create(&a, NULL, holder, NULL);
