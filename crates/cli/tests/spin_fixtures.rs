@@ -587,3 +587,35 @@ fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
         }
     }
 }
+
+#[test]
+fn issue13_a_test_and_set_lock_spinning_with_pause_is_counted_exactly() {
+    // tas_pause.c spins on the exchange with a pause, as hand-written
+    // spinlocks do: thousands of failed exchanges, most of them in runs
+    // the runtime coalesces. The answer is the program's own, exactly,
+    // with coalescing on (default) and off.
+    for c in compilers() {
+        let dir = Scratch::new("spin-tas-pause");
+        let bin = dir.path("tas_pause");
+        build_instrumented(c, &spin_fixture("tas_pause.c"), &bin);
+        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
+            let trace = dir.path("t.lstrace");
+            let truth = truth_of(&record(&bin, &[], &trace, env));
+            let j = analysis_json("spin", &trace);
+            let l = lock(&j, "tlock");
+            assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
+            assert_eq!(
+                l["acquisitions"],
+                num(&truth, "tlock acquisitions"),
+                "{} {env:?}",
+                c.label
+            );
+            assert_eq!(
+                l["failed_attempts"],
+                num(&truth, "tlock failed_attempts"),
+                "{} {env:?}",
+                c.label
+            );
+        }
+    }
+}

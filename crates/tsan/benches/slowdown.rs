@@ -53,7 +53,8 @@ use std::time::Instant;
 
 const RUNS: usize = 5;
 /// Paths under `tests/programs/`: the detailed fixtures, the hand-written
-/// spinlock fixture (every spin iteration is an atomic load) and a
+/// spinlock fixture (nothing but atomics), a test-and-set lock spinning
+/// on its exchange with a pause (most atomics are failed exchanges) and a
 /// streaming fixture (repeated reads of a few locations).
 /// Fixtures with a `-DRECORD_FLOOR` variant (see the module doc).
 const WITH_FLOOR: &[&str] = &["spinlocks.c"];
@@ -63,6 +64,7 @@ const FIXTURES: &[&str] = &[
     "detailed/racy_counter.c",
     "detailed/cxx_inventory.cpp",
     "spin/spinlocks.c",
+    "spin/tas_pause.c",
     "detailed/stream.c",
 ];
 
