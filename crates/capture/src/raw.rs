@@ -27,6 +27,16 @@ pub const XF_ARGS: u8 = 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Slot(pub [u64; 4]);
 
+/// The words of consecutive slots, in order: a call path's frames span
+/// the slots after the head (and args), four to a slot, and a consumer
+/// reads them in place instead of copying them out.
+pub fn slot_words(s: &[Slot]) -> &[u64] {
+    // SAFETY: `Slot` is `repr(C)` over `[u64; 4]`: 32 bytes, no padding,
+    // aligned for u64, so `s.len()` slots are `4 * s.len()` initialized
+    // u64s in order, borrowed for as long as `s`.
+    unsafe { core::slice::from_raw_parts(s.as_ptr().cast::<u64>(), s.len() * 4) }
+}
+
 /// The head slot of an event.
 #[repr(C, align(32))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -172,5 +182,16 @@ mod tests {
         };
         assert_eq!(h.pack(), h.to_slot());
         assert_eq!(Head::from_slot(&h.pack()), h);
+    }
+
+    /// The frames of a call path, read in place: the slots' words in
+    /// order, four to a slot (run under Miri by CI: the cast is the
+    /// crate's).
+    #[test]
+    fn slot_words_are_the_slots_words_in_order() {
+        let s = [Slot([1, 2, 3, 4]), Slot([5, 6, 7, 0])];
+        assert_eq!(slot_words(&s), &[1, 2, 3, 4, 5, 6, 7, 0]);
+        assert_eq!(slot_words(&s[1..]), &[5, 6, 7, 0]);
+        assert!(slot_words(&[]).is_empty());
     }
 }
