@@ -33,6 +33,16 @@ fn replay_json(trace: &Path, extra: &[&str]) -> (Value, String) {
 /// about 2 % long on a quiet machine but up to 13 % long was seen under
 /// heavy load (a thousand barrier rounds of wake-up storms on 2 CPUs), so
 /// it gets a looser bound; the figures are printed for the record.
+///
+/// The target is for a machine that lets the program run: a preemption
+/// inside a critical section is not measured (docs/replay.md), and the
+/// 8 ms rwlock fixture, recorded while other tests (or four spinning
+/// processes) shared its 2 CPUs, replayed 6-20 % short in about one run
+/// in ten, with every build since session 9 (session 10: 1 of 20 runs of
+/// session 9's build under four spinning processes, 3 of 18 of session
+/// 10's). So a fixture whose replay misses is recorded again, up to three
+/// times; a replay that is wrong, not unlucky, misses every time and
+/// fails. Every attempt's figure is printed.
 #[test]
 fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
     let mut figures = Vec::new();
@@ -44,9 +54,24 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
     ] {
         let dir = temp(&format!("replay-{name}"));
         let prog = build_c(name, &dir);
-        let run = record(&dir, &[], &prog, &[], b"");
-        assert!(run.trace_path.exists(), "{name}: {}", run.stderr);
-        let (j, a) = replay_json(&run.trace_path, &[]);
+        let mut misses = Vec::new();
+        let (run, j, a) = loop {
+            let run = record(&dir, &[], &prog, &[], b"");
+            assert!(run.trace_path.exists(), "{name}: {}", run.stderr);
+            let (j, a) = replay_json(&run.trace_path, &[]);
+            let rec = j["recorded_wall_ns"].as_u64().unwrap_or(0);
+            let rep = j["replayed_wall_ns"].as_u64().unwrap_or(0);
+            let err = rep as f64 / rec.max(1) as f64 - 1.0;
+            if err.abs() < tolerance || misses.len() == 2 {
+                break (run, j, a);
+            }
+            misses.push(format!("{:+.1} %", err * 100.0));
+        };
+        if !misses.is_empty() {
+            figures.push(format!(
+                "{name}: recorded again after replays off by {misses:?}"
+            ));
+        }
         let (_, b) = replay_json(&run.trace_path, &[]);
         assert_eq!(a, b, "{name}: two replays differ");
         assert_eq!(j["schema"], "lockscope.replay/1");
@@ -70,7 +95,7 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
         ));
         assert!(
             err.abs() < tolerance,
-            "{name}: replay off by {:.1} %: {j:#}",
+            "{name}: replay off by {:.1} % (the attempts before: {misses:?}): {j:#}",
             err * 100.0
         );
         // Every recorded thread has a replayed end within the wall.
