@@ -301,21 +301,6 @@ fn mem_op(thread: u32, idx: usize, e: &Event, values: bool) -> Option<(u64, MemO
     ))
 }
 
-/// The access kind an `AccessRepeat` repeats (its `arg2`: 1 plain read,
-/// 2 plain write, 3 atomic load, 4 an exchange that wrote the value it
-/// found, 5 and 6 a failed strong and weak compare-exchange; see
-/// docs/detailed.md).
-fn repeated_op(e: &Event) -> Option<Op> {
-    match e.arg2 {
-        1 => Some(Op::Read),
-        2 => Some(Op::Write),
-        3 => Some(Op::AtomicLoad),
-        4 => Some(Op::AtomicExchange),
-        5 | 6 => Some(Op::AtomicCas),
-        _ => None,
-    }
-}
-
 /// Outcome of the detection for one candidate.
 enum Verdict {
     Lock {
@@ -799,7 +784,7 @@ pub fn analyze_with(t: &Trace, d: &mut Detailed) -> SpinReport {
             let op = e.op();
             if op == Some(Op::AccessRepeat) {
                 if let Some((addr, kind, Some(pos))) = last {
-                    if addr == e.addr && repeated_op(e) == Some(kind) {
+                    if addr == e.addr && Op::repeated(e.arg2) == Some(kind) {
                         if let Some(m) = ops.get_mut(&addr).and_then(|v| v.get_mut(pos)) {
                             m.repeats = m.repeats.saturating_add(e.arg);
                         }

@@ -442,12 +442,8 @@ impl Producer {
         // SAFETY: attached.
         unsafe {
             let h = &*self.hdr;
-            let mut w = [0u64; 4];
-            for (d, v) in w.iter_mut().zip(&h.deferred) {
-                *d = v.load(Ordering::Relaxed);
-            }
             h.deferred_at.store(0, Ordering::Relaxed);
-            Some(Head::from_slot(&Slot(w)))
+            Some(Head::from_slot(&h.deferred_slot()))
         }
     }
 
@@ -826,10 +822,7 @@ impl Consumer {
         if h.deferred_at.load(Ordering::Acquire) != write.wrapping_add(1) {
             return None;
         }
-        let mut w = [0u64; 4];
-        for (d, v) in w.iter_mut().zip(&h.deferred) {
-            *d = v.load(Ordering::Relaxed);
-        }
+        let slot = h.deferred_slot();
         h.deferred_at.store(0, Ordering::Relaxed);
         let read = h.read.load(Ordering::Relaxed);
         if write.wrapping_sub(read) >= self.cap {
@@ -843,7 +836,7 @@ impl Consumer {
             let slots = self.base.add(HEADER_BYTES) as *mut Slot;
             slots
                 .add((write & (self.cap - 1)) as usize)
-                .write_volatile(Slot(w));
+                .write_volatile(slot);
         }
         h.write.store(write + 1, Ordering::Release);
         Some(true)

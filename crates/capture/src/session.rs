@@ -140,6 +140,17 @@ pub struct RingHeader {
     _gap7: [u64; 8],
 }
 
+impl RingHeader {
+    /// The deferred event's slot ([`RingHeader::deferred`]), as written.
+    pub fn deferred_slot(&self) -> crate::raw::Slot {
+        crate::raw::Slot(
+            self.deferred
+                .each_ref()
+                .map(|w| w.load(core::sync::atomic::Ordering::Relaxed)),
+        )
+    }
+}
+
 /// [`RingHeader::pool`]: owned by its thread (or by nobody yet).
 pub const POOL_OPEN: u32 = 0;
 /// [`RingHeader::pool`]: its thread was joined and the ring waits in the

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use detailed_support::*;
+use lockscope_format::{Event, Op, Trace};
 use serde_json::Value;
 
 fn spin_fixture(name: &str) -> PathBuf {
@@ -463,32 +464,57 @@ fn issue12_atomic_flag_release_is_ordered_in_every_recording() {
     }
 }
 
+/// Records `fixture` (with `args`), built by each compiler, with
+/// coalescing on (the default) and off (`LOCKSCOPE_COALESCE=0`), and
+/// calls `check` with the compiler, whether coalescing was on, the
+/// fixture's own truth, the trace's events and `lockscope spin --json`.
+fn record_both_ways(
+    name: &str,
+    fixture: &str,
+    args: &[&Path],
+    mut check: impl FnMut(&Compiler, bool, &BTreeMap<String, String>, &[&Event], &Value),
+) {
+    for c in compilers() {
+        let dir = Scratch::new(name);
+        let bin = dir.path(fixture.trim_end_matches(".c"));
+        build_instrumented(c, &spin_fixture(fixture), &bin);
+        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
+            let trace = dir.path("t.lstrace");
+            let truth = truth_of(&record(&bin, args, &trace, env));
+            let t = Trace::open(&trace).unwrap();
+            let evs: Vec<&Event> = t.events.values().flatten().collect();
+            let j = analysis_json("spin", &trace);
+            check(&c, env.is_empty(), &truth, &evs, &j);
+        }
+    }
+}
+
+/// Events of `op`, and the repeats `AccessRepeat` of `kind` add to them.
+fn count(evs: &[&Event], op: Op, kind: u64) -> (u64, u64) {
+    let n = evs.iter().filter(|e| e.op == op as u8).count() as u64;
+    let repeated = evs
+        .iter()
+        .filter(|e| e.op == Op::AccessRepeat as u8 && e.arg2 == kind)
+        .map(|e| e.arg)
+        .sum();
+    (n, repeated)
+}
+
 #[test]
 fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
     // Coalescing is on by default: a waiter's run of identical busy loads
     // is one load plus one `AccessRepeat`, and `spin` adds the count. The
     // program counts its own busy loads and failed exchanges; the answer
     // must be exact with coalescing on (default) and off.
-    use lockscope_format::{Op, Trace};
-    for c in compilers() {
-        let dir = Scratch::new("spin-coalesce");
-        let bin = dir.path("held_spin");
-        build_instrumented(c, &spin_fixture("held_spin.c"), &bin);
-        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
-            let on = env.is_empty();
-            let trace = dir.path("t.lstrace");
-            let truth = truth_of(&record(&bin, &[], &trace, env));
-            let failed = num(&truth, "hlock failed_attempts");
+    record_both_ways(
+        "spin-coalesce",
+        "held_spin.c",
+        &[],
+        |c, on, truth, evs, j| {
+            let failed = num(truth, "hlock failed_attempts");
             // ROUNDS * SPINS busy loads at least, by the fixture's handshake.
             assert!(failed >= 2000, "{}: {truth:?}", c.label);
-            let t = Trace::open(&trace).unwrap();
-            let evs: Vec<_> = t.events.values().flatten().collect();
-            let loads = evs.iter().filter(|e| e.op == Op::AtomicLoad as u8).count() as u64;
-            let repeated: u64 = evs
-                .iter()
-                .filter(|e| e.op == Op::AccessRepeat as u8 && e.arg2 == 3)
-                .map(|e| e.arg)
-                .sum();
+            let (loads, repeated) = count(evs, Op::AtomicLoad, 3);
             if on {
                 // How many loads a run compresses depends on how the
                 // threads were scheduled (a busy machine breaks runs into
@@ -502,12 +528,11 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
             } else {
                 assert_eq!(repeated, 0, "{}", c.label);
             }
-            let j = analysis_json("spin", &trace);
-            let l = lock(&j, "hlock");
+            let l = lock(j, "hlock");
             assert_eq!(l["kind"], "ttas", "{}: {l:#}", c.label);
             assert_eq!(
                 l["acquisitions"],
-                num(&truth, "hlock acquisitions"),
+                num(truth, "hlock acquisitions"),
                 "{} coalesce {on}",
                 c.label
             );
@@ -518,8 +543,8 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
                 "{}: {j:#}",
                 c.label
             );
-        }
-    }
+        },
+    );
 }
 
 #[test]
@@ -530,29 +555,16 @@ fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
     // exchange plus an `AccessRepeat` of kind 4) and `spin` counts each
     // repeat as one more failed attempt. Exact against the program's own
     // count with coalescing on (default) and off, gcc and clang.
-    use lockscope_format::{Op, Trace};
-    for c in compilers() {
-        let dir = Scratch::new("spin-coalesce-tas");
-        let bin = dir.path("held_spin");
-        build_instrumented(c, &spin_fixture("held_spin.c"), &bin);
-        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
-            let on = env.is_empty();
-            let trace = dir.path("t.lstrace");
-            let truth = truth_of(&record(&bin, &[Path::new("tas")], &trace, env));
-            let failed = num(&truth, "hlock failed_attempts");
+    let tas = [Path::new("tas")];
+    record_both_ways(
+        "spin-coalesce-tas",
+        "held_spin.c",
+        &tas,
+        |c, on, truth, evs, j| {
+            let failed = num(truth, "hlock failed_attempts");
             // ROUNDS * SPINS failed exchanges at least (the handshake).
             assert!(failed >= 2000, "{}: {truth:?}", c.label);
-            let t = Trace::open(&trace).unwrap();
-            let evs: Vec<_> = t.events.values().flatten().collect();
-            let xchg = evs
-                .iter()
-                .filter(|e| e.op == Op::AtomicExchange as u8)
-                .count() as u64;
-            let repeated: u64 = evs
-                .iter()
-                .filter(|e| e.op == Op::AccessRepeat as u8 && e.arg2 == 4)
-                .map(|e| e.arg)
-                .sum();
+            let (xchg, repeated) = count(evs, Op::AtomicExchange, 4);
             if on {
                 // Every failed exchange is either recorded or a repeat,
                 // and runs did form (how long depends on scheduling).
@@ -574,18 +586,17 @@ fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
                     c.label
                 );
             }
-            let j = analysis_json("spin", &trace);
-            let l = lock(&j, "hlock");
+            let l = lock(j, "hlock");
             assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
             assert_eq!(
                 l["acquisitions"],
-                num(&truth, "hlock acquisitions"),
+                num(truth, "hlock acquisitions"),
                 "{} coalesce {on}",
                 c.label
             );
             assert_eq!(l["failed_attempts"], failed, "{} coalesce {on}", c.label);
-        }
-    }
+        },
+    );
 }
 
 #[test]
@@ -594,28 +605,25 @@ fn issue13_a_test_and_set_lock_spinning_with_pause_is_counted_exactly() {
     // spinlocks do: thousands of failed exchanges, most of them in runs
     // the runtime coalesces. The answer is the program's own, exactly,
     // with coalescing on (default) and off.
-    for c in compilers() {
-        let dir = Scratch::new("spin-tas-pause");
-        let bin = dir.path("tas_pause");
-        build_instrumented(c, &spin_fixture("tas_pause.c"), &bin);
-        for env in [&[][..], &[("LOCKSCOPE_COALESCE", "0")][..]] {
-            let trace = dir.path("t.lstrace");
-            let truth = truth_of(&record(&bin, &[], &trace, env));
-            let j = analysis_json("spin", &trace);
-            let l = lock(&j, "tlock");
+    record_both_ways(
+        "spin-tas-pause",
+        "tas_pause.c",
+        &[],
+        |c, on, truth, _, j| {
+            let l = lock(j, "tlock");
             assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
             assert_eq!(
                 l["acquisitions"],
-                num(&truth, "tlock acquisitions"),
-                "{} {env:?}",
+                num(truth, "tlock acquisitions"),
+                "{} coalesce {on}",
                 c.label
             );
             assert_eq!(
                 l["failed_attempts"],
-                num(&truth, "tlock failed_attempts"),
-                "{} {env:?}",
+                num(truth, "tlock failed_attempts"),
+                "{} coalesce {on}",
                 c.label
             );
-        }
-    }
+        },
+    );
 }

@@ -262,6 +262,20 @@ impl Op {
     pub fn is_atomic(self) -> bool {
         (Op::AtomicLoad as u8..=Op::AtomicFence as u8).contains(&(self as u8))
     }
+    /// The operation an [`Op::AccessRepeat`] repeats, from its `arg2`
+    /// (docs/detailed.md): 1 plain read, 2 plain write, 3 atomic load, 4
+    /// an exchange that wrote the value it found, 5 and 6 a failed strong
+    /// and weak compare-exchange. `None` for any other code.
+    pub fn repeated(kind: u64) -> Option<Op> {
+        match kind {
+            1 => Some(Op::Read),
+            2 => Some(Op::Write),
+            3 => Some(Op::AtomicLoad),
+            4 => Some(Op::AtomicExchange),
+            5 | 6 => Some(Op::AtomicCas),
+            _ => None,
+        }
+    }
 }
 
 /// One event of one thread, as stored in a trace.

@@ -202,14 +202,7 @@ pub fn export(
                 // A hardware trace has every one: one row each, spread
                 // evenly from the first access to the last repeat (their
                 // own times were not recorded).
-                let kind = match e.arg2 {
-                    1 => Some(Op::Read),
-                    2 => Some(Op::Write),
-                    3 => Some(Op::AtomicLoad),
-                    4 => Some(Op::AtomicExchange),
-                    5 | 6 => Some(Op::AtomicCas),
-                    _ => None,
-                };
+                let kind = Op::repeated(e.arg2);
                 match &last_row {
                     Some((addr, op, c0, text)) if *addr == e.addr && kind == Some(*op) => {
                         let n = e.arg.min(MAX_REPEAT_ROWS);

@@ -72,12 +72,14 @@ pub(crate) fn emit(
     }
 }
 
-/// [`emit`] for the acquisition that opens a critical section: held back
-/// and published with the thread's next event (the release, recorded
-/// after the real unlock), so that the section itself is not lengthened
-/// by the ring write (`Guard::defer` says why and what it measured).
-/// Emitted at once when it needs more than one slot (an argument over 32
-/// bits, or a call path under `--stacks all`).
+/// [`emit`] for the acquisition that opens a critical section: a
+/// one-slot event (no args slot, no call path) is held back and published
+/// with the thread's next event (the release, recorded after the real
+/// unlock), so that the section itself is not lengthened by the ring
+/// write (`Guard::defer` says why and what it measured). An event that
+/// needs more (an argument over 32 bits, or a call path: a wait's can
+/// only be walked now, while the caller's frame is live) is written at
+/// once, as [`emit`] writes it.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn emit_opening(
@@ -89,13 +91,16 @@ pub(crate) fn emit_opening(
     site: u64,
     fp: u64,
     arg: u64,
+    blocked: bool,
 ) {
-    if arg > u64::from(u32::MAX) || g.wants_path(false) {
-        emit(g, op, flags, tsc, addr, site, fp, arg, 0, false);
-        return;
+    let (head, args) = pack(op, flags, tsc, addr, site, arg, 0);
+    if g.wants_path(blocked) {
+        emit_with_path(g, head, args, site, fp);
+    } else if args.is_some() {
+        g.emit(head, args, &[]);
+    } else {
+        g.defer(head);
     }
-    let (head, _) = pack(op, flags, tsc, addr, site, arg, 0);
-    g.defer(head);
 }
 
 /// Emits an event with a call path the caller already has (`frames`, the

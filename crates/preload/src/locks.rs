@@ -137,16 +137,8 @@ fn acquire(
     let contended = if waited_here { phase::CONTENDED } else { 0 };
     if got(rc) {
         let flags = phase::DONE | contended;
-        // The acquisition opens a critical section: written after it (with
-        // the release) when it is one slot, which keeps the ring write out
-        // of the section (`Guard::defer`). A wait's call path can only be
-        // walked now, while the caller's frame is live: such an event is
-        // written at once.
-        if waited_here && g.wants_path(true) {
-            emit(g, op, flags, t, addr, site, fp, rc as u64, 0, true);
-        } else {
-            emit_opening(g, op, flags, t, addr, site, fp, rc as u64);
-        }
+        // Opens a critical section: written after it when it can be.
+        emit_opening(g, op, flags, t, addr, site, fp, rc as u64, waited_here);
         g.acquired();
     } else {
         let flags = phase::FAIL | contended;
@@ -232,7 +224,7 @@ fn try_acquire(
     let t0 = tsc::now_after();
     *ret = Some(rc);
     if got(rc) {
-        emit_opening(g, op, phase::DONE, t0, addr, site, fp, rc as u64);
+        emit_opening(g, op, phase::DONE, t0, addr, site, fp, rc as u64, false);
         g.acquired();
     } else {
         emit(g, op, phase::FAIL, t0, addr, site, fp, rc as u64, 0, false);
