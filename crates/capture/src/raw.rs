@@ -4,7 +4,8 @@
 //! ```text
 //! head:  tsc u64 | addr u64 | site u64 | op u8 | flags u8 | nframes u8 | xflags u8 | aux u32
 //! ext:   if xflags & XF_ARGS:   arg u64 | arg2 u64 | 0 u64 | 0 u64
-//!        then if nframes > 0:    ceil(nframes / 4) slots of 4 return addresses each
+//!        then if nframes > 0 and not xflags & XF_PATH_TAIL:
+//!                                ceil(nframes / 4) slots of 4 return addresses each
 //! ```
 //!
 //! Why 32 bytes: a lock event needs a timestamp, the object and the call
@@ -21,6 +22,24 @@ pub const SLOT_BYTES: usize = 32;
 pub const MAX_FRAMES: usize = 64;
 /// `xflags` bit: an args slot follows the head.
 pub const XF_ARGS: u8 = 1;
+/// `xflags` bit: the event's call path is not in its slots. It is the
+/// head's `site` followed by frames `1..nframes` of the last call path
+/// written in full to the same ring (see [`LastPath`]).
+///
+/// Why: a thread's events come in runs from one function (a spin loop's
+/// load, exchange and store; a lock and its unlock; a loop over
+/// accesses), whose call paths differ only in the innermost frame, the
+/// call site, which the head carries anyway. Detailed mode stamps an
+/// atomic with its path: on a spinlock fixture an event was a head, an
+/// args slot and a frame slot (96 bytes) where 64 say the same, and a
+/// 32-frame path costs eight frame slots per event. Written only for
+/// call paths (ops below [`OP_THREAD_NAME`], whose "frames" are a
+/// payload), and only when the path's first frame is the site. The
+/// alternative, a path id chosen by the program, would need a table
+/// shared with the recorder (a lock or a hash insert on the hot path);
+/// this needs only the producer's copy of its last path, in its ring's
+/// header ([`crate::session::RingHeader::path`]).
+pub const XF_PATH_TAIL: u8 = 2;
 
 /// One 32-byte slot as written to the ring.
 #[repr(C, align(32))]
@@ -69,7 +88,12 @@ impl Head {
     /// Number of slots the whole event takes (head included).
     #[inline]
     pub fn slots(&self) -> usize {
-        1 + usize::from(self.xflags & XF_ARGS != 0) + usize::from(self.nframes).div_ceil(4)
+        let frames = if self.xflags & XF_PATH_TAIL != 0 {
+            0
+        } else {
+            usize::from(self.nframes).div_ceil(4)
+        };
+        1 + usize::from(self.xflags & XF_ARGS != 0) + frames
     }
     /// Reinterprets the head as a plain slot.
     #[inline]
@@ -113,7 +137,9 @@ pub struct RawEvent {
 impl RawEvent {
     /// Decodes one event from `slots` (which must hold at least
     /// `Head::slots()` entries, the head first). Returns `None` when the head
-    /// claims more slots than given (a torn or corrupt ring).
+    /// claims more slots than given (a torn or corrupt ring). An event
+    /// whose path is a [`XF_PATH_TAIL`] gets the site alone as its
+    /// path: [`RawEvent::decode_with`] resolves it.
     pub fn decode(slots: &[Slot]) -> Option<RawEvent> {
         let head = Head::from_slot(slots.first()?);
         if slots.len() < head.slots() || usize::from(head.nframes) > MAX_FRAMES {
@@ -127,13 +153,90 @@ impl RawEvent {
             i = 2;
         }
         let n = usize::from(head.nframes);
-        let frames = slots[i..].iter().flat_map(|s| s.0).take(n).collect();
+        let frames = if head.xflags & XF_PATH_TAIL != 0 {
+            (n > 0).then_some(head.site).into_iter().collect()
+        } else {
+            slots[i..].iter().flat_map(|s| s.0).take(n).collect()
+        };
         Some(RawEvent {
             head,
             arg,
             arg2,
             frames,
         })
+    }
+
+    /// [`RawEvent::decode`] for a consumer that reads a ring's events in
+    /// order: `last` is the ring's [`LastPath`], which resolves (and
+    /// learns from) call paths. A path that cannot be resolved (its full
+    /// copy was never seen) is left empty.
+    pub fn decode_with(slots: &[Slot], last: &mut LastPath) -> Option<RawEvent> {
+        let mut ev = RawEvent::decode(slots)?;
+        // A pseudo-op's "frames" are its payload, as `decode` gives them.
+        if ev.head.nframes > 0 && ev.head.op < OP_THREAD_NAME {
+            let start = 1 + usize::from(ev.head.xflags & XF_ARGS != 0);
+            let words = slot_words(&slots[start..]);
+            ev.frames = last
+                .resolve(&ev.head, words)
+                .map(<[u64]>::to_vec)
+                .unwrap_or_default();
+        }
+        Some(ev)
+    }
+}
+
+/// What a consumer of one ring remembers to resolve [`XF_PATH_TAIL`]
+/// paths: the last call path it read in full from that ring. One per
+/// ring and reader, fed every event of the ring in order; a new ring (a
+/// thread's larger one, or a recycled one after its hand-over event)
+/// starts with an empty one, as its producer's copy does.
+#[derive(Clone, Debug)]
+pub struct LastPath {
+    len: usize,
+    frames: [u64; MAX_FRAMES],
+}
+
+impl Default for LastPath {
+    fn default() -> LastPath {
+        LastPath {
+            len: 0,
+            frames: [0; MAX_FRAMES],
+        }
+    }
+}
+
+impl LastPath {
+    /// Forgets the path (after a gap in the events read: corruption, a
+    /// hand-over), so that a later [`XF_PATH_TAIL`] event is left without
+    /// a path rather than given a wrong one.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The call path of the event with head `head`, `words` being the
+    /// words after its head and args slot (its frames, when written in
+    /// full); `None` when the event has no call path (no frames, or a
+    /// pseudo-op whose frames are a payload) or its tail is unknown. A
+    /// path written in full is remembered.
+    #[inline]
+    pub fn resolve<'a>(&'a mut self, head: &Head, words: &'a [u64]) -> Option<&'a [u64]> {
+        let n = usize::from(head.nframes);
+        if n == 0 || n > MAX_FRAMES || head.op >= OP_THREAD_NAME {
+            return None;
+        }
+        if head.xflags & XF_PATH_TAIL != 0 {
+            if n > 1 && n > self.len {
+                return None;
+            }
+            // Frame 0 of the remembered path is never read as a tail:
+            // it becomes this event's site, and the path is lent in place.
+            self.frames[0] = head.site;
+            return Some(&self.frames[..n]);
+        }
+        let w = words.get(..n)?;
+        self.frames[..n].copy_from_slice(w);
+        self.len = n;
+        Some(w)
     }
 }
 
@@ -182,6 +285,65 @@ mod tests {
         };
         assert_eq!(h.pack(), h.to_slot());
         assert_eq!(Head::from_slot(&h.pack()), h);
+    }
+
+    /// A path written in full is remembered; a tail takes its frames
+    /// after the first and the event's own site; a tail of a path never
+    /// seen, and a pseudo-op's payload, are not paths.
+    #[test]
+    fn last_path_resolves_tails_from_the_last_full_path() {
+        let mut last = LastPath::default();
+        let head = |site, nframes, xflags, op| Head {
+            site,
+            nframes,
+            xflags,
+            op,
+            ..Head::default()
+        };
+        assert_eq!(
+            last.resolve(&head(1, 3, XF_PATH_TAIL, 1), &[]),
+            None,
+            "nothing seen yet"
+        );
+        assert_eq!(
+            last.resolve(&head(1, 1, XF_PATH_TAIL, 1), &[]),
+            Some(&[1u64][..])
+        );
+        let full = [7, 8, 9];
+        assert_eq!(last.resolve(&head(7, 3, 0, 1), &full), Some(&full[..]));
+        assert_eq!(
+            last.resolve(&head(5, 3, XF_PATH_TAIL, 1), &[]),
+            Some(&[5u64, 8, 9][..])
+        );
+        assert_eq!(
+            last.resolve(&head(6, 3, XF_PATH_TAIL | XF_ARGS, 1), &[]),
+            Some(&[6u64, 8, 9][..])
+        );
+        assert_eq!(
+            last.resolve(&head(6, 4, XF_PATH_TAIL, 1), &[]),
+            None,
+            "longer than the last"
+        );
+        assert_eq!(
+            last.resolve(&head(6, 2, 0, OP_CODE_NAME), &[1, 2]),
+            None,
+            "a payload"
+        );
+        assert_eq!(last.resolve(&head(6, 0, 0, 1), &[]), None, "no path");
+        assert_eq!(
+            last.resolve(&head(6, 2, 0, 1), &[1]),
+            None,
+            "frames missing"
+        );
+        last.clear();
+        assert_eq!(
+            last.resolve(&head(5, 3, XF_PATH_TAIL, 1), &[]),
+            None,
+            "cleared"
+        );
+        let h = head(5, 3, XF_PATH_TAIL | XF_ARGS, 1);
+        assert_eq!(h.slots(), 2, "a tail has no frame slots");
+        assert_eq!(head(5, 3, XF_ARGS, 1).slots(), 3);
     }
 
     /// The frames of a call path, read in place: the slots' words in

@@ -23,7 +23,10 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::raw::{Head, RawEvent, Slot, MAX_FRAMES, OP_RING_HANDOFF, SLOT_BYTES, XF_ARGS};
+use crate::raw::{
+    Head, LastPath, RawEvent, Slot, MAX_FRAMES, OP_RING_HANDOFF, OP_THREAD_NAME, SLOT_BYTES,
+    XF_ARGS, XF_PATH_TAIL,
+};
 use crate::session::{RingHeader, HEADER_BYTES, POOL_CLOSED, POOL_OPEN, POOL_POOLED, RING_MAGIC};
 
 /// Most pushes a producer drops after a failed reload of `read` before it
@@ -171,7 +174,9 @@ impl Producer {
             };
             let hdr = base as *mut RingHeader;
             // Plain writes: the consumer validates `magic` last (see below).
-            (*hdr).version = 1;
+            // Version 2: events may carry `XF_PATH_TAIL` (a version-1
+            // reader would count their slots wrong, and refuses the ring).
+            (*hdr).version = 2;
             (*hdr).slot_bytes = SLOT_BYTES as u32;
             (*hdr).capacity = cap;
             (*hdr).pid = id.pid;
@@ -258,6 +263,9 @@ impl Producer {
         }
         // SAFETY: attached (checked above): `hdr` is the live header.
         let h = unsafe { &*self.hdr };
+        // The previous owner's last path is not this thread's, and its
+        // reader starts with none (a new thread's state).
+        h.path_len.store(0, Ordering::Relaxed);
         let head = Head {
             tsc: id.start_tsc,
             addr: h.end_tsc.load(Ordering::Acquire),
@@ -334,6 +342,20 @@ impl Producer {
             head.xflags | XF_ARGS
         } else {
             head.xflags & !XF_ARGS
+        } & !XF_PATH_TAIL;
+        // A call path whose frames after the site are those of the last
+        // path written in full is not written again (`XF_PATH_TAIL`); a
+        // path written in full becomes the last one, once it is in the
+        // ring (a dropped event must not be referred to).
+        let mut learn = false;
+        let frames = if frames.is_empty() || head.op >= OP_THREAD_NAME {
+            frames
+        } else if frames[0] == head.site && (frames.len() == 1 || self.same_tail(frames)) {
+            head.xflags |= XF_PATH_TAIL;
+            &[]
+        } else {
+            learn = true;
+            frames
         };
         let n = head.slots() as u64;
         let cap = self.mask + 1;
@@ -382,7 +404,39 @@ impl Producer {
             self.write = w;
             (*self.hdr).write.store(w, Ordering::Release);
         }
+        if learn {
+            self.learn_path(frames);
+        }
         true
+    }
+
+    /// True if `frames` (not empty, at most [`MAX_FRAMES`]) has the length
+    /// of the last path written in full and the same frames after the
+    /// first. Producer-only header lines: no other core writes them.
+    #[inline(always)]
+    fn same_tail(&self, frames: &[u64]) -> bool {
+        // SAFETY: attached (the caller checked `hdr`): the header is live.
+        let h = unsafe { &*self.hdr };
+        if h.path_len.load(Ordering::Relaxed) != frames.len() as u64 {
+            return false;
+        }
+        // Innermost first: a path that changed usually changed there.
+        frames[1..]
+            .iter()
+            .zip(&h.path[1..])
+            .all(|(&f, p)| p.load(Ordering::Relaxed) == f)
+    }
+
+    /// Makes `frames` (at most [`MAX_FRAMES`]) the last path written in
+    /// full.
+    #[inline(always)]
+    fn learn_path(&mut self, frames: &[u64]) {
+        // SAFETY: attached (checked by the caller): the header is live.
+        let h = unsafe { &*self.hdr };
+        for (p, &f) in h.path.iter().zip(frames) {
+            p.store(f, Ordering::Relaxed);
+        }
+        h.path_len.store(frames.len() as u64, Ordering::Relaxed);
     }
 
     /// Holds a one-slot event (no args, no frames: `head`'s are cleared)
@@ -409,7 +463,7 @@ impl Producer {
             return false;
         }
         head.nframes = 0;
-        head.xflags &= !XF_ARGS;
+        head.xflags &= !(XF_ARGS | XF_PATH_TAIL);
         let s = head.pack();
         // SAFETY: attached; the header lives as long as the mapping. The
         // slot words first, then the mark (Release): a consumer that sees
@@ -710,6 +764,9 @@ pub struct Consumer {
     base: *mut u8,
     len: usize,
     cap: u64,
+    /// The last call path [`Consumer::drain`] read in full (boxed: 520
+    /// bytes that only `drain`'s users need).
+    last: Box<LastPath>,
 }
 
 // SAFETY: the consumer only touches the shared mapping through atomics and
@@ -771,6 +828,7 @@ impl Consumer {
             base: base as *mut u8,
             len,
             cap: 0,
+            last: Box::default(),
         };
         let h = c.header();
         // SAFETY: within the mapping.
@@ -779,7 +837,7 @@ impl Consumer {
             return Err(RingError::BadHeader("magic not yet written"));
         }
         core::sync::atomic::fence(Ordering::Acquire);
-        if h.version != 1 || h.slot_bytes as usize != SLOT_BYTES {
+        if !(1..=2).contains(&h.version) || h.slot_bytes as usize != SLOT_BYTES {
             return Err(RingError::BadHeader("unknown version or slot size"));
         }
         let cap = h.capacity;
@@ -855,7 +913,10 @@ impl Consumer {
     /// claims more slots than were published means a scribbled ring: the
     /// rest of the published region is skipped and counted as corrupt.
     pub fn drain(&mut self, mut f: impl FnMut(RawEvent)) -> (u64, u64) {
-        let h = self.header();
+        // SAFETY: as in `header`: the mapping is at least HEADER_BYTES
+        // long and lives as long as self. Not through `header()`, whose
+        // borrow of all of self would forbid updating `self.last` below.
+        let h = unsafe { &*(self.base as *const RingHeader) };
         let write = h.write.load(Ordering::Acquire);
         let mut read = h.read.load(Ordering::Relaxed);
         let mask = self.cap - 1;
@@ -877,13 +938,15 @@ impl Consumer {
             if head.nframes as usize > MAX_FRAMES || read + k > write {
                 corrupt += write - read;
                 read = write;
+                // The skipped events may hold the path the next ones refer to.
+                self.last.clear();
                 break;
             }
             for i in 0..k {
                 // SAFETY: masked index inside the ring; slot memory is plain data.
                 buf[i as usize] = unsafe { *slots.add(((read + i) & mask) as usize) };
             }
-            if let Some(ev) = RawEvent::decode(&buf[..k as usize]) {
+            if let Some(ev) = RawEvent::decode_with(&buf[..k as usize], &mut self.last) {
                 f(ev);
                 n += 1;
             }
@@ -1083,6 +1146,9 @@ impl Consumer {
         name[8..].copy_from_slice(&frames.0[1].to_le_bytes());
         h.read.store(read + k, Ordering::Release);
         wake_producer(h);
+        // What follows is the new owner's, whose producer starts with no
+        // last path (`Producer::hand_over`).
+        self.last.clear();
         Some(Handoff {
             tid: head.aux,
             parent_tid: args.0[0] as u32,
@@ -1394,6 +1460,130 @@ mod tests {
         assert_eq!(got, (0..30).collect::<Vec<_>>());
         assert_eq!(c.pending(), 0);
         std::fs::remove_file(path).unwrap();
+    }
+
+    /// Call paths that repeat after their site are written once
+    /// (`XF_PATH_TAIL`) and read back whole, in every case the producer
+    /// meets: a new site under the same tail, another tail, a path whose
+    /// first frame is not the site, a one-frame path, a pseudo-op whose
+    /// "frames" are a payload, args or none, and events dropped by a full
+    /// ring (a tail never refers to a path that was not written).
+    #[test]
+    fn a_repeated_path_is_written_once_and_read_back_whole() {
+        let (path, base, len) = temp_ring(4);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        let tails: [&[u64]; 4] = [
+            &[0xa, 0xb, 0xc],
+            &[0xa, 0xb],
+            &[0x1, 0x2, 0x3, 0x4, 0x5, 0x6],
+            &[],
+        ];
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        // What the producer last wrote in full, as the model sees it.
+        let mut last: Option<Vec<u64>> = None;
+        let (mut tail_events, mut slots_model) = (0u64, 0u64);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let site = 0x100 + x % 3;
+            let tail = tails[(x >> 8) as usize % if x.is_multiple_of(11) { 4 } else { 2 }];
+            let first = if x.is_multiple_of(13) { 0x999 } else { site };
+            let frames: Vec<u64> = core::iter::once(first)
+                .chain(tail.iter().copied())
+                .collect();
+            let op = if x.is_multiple_of(17) {
+                OP_THREAD_NAME
+            } else {
+                1
+            };
+            let args = x.is_multiple_of(5).then_some((i, !i));
+            let head = Head {
+                tsc: i,
+                site,
+                op,
+                ..Head::default()
+            };
+            // The room check before the push: a drop must leave `last`.
+            let fold = op < OP_THREAD_NAME
+                && first == site
+                && (frames.len() == 1
+                    || last
+                        .as_deref()
+                        .is_some_and(|l| l.len() == frames.len() && l[1..] == frames[1..]));
+            let k = 1
+                + u64::from(args.is_some())
+                + if fold {
+                    0
+                } else {
+                    frames.len().div_ceil(4) as u64
+                };
+            if p.push(head, args, &frames) {
+                want.push((i, frames.clone(), args));
+                slots_model += k;
+                if fold {
+                    tail_events += 1;
+                } else if op < OP_THREAD_NAME {
+                    last = Some(frames);
+                }
+            }
+            // Drained now and then: about one pass in three finds the
+            // 128-slot ring full.
+            if x.is_multiple_of(83) {
+                c.drain(|e| got.push(e));
+            }
+        }
+        c.drain(|e| got.push(e));
+        assert!(
+            c.lost() > 0,
+            "the ring never filled: the drop case was not met"
+        );
+        assert!(tail_events > 2_000, "only {tail_events} tails");
+        assert_eq!(published(&p), slots_model);
+        assert_eq!(got.len(), want.len());
+        for (e, (i, frames, args)) in got.iter().zip(&want) {
+            assert_eq!(e.head.tsc, *i);
+            assert_eq!(&e.frames, frames, "path of event {i}");
+            if let Some(a) = args {
+                assert_eq!((e.arg, e.arg2), *a);
+            }
+        }
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A recycled ring's new owner writes its first path in full: the
+    /// previous owner's last path is not its own, and the recorder reads
+    /// the new owner's events with no last path.
+    #[test]
+    fn a_new_owner_of_a_ring_writes_its_first_path_in_full() {
+        let (path, base, len) = temp_ring(4);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let head = Head {
+            site: 0x10,
+            op: 1,
+            ..Head::default()
+        };
+        let frames = [0x10, 0x20, 0x30];
+        assert!(p.push(head, None, &frames));
+        assert!(p.push(head, None, &frames));
+        assert_eq!(published(&p), 2 + 1, "the second path is its tail");
+        assert!(p.hand_over(&RingIdentity::default()));
+        let before = published(&p);
+        assert!(p.push(head, None, &frames));
+        assert_eq!(published(&p) - before, 2, "a head and its path in full");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Slots `p` has published (its header's `write`).
+    fn published(p: &Producer) -> u64 {
+        assert!(p.is_attached());
+        // SAFETY: attached (checked): the header lives as long as the
+        // mapping, which the test keeps.
+        unsafe { p.header() }.write.load(Ordering::Relaxed)
     }
 
     #[test]

@@ -135,9 +135,19 @@ pub struct RingHeader {
     pub deferred_at: AtomicU64,
     /// The deferred event's head slot, as four words.
     pub deferred: [AtomicU64; 4],
-    _pad6: [u64; 3],
+    /// Frames in [`RingHeader::path`] (0: none; producer only).
+    pub path_len: AtomicU64,
+    _pad6: [u64; 2],
     // ---- line 7: unused (line 6's pair) ----
     _gap7: [u64; 8],
+    // ---- lines 8-15: written and read by the producer only ----
+    /// The last call path the producer wrote in full to this ring: an
+    /// event whose path has the same frames after its site is written
+    /// without them ([`crate::raw::XF_PATH_TAIL`]). In the header, not
+    /// the thread's state: a new ring (a larger one, a recycled one
+    /// after its hand-over, which clears it) starts without one, as its
+    /// consumer does; and the thread's TLS block stays small.
+    pub path: [AtomicU64; crate::raw::MAX_FRAMES],
 }
 
 impl RingHeader {

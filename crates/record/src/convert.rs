@@ -37,7 +37,9 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockscope_capture::raw::{Head, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS};
+use lockscope_capture::raw::{
+    Head, LastPath, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS, XF_PATH_TAIL,
+};
 use lockscope_format::codec::Encoder;
 use lockscope_format::{
     phase, CodeName, Event, EventChunk, FormatError, LockInfo, Loss, LossReason, Op, ProcessEnd,
@@ -198,6 +200,18 @@ struct ThreadConv {
     tid: u32,
     enc: Encoder,
     data: Vec<u8>,
+    /// The thread's last call path written in full, which resolves the
+    /// paths written as a tail of it (`XF_PATH_TAIL`).
+    last_path: Box<LastPath>,
+    /// Ids of the paths met as tails of `last_path`: (site, frames, id);
+    /// frames 0 is an empty entry. A spin loop's or a lock pair's events
+    /// alternate between a few sites under one tail: each is looked up
+    /// here instead of hashing its frames again. Emptied when the last
+    /// path changes. Eight, replaced in turn: the spinlock fixture's loop
+    /// has five sites, and with four entries every lookup missed.
+    tails: [(u64, u8, u32); 8],
+    /// Entry of `tails` to replace next.
+    tails_next: u8,
 }
 
 /// Classification of op bytes, one table lookup per event instead of a
@@ -396,6 +410,42 @@ pub(crate) fn worker_loop(
     )))
 }
 
+/// The id of call path `frames` of `process`: from the worker's own
+/// cache, else from the shared table (another worker met it first), else
+/// a new one, whose record is sent under the tables' lock (see the module
+/// doc: order in the file).
+fn intern_path(
+    proc: &mut ProcConv,
+    tables: &Mutex<Tables>,
+    out: &SyncSender<Out>,
+    process: u32,
+    frames: &[u64],
+) -> Result<u32, FormatError> {
+    if let Some(&s) = proc.stacks.get(frames) {
+        return Ok(s);
+    }
+    let mut tb = lock(tables);
+    let tb = &mut *tb;
+    let known = tb.stacks.entry(process).or_default();
+    let s = match known.get(frames) {
+        Some(&s) => s,
+        None => {
+            let s = tb.next_stack;
+            tb.next_stack += 1;
+            known.insert(frames.to_vec(), s);
+            out.send(Out::Rec(Record::Stack(StackTrace {
+                id: s,
+                process,
+                frames: frames.to_vec(),
+            })))
+            .map_err(|_| gone())?;
+            s
+        }
+    };
+    proc.stacks.insert(frames.to_vec(), s);
+    Ok(s)
+}
+
 impl Worker {
     fn send(&self, o: Out) -> Result<(), FormatError> {
         self.out.send(o).map_err(|_| gone())
@@ -517,8 +567,11 @@ impl Worker {
             if usize::from(h.nframes) > MAX_FRAMES || i + k > slots.len() {
                 // A head claiming more slots than were published: the
                 // program scribbled on its ring. The rest is skipped and
-                // counted (the same rule as `Consumer::drain`).
+                // counted (the same rule as `Consumer::drain`), and so is
+                // the path later events may refer to.
                 t.corrupt += (slots.len() - i) as u64;
+                t.last_path.clear();
+                t.tails = Default::default();
                 break;
             }
             let (arg, arg2, fstart) = if h.xflags & XF_ARGS != 0 {
@@ -601,44 +654,40 @@ impl Worker {
                 continue;
             }
             let mut stack = 0;
-            if h.nframes > 0 {
+            let tail = h.xflags & XF_PATH_TAIL != 0;
+            let cached = if tail && h.nframes > 0 {
+                t.tails
+                    .iter()
+                    .find(|e| e.0 == h.site && e.1 == h.nframes)
+                    .map(|e| e.2)
+            } else {
+                None
+            };
+            if let Some(s) = cached {
+                stack = s;
+            } else if h.nframes > 0 {
                 // Looked up as a slice of the batch itself (a copy into a
                 // zeroed 64-frame buffer cost a 512-byte memset per
                 // event: a tenth of the converter's instructions in
-                // detailed mode); a `Vec` is made only for a path not seen
-                // before. The event's slots were checked to be there.
-                let n = usize::from(h.nframes);
+                // detailed mode), or of the last full path for a tail;
+                // a `Vec` is made only for a path not seen before. The
+                // event's slots were checked to be there.
                 let words = lockscope_capture::raw::slot_words(&slots[fstart..]);
-                let frames = &words[..n.min(words.len())];
-                stack = match proc.stacks.get(frames) {
-                    Some(&s) => s,
-                    None => {
-                        // New to this worker: the shared table has the id
-                        // if another worker met the path first. A new
-                        // path's record is sent under the lock (see the
-                        // module doc: order in the file).
-                        let mut tb = lock(tables);
-                        let tb = &mut *tb;
-                        let known = tb.stacks.entry(process).or_default();
-                        let s = match known.get(frames) {
-                            Some(&s) => s,
-                            None => {
-                                let s = tb.next_stack;
-                                tb.next_stack += 1;
-                                known.insert(frames.to_vec(), s);
-                                out.send(Out::Rec(Record::Stack(StackTrace {
-                                    id: s,
-                                    process,
-                                    frames: frames.to_vec(),
-                                })))
-                                .map_err(|_| gone())?;
-                                s
-                            }
-                        };
-                        proc.stacks.insert(frames.to_vec(), s);
-                        s
+                if !tail {
+                    t.tails = Default::default();
+                }
+                // None: a pseudo-op's payload (not here: handled above),
+                // or a tail of a path that was never read (the events
+                // before it were corrupt, and counted): the event is kept
+                // without a path rather than given a wrong one.
+                if let Some(frames) = t.last_path.resolve(&h, words) {
+                    stack = intern_path(proc, tables, out, process, frames)?;
+                    if tail {
+                        let at = usize::from(t.tails_next) % t.tails.len();
+                        t.tails[at] = (h.site, h.nframes, stack);
+                        t.tails_next = t.tails_next.wrapping_add(1);
                     }
-                };
+                }
             }
             let class = classes[h.op as usize];
             if class & C_SYNC != 0 {

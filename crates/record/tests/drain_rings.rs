@@ -873,3 +873,66 @@ fn wait_registered(p: &mut Producer, base: *mut u8) {
         h.read.load(Ordering::Acquire) >= h.write.load(Ordering::Acquire)
     });
 }
+
+/// Call paths written once and then as tails of the last one
+/// (`XF_PATH_TAIL`: six sites under three tails, in runs, the rings
+/// drained while written) reach the trace as whole paths, each event with
+/// the path it was pushed with.
+#[test]
+fn call_paths_written_as_tails_reach_the_trace_whole() {
+    let dir = temp_dir("tails");
+    let out = dir.with_extension("lstrace");
+    let pid = 4343;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog", "prog"]);
+    const N: u64 = 60_000;
+    // The first two tails have the same length: only their frames tell
+    // them apart.
+    let tails: [&[u64]; 3] = [&[0x402000, 0x403000], &[0x402100, 0x403100], &[]];
+    let path_of = |i: u64| -> Vec<u64> {
+        let site = 0x401000 + (i % 6) * 4;
+        let tail = tails[(i / 500 % 3) as usize];
+        std::iter::once(site).chain(tail.iter().copied()).collect()
+    };
+    run_drain(&dir, &out, || {
+        let (mut p, _) = make_ring(&dir, pid, 100, 0, 16);
+        for i in 0..N {
+            let frames = path_of(i);
+            let h = head(Op::AtomicLoad, 3, 0x10_0000 + i, frames[0]);
+            let args = i.is_multiple_of(2).then_some((i, i));
+            while !p.try_push(h, args, &frames) {
+                std::thread::yield_now();
+            }
+        }
+        ph.end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        // SAFETY: attached producer.
+        unsafe { p.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+    });
+    let t = Trace::open(&out).unwrap();
+    let stacks: std::collections::HashMap<u32, Vec<u64>> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some((s.id, s.frames.clone())),
+            _ => None,
+        })
+        .collect();
+    // 6 sites under the first two tails, and the 6 one-frame paths.
+    assert_eq!(stacks.len(), 18);
+    let events: Vec<_> = t
+        .events
+        .values()
+        .flatten()
+        .filter(|e| e.op == Op::AtomicLoad as u8)
+        .collect();
+    assert_eq!(events.len() as u64, N);
+    for (k, e) in events.iter().enumerate() {
+        let i = e.addr - 0x10_0000;
+        assert_eq!(i, k as u64, "events in order");
+        assert_eq!(stacks.get(&e.stack), Some(&path_of(i)), "path of event {i}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}

@@ -24,7 +24,7 @@
 //!
 //! - with `SLOWDOWN_BASELINE_LIB=path/to/liblockscope_tsan.a` (an older
 //!   build of this runtime), the same fixture linked with it and recorded
-//!   in detailed, lockset and coalesced mode in the same runs, so that a
+//!   in detailed, lockset, coalesced lockset and default mode in the same runs, so that a
 //!   change to the access path is measured before/after under the same
 //!   machine load (printed as a `baseline` line);
 //!
@@ -325,11 +325,11 @@ fn main() {
                 callgrind_line(&ls, &format!("{f} {label}"), &bins, &tmp);
                 continue;
             }
-            let mut losses = [(0u64, 0f64); 5];
+            let mut losses = [(0u64, 0f64); 6];
             let mut rec = |bin: &Path, all: bool, slot: Option<usize>| -> f64 {
                 let mut c = Command::new(&ls);
                 // Explicit either way: the default may change (issue 12).
-                let coalesce = matches!(slot, Some(2..=4));
+                let coalesce = matches!(slot, Some(2..=5));
                 c.env("LOCKSCOPE_COALESCE", if coalesce { "1" } else { "0" });
                 c.arg("record").arg("-o").arg(&trace).arg("--").arg(bin);
                 c.env("FIXTURE_SCALE", &scale);
@@ -347,7 +347,7 @@ fn main() {
                 c.env("FIXTURE_SCALE", &scale);
                 c
             };
-            let mut cols = [const { Vec::new() }; 12];
+            let mut cols = [const { Vec::new() }; 13];
             for _ in 0..runs {
                 if base_lib.is_some() {
                     cols[7].push(rec(&base, false, None));
@@ -365,6 +365,7 @@ fn main() {
                 }
                 if base_lib.is_some() {
                     cols[9].push(rec(&base, true, Some(3)));
+                    cols[12].push(rec(&base, false, Some(5)));
                 }
                 if have_tsan {
                     let mut c = run(&tsan);
@@ -428,7 +429,8 @@ fn main() {
             if base_lib.is_some() {
                 println!(
                     "{:<20} {:<6} baseline runtime: detailed {:.1}ms = {:.2}x, lockset {:.1}ms = {:.2}x, \
-                     coalesced {:.1}ms = {:.2}x timing (this build: {:.2}x, {:.2}x, {:.2}x)",
+                     coalesced {:.1}ms = {:.2}x, default mode {:.1}ms = {:.2}x timing \
+                     (this build: {:.2}x, {:.2}x, {:.2}x, {:.2}x)",
                     "",
                     "",
                     m[7],
@@ -437,9 +439,12 @@ fn main() {
                     m[8] / m[1],
                     m[9],
                     m[9] / m[1],
+                    m[12],
+                    m[12] / m[1],
                     m[2] / m[1],
                     m[3] / m[1],
-                    m[6] / m[1]
+                    m[6] / m[1],
+                    m[10] / m[1]
                 );
             }
         }
