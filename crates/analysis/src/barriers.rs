@@ -905,10 +905,20 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
             "  (no pthread_barrier_wait and no hand-made barrier in the trace)"
         )?;
     }
+    // Undecided (a default-mode trace): no redundancy counts at all. A
+    // "0 redundant (0%)" on every line read as "every barrier is needed"
+    // on PARSEC fluidanimate's trace, which the analysis did not find.
+    let redundant = |n: u64, f: f64, w: usize| {
+        if r.all_accesses {
+            format!(", {n:>w$} redundant ({:>3.0}%)", f * 100.0)
+        } else {
+            String::new()
+        }
+    };
     for b in &r.barriers {
         writeln!(
             out,
-            "\n{} ({}{}): {} instance(s), up to {} threads, {} waiting, {} redundant ({:.0}%)",
+            "\n{} ({}{}): {} instance(s), up to {} threads, {} waiting{}",
             b.barrier,
             b.address,
             if b.kind == "mutex+condvar" {
@@ -919,8 +929,7 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
             b.instances,
             b.participants,
             ms(b.wait_ns),
-            b.redundant,
-            b.redundant_fraction * 100.0
+            redundant(b.redundant, b.redundant_fraction, 0),
         )?;
         writeln!(out, "  by calling context of the barrier call:")?;
         for c in &b.contexts {
@@ -931,10 +940,9 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
             };
             writeln!(
                 out,
-                "    {:>5} instance(s), {:>5} redundant ({:>3.0}%), {} waiting  {}{}{}",
+                "    {:>5} instance(s){}, {} waiting  {}{}{}",
                 c.instances,
-                c.redundant,
-                c.redundant_fraction * 100.0,
+                redundant(c.redundant, c.redundant_fraction, 5),
                 ms(c.wait_ns),
                 c.site,
                 path,
@@ -1215,6 +1223,13 @@ mod tests {
         assert!(!r.all_accesses, "{r:#?}");
         assert_eq!((r.instances, r.redundant), (1, 0));
         assert_eq!(r.barriers[0].instance_list[0].redundant, None);
+        // The text says undecided, and gives no redundancy count that
+        // would read as "needed".
+        let mut text = Vec::new();
+        render_text(&r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("(redundancy undecided)"), "{text}");
+        assert!(!text.contains("redundant ("), "{text}");
         let dw = crate::deadwrites::analyze(&t, &mut d);
         assert!(!dw.all_accesses, "{dw:#?}");
     }

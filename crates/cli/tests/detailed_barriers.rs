@@ -143,3 +143,29 @@ fn issue13_hand_made_barrier_recognised_with_exact_instances() {
         );
     }
 }
+
+/// In a default-mode trace (accesses inside critical sections only)
+/// redundancy cannot be decided: `barriers` and `report` say so and give
+/// no redundancy count, which read as "every barrier is needed" on PARSEC
+/// fluidanimate's trace (session 11).
+#[test]
+fn barriers_in_a_default_mode_trace_say_undecided_not_zero_redundant() {
+    let c = compilers()[0];
+    let dir = Scratch::new("barriers_default");
+    let bin = dir.path("barrier_phases");
+    build_instrumented(c, &fixture("barrier_phases.c"), &bin);
+    let trace = dir.path("default.lstrace");
+    record(&bin, &[], &trace, &[]);
+    let j = analysis_json("barriers", &trace);
+    assert_eq!(j["instances"].as_u64(), Some(8), "{j:#}");
+    for sub in ["barriers", "report"] {
+        let text = analysis_text(sub, &trace);
+        assert!(text.contains("redundancy undecided"), "{sub}: {text}");
+        // No "N redundant": the note saying why may use the word.
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let counted = words
+            .windows(2)
+            .any(|w| w[0].parse::<u64>().is_ok() && w[1].starts_with("redundant"));
+        assert!(!counted, "{sub}: {text}");
+    }
+}

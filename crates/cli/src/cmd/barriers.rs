@@ -63,18 +63,23 @@ pub fn report_section(
             if b.all_accesses {
                 format!(", {} redundant", b.redundant)
             } else {
-                String::new()
+                ", redundancy undecided (needs LOCKSCOPE_ALL_ACCESSES=1)".to_string()
             },
             trace.display()
         );
         for x in &b.barriers {
+            // No count when undecided: "0 redundant" would read as "needed".
+            let redundant = if b.all_accesses {
+                format!(" {:>6} redundant", x.redundant)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "  {:<24} {:>6} instance(s) {:>10.3} ms waiting {:>6} redundant",
+                "  {:<24} {:>6} instance(s) {:>10.3} ms waiting{redundant}",
                 x.barrier,
                 x.instances,
                 x.wait_ns as f64 / 1e6,
-                x.redundant
             );
         }
         for a in barriers::advice(&b) {
