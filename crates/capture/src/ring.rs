@@ -961,6 +961,7 @@ impl Consumer {
             // The producer cannot get more than `cap` ahead: corrupt header.
             corrupt = write.wrapping_sub(read);
             read = write;
+            self.last.clear();
         }
         // Up to a pending hand-over only (see Consumer::take_handoff).
         let write = self.copy_limit(read, write);
@@ -1603,6 +1604,44 @@ mod tests {
                 assert_eq!((e.arg, e.arg2), *a);
             }
         }
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Events skipped as corrupt may hold the path a later tail refers
+    /// to: the reader forgets its last path and leaves such a tail
+    /// without one, never with the path before the gap.
+    #[test]
+    fn a_tail_after_corrupt_slots_gets_no_path_not_a_wrong_one() {
+        let (path, base, len) = temp_ring(4);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        let head = |site| Head {
+            site,
+            op: 1,
+            ..Head::default()
+        };
+        assert!(p.push(head(0xa), None, &[0xa, 1, 2]));
+        let mut got = Vec::new();
+        c.drain(|e| got.push(e.frames));
+        // Written in full (another tail), then scribbled on by the
+        // program: its head claims more frames than an event can have.
+        assert!(p.push(head(0xb), None, &[0xb, 3, 4]));
+        // SAFETY: slot 2 (after the first event's head and frame slot)
+        // lies inside the mapping's slot area; nothing else writes it now.
+        unsafe {
+            let slot = base.add(HEADER_BYTES + 2 * SLOT_BYTES) as *mut Slot;
+            let mut h = Head::from_slot(&*slot);
+            h.nframes = 200;
+            slot.write(h.pack());
+        }
+        let (_, corrupt) = c.drain(|e| got.push(e.frames));
+        assert!(corrupt > 0);
+        // The producer knows [0xb, 3, 4] as its last path: a tail.
+        assert!(p.push(head(0xc), None, &[0xc, 3, 4]));
+        assert_eq!(published(&p), 2 + 2 + 1);
+        c.drain(|e| got.push(e.frames));
+        assert_eq!(got, vec![vec![0xa, 1, 2], vec![]]);
         std::fs::remove_file(path).unwrap();
     }
 

@@ -559,6 +559,12 @@ impl Worker {
         let out = &self.out;
         let side = &mut self.side;
         t.corrupt += corrupt;
+        if corrupt > 0 {
+            // Slots the drain skipped may hold the path later events
+            // refer to: no path rather than a wrong one.
+            t.last_path.clear();
+            t.tails = Default::default();
+        }
         let before = t.enc.count();
         let mut i = 0usize;
         while i < slots.len() {
