@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::detailed::{hex, Detailed, Section};
+use crate::detailed::{hex, AccessSet, Detailed, Section};
 use crate::ulcp::{hits, intervals};
 
 /// JSON schema identifier.
@@ -119,14 +119,14 @@ pub struct OccReport {
 
 /// Locations and lines of one instance.
 struct Sets {
-    acc: BTreeMap<u64, u64>,
-    wr: BTreeMap<u64, u64>,
+    acc: AccessSet,
+    wr: AccessSet,
     wr_iv: Vec<(u64, u64)>,
     acc_lines: BTreeSet<u64>,
     wr_lines: BTreeSet<u64>,
 }
 
-fn lines(set: &BTreeMap<u64, u64>, line: u64) -> BTreeSet<u64> {
+fn lines(set: &AccessSet, line: u64) -> BTreeSet<u64> {
     let mut v = BTreeSet::new();
     for (&a, &s) in set {
         let last = a.saturating_add(s.max(1) - 1) / line;
@@ -140,9 +140,9 @@ fn lines(set: &BTreeMap<u64, u64>, line: u64) -> BTreeSet<u64> {
 fn sets(s: &Section, line: u64) -> Sets {
     let mut acc = s.reads.clone();
     for (&a, &sz) in &s.writes {
-        let v = acc.entry(a).or_insert(0);
-        *v = (*v).max(sz);
+        acc.add(a, sz);
     }
+    acc.seal();
     Sets {
         acc_lines: lines(&acc, line),
         wr_lines: lines(&s.writes, line),
@@ -153,7 +153,7 @@ fn sets(s: &Section, line: u64) -> Sets {
 }
 
 /// Locations of `a` that overlap the write intervals `wr_iv`.
-fn loc_intersection(a: &BTreeMap<u64, u64>, wr_iv: &[(u64, u64)]) -> usize {
+fn loc_intersection(a: &AccessSet, wr_iv: &[(u64, u64)]) -> usize {
     a.iter().filter(|(&x, &xs)| hits(wr_iv, x, xs)).count()
 }
 

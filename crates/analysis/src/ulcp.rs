@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::detailed::{hex, Detailed, Section};
+use crate::detailed::{hex, AccessSet, Detailed, Section};
 
 /// JSON schema identifier.
 pub const SCHEMA: &str = "lockscope.ulcp/1";
@@ -72,7 +72,7 @@ impl Kind {
 }
 
 /// Merged, sorted, disjoint byte intervals [start, end).
-pub(crate) fn intervals(set: &BTreeMap<u64, u64>) -> Vec<(u64, u64)> {
+pub(crate) fn intervals(set: &AccessSet) -> Vec<(u64, u64)> {
     let mut v: Vec<(u64, u64)> = Vec::with_capacity(set.len());
     for (&a, &s) in set {
         let e = a.saturating_add(s.max(1));
@@ -90,7 +90,7 @@ pub(crate) fn hits(iv: &[(u64, u64)], addr: u64, size: u64) -> bool {
     i > 0 && iv[i - 1].1 > addr
 }
 
-fn any_hit(set: &BTreeMap<u64, u64>, iv: &[(u64, u64)]) -> bool {
+fn any_hit(set: &AccessSet, iv: &[(u64, u64)]) -> bool {
     set.iter().any(|(&a, &s)| hits(iv, a, s))
 }
 
@@ -138,13 +138,13 @@ pub fn classify(a: &Section, b: &Section) -> Kind {
 /// conflicting ones for conflict/benign, the common reads for read-read
 /// (else all reads), the writes for disjoint-write.
 fn involved(a: &Section, b: &Section, kind: Kind) -> Vec<(u64, u64)> {
-    let pick = |x: &Section, set: &BTreeMap<u64, u64>, iv: &[(u64, u64)]| -> Vec<(u64, u64)> {
+    let pick = |x: &Section, set: &AccessSet, iv: &[(u64, u64)]| -> Vec<(u64, u64)> {
         set.iter()
             .filter(|(&a, &s)| hits(iv, a, s))
             .map(|(&a, _)| (a, x.released))
             .collect()
     };
-    let all = |x: &Section, set: &BTreeMap<u64, u64>| -> Vec<(u64, u64)> {
+    let all = |x: &Section, set: &AccessSet| -> Vec<(u64, u64)> {
         set.keys().map(|&a| (a, x.released)).collect()
     };
     let mut v: Vec<(u64, u64)> = match kind {

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::detailed::Detailed;
+use crate::detailed::{AccessSet, Detailed};
 use crate::input::Meta;
 use crate::replay::{effective_cpus, simulate, Program, Scenario, SimResult, UlcpFree};
 use crate::symbols::Symbolizer;
@@ -188,7 +188,7 @@ struct Word {
 }
 
 /// The 8-byte words an access set covers.
-fn word_span(set: &BTreeMap<u64, u64>) -> impl Iterator<Item = u64> + '_ {
+fn word_span(set: &AccessSet) -> impl Iterator<Item = u64> + '_ {
     set.iter().flat_map(|(&a, &s)| {
         let last = a.saturating_add(s.max(1) - 1) >> 3;
         (a >> 3)..=last
