@@ -45,16 +45,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 pub fn report_section(
     trace: &std::path::Path,
     t: &lockscope_format::Trace,
-    symbolize: bool,
+    d: &mut Detailed,
 ) -> String {
     use lockscope_analysis::deadwrites;
     use std::fmt::Write;
     if !util::is_detailed(t) {
         return String::new();
     }
-    let mut d = Detailed::from_trace(t, symbolize);
     let mut s = String::new();
-    let b = barriers::analyze(t, &mut d);
+    let b = barriers::analyze(t, d);
     if b.instances > 0 {
         let _ = writeln!(
             s,
@@ -86,7 +85,7 @@ pub fn report_section(
             let _ = writeln!(s, "  - {a}");
         }
     }
-    let w = deadwrites::analyze(t, &mut d);
+    let w = deadwrites::analyze(t, d);
     if w.all_accesses && w.dead_bytes > 0 {
         let _ = writeln!(
             s,

@@ -69,13 +69,13 @@ pub fn report_json(t: &lockscope_format::Trace, symbolize: bool) -> Option<spin:
 pub fn report_section(
     trace: &std::path::Path,
     t: &lockscope_format::Trace,
-    symbolize: bool,
+    d: &mut lockscope_analysis::detailed::Detailed,
 ) -> String {
     use std::fmt::Write;
     if !spin::has_candidates(t) {
         return String::new();
     }
-    let r = spin::analyze(t, symbolize);
+    let r = spin::analyze_with(t, d);
     if r.spinlocks.is_empty() {
         return String::new();
     }
