@@ -1645,6 +1645,71 @@ mod tests {
         std::fs::remove_file(path).unwrap();
     }
 
+    /// A program that scribbles on its ring cannot make the reader panic
+    /// or read outside the published slots: random words (heads with
+    /// random frame counts, args and path-tail flags among them) are
+    /// decoded or counted as corrupt, every published slot accounted for.
+    #[test]
+    fn random_slots_are_decoded_or_counted_never_a_panic() {
+        let (path, base, len) = temp_ring(4);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
+        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let mut c = Consumer::open(&path).unwrap();
+        let cap = c.capacity();
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2_000u64 {
+            let n = 1 + next() % (cap / 2);
+            let w = published(&p);
+            for k in 0..n {
+                let mut s = Slot([next(), next(), next(), next()]);
+                // Plausible heads often enough to reach the decoder:
+                // small frame counts, known flags.
+                if next() % 2 == 0 {
+                    let mut h = Head::from_slot(&s);
+                    h.nframes = (next() % 12) as u8;
+                    h.xflags = (next() % 4) as u8;
+                    h.op = (next() % 4) as u8;
+                    s = h.pack();
+                }
+                // SAFETY: a masked index inside the ring's slot area; the
+                // test is the only writer.
+                unsafe {
+                    let at = base.add(HEADER_BYTES + ((w + k) % cap) as usize * SLOT_BYTES);
+                    (at as *mut Slot).write(s);
+                }
+            }
+            // SAFETY: attached: the header is live.
+            unsafe { p.header() }.write.store(w + n, Ordering::Release);
+            p = if round % 2 == 0 {
+                let (events, corrupt) = c.drain(|e| assert!(e.frames.len() <= MAX_FRAMES));
+                assert!(
+                    events + corrupt <= n,
+                    "round {round}: {events} + {corrupt} > {n}"
+                );
+                // SAFETY: as above; the next round writes after what was read.
+                unsafe { Producer::resume(base) }.unwrap()
+            } else {
+                let mut v = Vec::new();
+                let (copied, corrupt) = c.copy_out(&mut v);
+                assert_eq!(copied + corrupt, n);
+                // SAFETY: as above.
+                unsafe { Producer::resume(base) }.unwrap()
+            };
+            assert_eq!(
+                c.pending(),
+                0,
+                "round {round}: everything published was consumed"
+            );
+        }
+        std::fs::remove_file(path).unwrap();
+    }
+
     /// A recycled ring's new owner writes its first path in full: the
     /// previous owner's last path is not its own, and the recorder reads
     /// the new owner's events with no last path.
