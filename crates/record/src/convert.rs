@@ -140,6 +140,37 @@ pub(crate) struct Tables {
     /// Names given to a thread whose ring the drain has not opened yet:
     /// (process, tid, time, name), written after its Thread record.
     pending_names: Vec<(u32, u32, u64, String)>,
+    /// End of each thread that has ended (trace id -> ns), so that a name
+    /// given to a reused tid after its previous owner ended does not go
+    /// to that owner (see [`name_target`]).
+    ended: FastMap<u32, u64>,
+    /// Workers that have finished: the last one writes the names still
+    /// parked (see `Msg::Finish` in [`worker_loop`]).
+    finished: usize,
+}
+
+/// Where a name given to OS thread `tid` of `process` at `ns` goes:
+/// `Some(Some(id))` to that trace thread, `Some(None)` to the next thread
+/// to get the tid (parked until its ring is opened), `None` nowhere
+/// known (no thread ever had the tid: parked too, if it can be).
+///
+/// The thread that had the tid at `ns`: the latest to start before it.
+/// Unless that one is known to have ended before `ns`: the tid was
+/// reused, and the name, given to the new thread just after its
+/// `pthread_create` and before its first stamp (which is its start),
+/// belongs to the next one: the first to start after `ns`, or the next
+/// to appear. A name set before any thread with the tid started goes to
+/// the oldest.
+fn name_target(tb: &Tables, process: u32, tid: u32, ns: u64) -> Option<Option<u32>> {
+    let v = tb.by_tid.get(&(process, tid))?;
+    let Some(i) = v.iter().rposition(|&(start, _)| start <= ns) else {
+        return Some(v.first().map(|&(_, id)| id));
+    };
+    let (_, id) = v[i];
+    match tb.ended.get(&id) {
+        Some(&end) if end < ns => Some(v.get(i + 1).map(|&(_, next)| next)),
+        _ => Some(Some(id)),
+    }
 }
 
 impl Tables {
@@ -150,6 +181,8 @@ impl Tables {
             locks: FastSet::default(),
             by_tid: FastMap::default(),
             pending_names: Vec::new(),
+            ended: FastMap::default(),
+            finished: 0,
         }
     }
 }
@@ -395,6 +428,7 @@ pub(crate) fn worker_loop(
             }
             Msg::Finish => {
                 c.flush_all()?;
+                c.names_never_claimed(workers)?;
                 let mut stats = Vec::new();
                 for (&process, p) in &c.procs {
                     for (&addr, &s) in &p.stats {
@@ -489,6 +523,33 @@ impl Worker {
                 }))?;
             } else {
                 i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// At the last worker's finish, when every thread has been
+    /// registered: a name parked for the next thread to get a reused tid
+    /// that no thread claimed goes to the thread that had the tid
+    /// before (the latest to start before the name), as it would have
+    /// without the reuse rule of [`name_target`]; a name for a tid no
+    /// thread ever had is dropped, as before.
+    fn names_never_claimed(&mut self, workers: usize) -> Result<(), FormatError> {
+        let mut tb = lock(&self.tables);
+        tb.finished += 1;
+        if tb.finished < workers {
+            return Ok(());
+        }
+        for (process, tid, time, name) in std::mem::take(&mut tb.pending_names) {
+            let target = tb.by_tid.get(&(process, tid)).and_then(|v| {
+                v.iter()
+                    .rev()
+                    .find(|&&(start, _)| start <= time)
+                    .or(v.first())
+                    .map(|&(_, id)| id)
+            });
+            if let Some(thread) = target {
+                self.write(Record::ThreadName(ThreadName { thread, time, name }))?;
             }
         }
         Ok(())
@@ -617,17 +678,7 @@ impl Worker {
                 // has written its Thread record already or will find the
                 // name when it does.
                 let mut tb = lock(tables);
-                // The thread that had the tid when the name was set: the
-                // latest to start before it (a name set just after
-                // pthread_create can precede the new thread's own start
-                // stamp: then the oldest).
-                let target = tb.by_tid.get(&(process, tid)).and_then(|v| {
-                    v.iter()
-                        .rev()
-                        .find(|&&(start, _)| start <= ns)
-                        .or(v.first())
-                        .map(|&(_, id)| id)
-                });
+                let target = name_target(&tb, process, tid, ns).flatten();
                 if let Some(target) = target {
                     out.send(Out::Rec(Record::ThreadName(ThreadName {
                         thread: target,
@@ -845,6 +896,7 @@ impl Worker {
         } else {
             t.last_ns
         };
+        lock(&self.tables).ended.insert(thread, end_ns);
         self.write(Record::ThreadEnd(ThreadEnd { thread, end_ns }))
     }
 }

@@ -936,3 +936,84 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
 }
+
+/// A name given to a thread just after its `pthread_create`, before its
+/// first stamp, when the kernel reused the tid of a thread that has
+/// ended: it goes to the new thread, not to the old one (the latest to
+/// start before the name, which it went to before).
+#[test]
+fn a_name_given_to_a_reused_tid_before_its_first_stamp_goes_to_the_new_thread() {
+    let dir = temp_dir("reused_tid_name");
+    let out = dir.with_extension("lstrace");
+    let pid = 4646;
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 2).unwrap());
+        let (mut main, _) = make_ring(&dir, pid, 400, 0, 64);
+        let (mut old, _) = make_ring(&dir, pid, 401, 400, 64);
+        for p in [&mut main, &mut old] {
+            assert!(p.push(
+                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+                None,
+                &[]
+            ));
+        }
+        // SAFETY: attached producer.
+        unsafe { old.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        let old_file = dir.join(ring_file_name(pid, 0, 401));
+        poll_until(
+            "the drain to close the ended thread",
+            DEFAULT_DEADLINE,
+            || !old_file.exists(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // main creates a thread that gets tid 401 again and names it
+        // before the new thread stamps its start.
+        let (h2, args) = name_event(401, "fresh");
+        assert!(main.push(h2, Some(args), &[]));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let (mut new, _) = make_ring(&dir, pid, 401, 400, 64);
+        assert!(new.push(
+            head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+            None,
+            &[]
+        ));
+        let now = lockscope_capture::tsc::now();
+        for p in [&new, &main] {
+            // SAFETY: attached producers.
+            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+        }
+        ph.end_tsc.store(now, Ordering::Release);
+        stop.store(true, Ordering::Release);
+        h.join().unwrap();
+    });
+    let t = Trace::open(&out).unwrap();
+    let mut with_tid: Vec<(u64, u32)> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(th) if th.tid == 401 => Some((th.start_ns, th.id)),
+            _ => None,
+        })
+        .collect();
+    with_tid.sort_unstable();
+    assert_eq!(with_tid.len(), 2, "{with_tid:?}");
+    let named: Vec<(u32, String)> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::ThreadName(n) => Some((n.thread, n.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        named,
+        vec![(with_tid[1].1, "fresh".to_string())],
+        "threads {with_tid:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}
