@@ -212,6 +212,11 @@ pub struct Barrier {
     /// `pthread_barrier`, or `mutex+condvar` for a recognised hand-made
     /// barrier.
     pub kind: &'static str,
+    /// False when whether an instance was redundant could not be
+    /// decided: accesses outside critical sections were not recorded, or
+    /// some crossings of this hand-made barrier cannot be seen (a note
+    /// says why); its `redundant` counts are then 0.
+    pub redundancy_decided: bool,
     /// Instances (rounds) seen.
     pub instances: u64,
     /// Most participants of an instance.
@@ -318,6 +323,10 @@ struct HandMade {
     mutexes: HashSet<(u32, u64)>,
     /// (process, condition variable) -> its mutex.
     conds: HashMap<(u32, u64), u64>,
+    /// (process, condition variable) -> why some of its crossings cannot
+    /// be seen: its instances are only those seen, and its redundancy is
+    /// left undecided.
+    uncertain: HashMap<(u32, u64), String>,
 }
 
 /// The call site of a barrier function's caller: the first frame of the
@@ -484,6 +493,35 @@ fn recognise_hand_made(t: &Trace, d: &mut Detailed) -> HandMade {
         }
         hm.mutexes.insert((cond.process, mutex));
         hm.conds.insert((cond.process, cond.addr), mutex);
+        // Crossings this model cannot see. A barrier that spins before it
+        // waits (PARSEC's `parsec_barrier` as shipped, ENABLE_SPIN_BARRIER)
+        // is mostly crossed without any wait: its broadcasts wake nobody,
+        // the instances seen are the few where a thread fell back to the
+        // condition variable, and the epochs between them are wrong (on
+        // streamcluster a barrier was "always redundant" while one thread
+        // wrote the total the other returned after it). With two
+        // participants a departure-phase broadcast that wakes a thread
+        // which came back early releases as many threads as an
+        // arrival's: the two cannot be told apart when the barrier has a
+        // departure phase at all (broadcasts that wake nobody).
+        let empty = c.releases.iter().filter(|r| r.released == 0).count();
+        if empty > 2 * instances.len() {
+            hm.uncertain.insert(
+                (cond.process, cond.addr),
+                format!(
+                    "{empty} of its broadcasts woke no thread, against {} instances seen: \
+                     threads cross it without waiting (a barrier that spins first)",
+                    instances.len()
+                ),
+            );
+        } else if full == 1 && empty > 0 {
+            hm.uncertain.insert(
+                (cond.process, cond.addr),
+                "two threads and a departure phase: a broadcast opening the next arrival \
+                 phase cannot be told from the last arriver's"
+                    .into(),
+            );
+        }
         for (round, (&k, left)) in instances.iter().zip(&departures).enumerate() {
             let round = round as u64;
             let (by, at, site, stack) = c.releases[k].by;
@@ -648,7 +686,8 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
     let mut site_names: HashMap<(u32, u64, u32), Named> = HashMap::new();
     for (&(process, addr, round), cs) in &rounds {
         total += 1;
-        let redundant = if outside {
+        let decided = outside && !hm.uncertain.contains_key(&(process, addr));
+        let redundant = if decided {
             let mut dep: Option<String> = None;
             'outer: for a in cs {
                 let before = epoch(a.thread, a.epoch);
@@ -748,6 +787,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
     }
 
     let mut barriers = Vec::new();
+    let mut notes = Vec::new();
     for ((process, addr), acc) in by_barrier {
         let mut contexts: Vec<ContextStat> = acc
             .contexts
@@ -801,8 +841,18 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             Some(&mutex) => (mutex, "mutex+condvar"),
             None => (addr, "pthread_barrier"),
         };
+        let uncertain = hm.uncertain.get(&(process, addr));
+        let barrier = d.object(process, name_addr, 0);
+        if let Some(why) = uncertain {
+            notes.push(format!(
+                "{barrier} ({}): {why}; its instances and waiting are only those seen, and \
+                 whether it was redundant is left undecided",
+                hex(name_addr)
+            ));
+        }
         barriers.push(Barrier {
-            barrier: d.object(process, name_addr, 0),
+            barrier,
+            redundancy_decided: outside && uncertain.is_none(),
             address: hex(name_addr),
             kind,
             instances: acc.instances,
@@ -816,7 +866,6 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         });
     }
     barriers.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.address.cmp(&b.address)));
-    let mut notes = Vec::new();
     if !outside && total > 0 {
         notes.push(
             "only accesses inside critical sections were recorded: whether a barrier was \
@@ -848,7 +897,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
 pub fn advice(r: &BarriersReport) -> Vec<String> {
     let mut out = Vec::new();
     for b in &r.barriers {
-        if r.all_accesses {
+        if r.all_accesses && b.redundancy_decided {
             for c in &b.contexts {
                 if c.instances > 0 && c.redundant == c.instances {
                     out.push(format!(
@@ -886,11 +935,26 @@ fn ms(ns: u64) -> String {
 
 /// Text rendering.
 pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    if r.all_accesses {
+    let undecided: u64 = r
+        .barriers
+        .iter()
+        .filter(|b| !b.redundancy_decided)
+        .map(|b| b.instances)
+        .sum();
+    if r.all_accesses && undecided == 0 {
         writeln!(
             out,
             "Barriers: {} instance(s), {} redundant (no dependence through memory across them)",
             r.instances, r.redundant
+        )?;
+    } else if r.all_accesses {
+        writeln!(
+            out,
+            "Barriers: {} instance(s), {} redundant of the {} decided (no dependence through \
+             memory across them; {undecided} undecided, see the notes)",
+            r.instances,
+            r.redundant,
+            r.instances - undecided
         )?;
     } else {
         writeln!(
@@ -908,17 +972,18 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
     // Undecided (a default-mode trace): no redundancy counts at all. A
     // "0 redundant (0%)" on every line read as "every barrier is needed"
     // on PARSEC fluidanimate's trace, which the analysis did not find.
-    let redundant = |n: u64, f: f64, w: usize| {
-        if r.all_accesses {
-            format!(", {n:>w$} redundant ({:>3.0}%)", f * 100.0)
-        } else {
-            String::new()
-        }
-    };
+    // The same for one barrier whose crossings cannot all be seen.
     for b in &r.barriers {
+        let redundant = |n: u64, f: f64, w: usize| {
+            if b.redundancy_decided {
+                format!(", {n:>w$} redundant ({:>3.0}%)", f * 100.0)
+            } else {
+                String::new()
+            }
+        };
         writeln!(
             out,
-            "\n{} ({}{}): {} instance(s), up to {} threads, {} waiting{}",
+            "\n{} ({}{}): {} instance(s), up to {} threads, {} waiting{}{}",
             b.barrier,
             b.address,
             if b.kind == "mutex+condvar" {
@@ -930,6 +995,11 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
             b.participants,
             ms(b.wait_ns),
             redundant(b.redundant, b.redundant_fraction, 0),
+            if r.all_accesses && !b.redundancy_decided {
+                ", redundancy undecided (see the note)"
+            } else {
+                ""
+            },
         )?;
         writeln!(out, "  by calling context of the barrier call:")?;
         for c in &b.contexts {
@@ -946,7 +1016,7 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
                 ms(c.wait_ns),
                 c.site,
                 path,
-                if r.all_accesses && c.redundant == c.instances {
+                if b.redundancy_decided && c.redundant == c.instances {
                     "  <- always redundant here: elide this call"
                 } else {
                     ""
@@ -1185,6 +1255,80 @@ mod tests {
             .find(|w| w.thread == 3)
             .unwrap();
         assert_eq!(w3.wait_ns, 17 + 39, "{:#?}", bar.instance_list[1]);
+    }
+
+    /// `hand_made` with more events: `t1` and `t2` are appended to the
+    /// first and second threads.
+    fn hand_made_with(t1: Vec<Event>, t2: Vec<Event>) -> Trace {
+        let mut threads: Vec<Vec<Event>> = hand_made(0x100, Op::CondBroadcast)
+            .events
+            .into_values()
+            .collect();
+        threads.sort_by_key(|v| v[0].time);
+        threads[0].extend(t1);
+        threads[1].extend(t2);
+        trace(threads)
+    }
+
+    /// A barrier that spins before it waits (PARSEC's, as shipped) is
+    /// mostly crossed with no wait at all: its broadcasts wake nobody and
+    /// the one instance seen cannot stand for the crossings. Its
+    /// redundancy is undecided, never "elide", with a note saying why.
+    #[test]
+    fn a_barrier_crossed_without_waiting_is_undecided_not_redundant() {
+        let b = |time| cond(time, Op::CondBroadcast, phase::DONE);
+        let t = hand_made_with(
+            vec![lock(80, M), b(81), unlock(82, M)],
+            vec![
+                lock(70, M),
+                b(71),
+                unlock(72, M),
+                lock(73, M),
+                b(74),
+                unlock(75, M),
+            ],
+        );
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert!(r.all_accesses);
+        let bar = &r.barriers[0];
+        assert_eq!((bar.instances, bar.redundant), (1, 0), "{r:#?}");
+        assert!(!bar.redundancy_decided, "{r:#?}");
+        assert_eq!(bar.instance_list[0].redundant, None);
+        assert!(
+            r.notes.iter().any(|n| n.contains("woke no thread")),
+            "{:?}",
+            r.notes
+        );
+        assert!(advice(&r).iter().all(|a| !a.starts_with("elide")));
+        let mut text = Vec::new();
+        render_text(&r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("redundancy undecided"), "{text}");
+        assert!(!text.contains("elide this call"), "{text}");
+    }
+
+    /// Two threads and a departure phase (the last to leave broadcasts
+    /// again): such a broadcast that wakes a thread which came back early
+    /// releases as many as the last arriver's. Undecided.
+    #[test]
+    fn a_two_thread_barrier_with_a_departure_phase_is_undecided() {
+        let b = |time| cond(time, Op::CondBroadcast, phase::DONE);
+        let t = hand_made_with(vec![lock(60, M), b(61), unlock(62, M)], vec![]);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        let bar = &r.barriers[0];
+        assert!(!bar.redundancy_decided, "{r:#?}");
+        assert!(
+            r.notes.iter().any(|n| n.contains("departure phase")),
+            "{:?}",
+            r.notes
+        );
+        // Without the departure broadcast it is decided (needed).
+        let t = hand_made(0x100, Op::CondBroadcast);
+        let mut d = Detailed::from_trace(&t, false);
+        let r = analyze(&t, &mut d);
+        assert!(r.barriers[0].redundancy_decided, "{r:#?}");
     }
 
     #[test]

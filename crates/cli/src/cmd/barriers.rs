@@ -68,8 +68,10 @@ pub fn report_section(
         );
         for x in &b.barriers {
             // No count when undecided: "0 redundant" would read as "needed".
-            let redundant = if b.all_accesses {
+            let redundant = if x.redundancy_decided {
                 format!(" {:>6} redundant", x.redundant)
+            } else if b.all_accesses {
+                " redundancy undecided".to_string()
             } else {
                 String::new()
             };
