@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 
-use lockscope_format::{Op, Trace};
+use lockscope_format::{repeat, Op, Trace};
 use serde::Serialize;
 
 use crate::detailed::Detailed;
@@ -227,8 +227,8 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
     for_each_trace_step(t, false, |st, interp| {
         let e = st.event;
         if st.kind == StepKind::Memory(Op::AccessRepeat) {
-            // Reads (1) and atomic loads (3) repeat a read: no change.
-            if e.arg2 == 2 {
+            // Repeated reads and atomic loads change nothing.
+            if e.arg2 == repeat::WRITE {
                 let size = access_size(e.flags, 0).max(1);
                 if let Some(&(ci, lo, w)) = last_write.get(&st.thread) {
                     // The first repeat kills the recorded write; each
@@ -255,7 +255,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
                     }
                     last_write.insert(st.thread, (ci, lo, me));
                 }
-            } else if e.arg2 == 4 {
+            } else if e.arg2 == repeat::XCHG_UNCHANGED {
                 // Exchanges that wrote the value they found (a
                 // test-and-set spinning on a taken lock): each reads the
                 // bytes before writing them, so none of them is dead, but

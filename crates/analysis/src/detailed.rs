@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use lockscope_format::{Event, Op, Record, Trace};
+use lockscope_format::{repeat, Event, Op, Record, Trace};
 
 use crate::hb::{Clock, HbClocks};
 use crate::symbols::Symbolizer;
@@ -552,14 +552,16 @@ impl Detailed {
                 });
             }
             // A coalesced run (`AccessRepeat`, on by default): `arg` more
-            // of the plain access before it (kind 1 read, 2 write; 3 is an
-            // atomic load, not a plain access). The sets do not change;
+            // of the plain access before it (a repeated atomic is not a
+            // plain access). The sets do not change;
             // the access counts do. A run never spans a lock operation,
             // so the open sections are the first access's.
-            StepKind::Memory(Op::AccessRepeat) if matches!(e.arg2, 1 | 2) => {
+            StepKind::Memory(Op::AccessRepeat)
+                if matches!(Op::repeated(e.arg2), Some(Op::Read | Op::Write)) =>
+            {
                 for o in &sc.open {
                     let s = &mut self.sections[o.idx];
-                    if e.arg2 == 2 {
+                    if e.arg2 == repeat::WRITE {
                         s.wrops += e.arg;
                     } else {
                         s.rdops += e.arg;

@@ -1244,6 +1244,16 @@ impl Drop for Consumer {
 mod tests {
     use super::*;
 
+    /// A fresh ring of `kib` KiB with its producer: the file, its mapping
+    /// (never unmapped: it outlives the producer) and the producer.
+    fn fresh_ring(kib: u64) -> (std::path::PathBuf, *mut u8, Producer) {
+        let (path, base, len) = temp_ring(kib);
+        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes
+        // (temp_ring) that is never unmapped.
+        let p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        (path, base, p)
+    }
+
     fn temp_ring(kib: u64) -> (std::path::PathBuf, *mut u8, usize) {
         use std::os::unix::io::AsRawFd;
         let path = std::env::temp_dir().join(format!(
@@ -1325,9 +1335,7 @@ mod tests {
     /// ring full it is counted as lost, never silently dropped.
     #[test]
     fn a_deferred_event_is_taken_back_or_salvaged_once() {
-        let (path, base, len) = temp_ring(2);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(2);
         let mut c = Consumer::open(&path).unwrap();
         let ev = |tsc: u64| Head {
             tsc,
@@ -1380,9 +1388,7 @@ mod tests {
         assert_eq!(got, [want(1), want(2), want(4), want(3)]);
         std::fs::remove_file(path).unwrap();
         // A full ring: counted as lost.
-        let (path, base, len) = temp_ring(4);
-        // SAFETY: as above.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(4);
         let mut c = Consumer::open(&path).unwrap();
         for i in 0..c.capacity() {
             assert!(p.try_push(ev(10 + i), None, &[]));
@@ -1398,9 +1404,7 @@ mod tests {
 
     #[test]
     fn copy_out_across_the_wrap_matches_drain() {
-        let (path, base, len) = temp_ring(2);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(2);
         let mut c = Consumer::open(&path).unwrap();
         let mut slots = Vec::new();
         let mut next = 0u64;
@@ -1482,9 +1486,7 @@ mod tests {
 
     #[test]
     fn copy_out_to_a_short_buffer_cuts_at_an_event_boundary() {
-        let (path, base, len) = temp_ring(64);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(64);
         let mut c = Consumer::open(&path).unwrap();
         // Events of 1, 2 and 3 slots (0, 4 and 8 frames).
         for i in 0..30u64 {
@@ -1523,9 +1525,7 @@ mod tests {
     /// ring (a tail never refers to a path that was not written).
     #[test]
     fn a_repeated_path_is_written_once_and_read_back_whole() {
-        let (path, base, len) = temp_ring(4);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(4);
         let mut c = Consumer::open(&path).unwrap();
         let tails: [&[u64]; 4] = [
             &[0xa, 0xb, 0xc],
@@ -1612,9 +1612,7 @@ mod tests {
     /// without one, never with the path before the gap.
     #[test]
     fn a_tail_after_corrupt_slots_gets_no_path_not_a_wrong_one() {
-        let (path, base, len) = temp_ring(4);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, base, mut p) = fresh_ring(4);
         let mut c = Consumer::open(&path).unwrap();
         let head = |site| Head {
             site,
@@ -1651,9 +1649,7 @@ mod tests {
     /// decoded or counted as corrupt, every published slot accounted for.
     #[test]
     fn random_slots_are_decoded_or_counted_never_a_panic() {
-        let (path, base, len) = temp_ring(4);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, base, mut p) = fresh_ring(4);
         let mut c = Consumer::open(&path).unwrap();
         let cap = c.capacity();
         let mut x = 0x853c_49e6_748f_ea9bu64;
@@ -1715,9 +1711,7 @@ mod tests {
     /// the new owner's events with no last path.
     #[test]
     fn a_new_owner_of_a_ring_writes_its_first_path_in_full() {
-        let (path, base, len) = temp_ring(4);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(4);
         let head = Head {
             site: 0x10,
             op: 1,
@@ -1744,9 +1738,7 @@ mod tests {
 
     #[test]
     fn full_ring_drops_and_counts_never_blocks() {
-        let (path, base, len) = temp_ring(2);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(2);
         let cap = capacity_for_kib(2);
         let mut ok = 0;
         for i in 0..cap + 10 {
@@ -1775,9 +1767,7 @@ mod tests {
 
     #[test]
     fn long_overflow_backs_off_counts_every_drop_and_recovers() {
-        let (path, base, len) = temp_ring(2);
-        // SAFETY: `base` is a fresh, zero-filled mapping of `len` bytes (temp_ring) that outlives `p`.
-        let mut p = unsafe { Producer::init(base, len, &RingIdentity::default()) }.unwrap();
+        let (path, _, mut p) = fresh_ring(2);
         let cap = capacity_for_kib(2);
         let mut failed = 0u64;
         for _ in 0..cap + 100_000 {

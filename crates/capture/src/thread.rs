@@ -523,9 +523,7 @@ impl Guard {
     pub fn emit(&mut self, head: Head, args: Option<(u64, u64)>, frames: &[u64]) -> bool {
         let st = self.st();
         // A deferred event ([`Guard::defer`]) came first: it goes first.
-        if st.prod.has_deferred() && !st.prod.publish_deferred() {
-            flush_deferred(st);
-        }
+        publish_deferred(st);
         if st.prod.try_push(head, args, frames) {
             return true;
         }
@@ -546,9 +544,7 @@ impl Guard {
     #[inline(always)]
     pub fn defer(&mut self, head: Head) -> bool {
         let st = self.st();
-        if st.prod.has_deferred() && !st.prod.publish_deferred() {
-            flush_deferred(st);
-        }
+        publish_deferred(st);
         if st.prod.defer(head) {
             return true;
         }
@@ -835,9 +831,7 @@ impl Guard {
     pub fn stamp_exit(&mut self, tsc: u64) {
         let st = self.st();
         // The recorder may close the ring once it is stamped and empty.
-        if st.prod.has_deferred() && !st.prod.publish_deferred() {
-            flush_deferred(st);
-        }
+        publish_deferred(st);
         if st.prod.is_attached() {
             // SAFETY: attached.
             unsafe { st.prod.header() }
@@ -847,10 +841,18 @@ impl Guard {
     }
 }
 
-/// Publishes the deferred event ([`Guard::defer`]) before anything else
-/// the thread records, when [`Producer::publish_deferred`] (inlined at
-/// each caller: the common case, a copy of one slot) found no room: the
-/// ring grows, or the thread waits, as for any event.
+/// Publishes the deferred event ([`Guard::defer`]), if any, before
+/// anything else the thread records. Inlined at each caller: the common
+/// case is one test, or a copy of one slot ([`Producer::publish_deferred`]).
+#[inline(always)]
+fn publish_deferred(st: &mut ThreadState) {
+    if st.prod.has_deferred() && !st.prod.publish_deferred() {
+        flush_deferred(st);
+    }
+}
+
+/// [`publish_deferred`] when the ring had no room for the slot: the ring
+/// grows, or the thread waits, as for any event.
 #[cold]
 #[inline(never)]
 fn flush_deferred(st: &mut ThreadState) {

@@ -8,7 +8,7 @@ mod detailed_support;
 use std::process::Command;
 
 use detailed_support::*;
-use lockscope_format::{Event, Op, Record, Trace};
+use lockscope_format::{Event, Op, Trace};
 
 const FIXTURES: &[&str] = &[
     "ulcp_kinds.c",
@@ -134,14 +134,7 @@ fn runtime_records_atomics_heap_blocks_and_release_values() {
         assert_eq!((st[0].flags & 7, st[0].arg, st[0].arg2), (1, 0, 300), "{l}");
         // Atomics carry their call path (the shadow stack), whose first
         // frame is the site.
-        let stacks: std::collections::HashMap<u32, Vec<u64>> = t
-            .records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Stack(s) => Some((s.id, s.frames.clone())),
-                _ => None,
-            })
-            .collect();
+        let stacks = t.call_paths();
         let path = &stacks[&adds[0].stack];
         assert_eq!(path[0], adds[0].site, "{l}");
 

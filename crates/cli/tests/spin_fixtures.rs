@@ -489,6 +489,32 @@ fn record_both_ways(
     }
 }
 
+/// Spinlock `name` is found as a `kind` lock with exactly the program's
+/// own counts (`<name> acquisitions`, `<name> failed_attempts`).
+fn exact_counts(
+    c: &Compiler,
+    on: bool,
+    truth: &BTreeMap<String, String>,
+    j: &Value,
+    name: &str,
+    kind: &str,
+) {
+    let l = lock(j, name);
+    assert_eq!(l["kind"], kind, "{}: {l:#}", c.label);
+    assert_eq!(
+        l["acquisitions"],
+        num(truth, &format!("{name} acquisitions")),
+        "{} coalesce {on}",
+        c.label
+    );
+    assert_eq!(
+        l["failed_attempts"],
+        num(truth, &format!("{name} failed_attempts")),
+        "{} coalesce {on}",
+        c.label
+    );
+}
+
 /// Events of `op`, and the repeats `AccessRepeat` of `kind` add to them.
 fn count(evs: &[&Event], op: Op, kind: u64) -> (u64, u64) {
     let n = evs.iter().filter(|e| e.op == op as u8).count() as u64;
@@ -528,15 +554,7 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
             } else {
                 assert_eq!(repeated, 0, "{}", c.label);
             }
-            let l = lock(j, "hlock");
-            assert_eq!(l["kind"], "ttas", "{}: {l:#}", c.label);
-            assert_eq!(
-                l["acquisitions"],
-                num(truth, "hlock acquisitions"),
-                "{} coalesce {on}",
-                c.label
-            );
-            assert_eq!(l["failed_attempts"], failed, "{} coalesce {on}", c.label);
+            exact_counts(c, on, truth, j, "hlock", "ttas");
             assert_eq!(
                 j["rejected"].as_array().unwrap().len(),
                 0,
@@ -586,15 +604,7 @@ fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
                     c.label
                 );
             }
-            let l = lock(j, "hlock");
-            assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
-            assert_eq!(
-                l["acquisitions"],
-                num(truth, "hlock acquisitions"),
-                "{} coalesce {on}",
-                c.label
-            );
-            assert_eq!(l["failed_attempts"], failed, "{} coalesce {on}", c.label);
+            exact_counts(c, on, truth, j, "hlock", "tas");
         },
     );
 }
@@ -610,20 +620,7 @@ fn issue13_a_test_and_set_lock_spinning_with_pause_is_counted_exactly() {
         "tas_pause.c",
         &[],
         |c, on, truth, _, j| {
-            let l = lock(j, "tlock");
-            assert_eq!(l["kind"], "tas", "{}: {l:#}", c.label);
-            assert_eq!(
-                l["acquisitions"],
-                num(truth, "tlock acquisitions"),
-                "{} coalesce {on}",
-                c.label
-            );
-            assert_eq!(
-                l["failed_attempts"],
-                num(truth, "tlock failed_attempts"),
-                "{} coalesce {on}",
-                c.label
-            );
+            exact_counts(c, on, truth, j, "tlock", "tas");
         },
     );
 }

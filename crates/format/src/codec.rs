@@ -23,7 +23,7 @@
 //! chunk starts from empty caches and time 0, so chunks decode
 //! independently (a truncated trace loses only its last chunk).
 
-use crate::wire::{unzigzag, zigzag, Cursor};
+use crate::wire::{leb128, unzigzag, zigzag, Cursor};
 use crate::{Event, FormatError};
 
 const ADDR_CACHE: usize = 7;
@@ -209,14 +209,10 @@ impl Buf<'_> {
         self.out[self.len].write(v);
         self.len += 1;
     }
-    /// LEB128, as `wire::put_varint`.
+    /// LEB128 ([`crate::wire::leb128`]).
     #[inline(always)]
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
+    fn varint(&mut self, v: u64) {
+        leb128(v, |b| self.byte(b));
     }
 }
 

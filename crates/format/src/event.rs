@@ -263,19 +263,37 @@ impl Op {
         (Op::AtomicLoad as u8..=Op::AtomicFence as u8).contains(&(self as u8))
     }
     /// The operation an [`Op::AccessRepeat`] repeats, from its `arg2`
-    /// (docs/detailed.md): 1 plain read, 2 plain write, 3 atomic load, 4
-    /// an exchange that wrote the value it found, 5 and 6 a failed strong
-    /// and weak compare-exchange. `None` for any other code.
+    /// (one of the [`repeat`] codes, docs/detailed.md). `None` for any
+    /// other code.
     pub fn repeated(kind: u64) -> Option<Op> {
         match kind {
-            1 => Some(Op::Read),
-            2 => Some(Op::Write),
-            3 => Some(Op::AtomicLoad),
-            4 => Some(Op::AtomicExchange),
-            5 | 6 => Some(Op::AtomicCas),
+            repeat::READ => Some(Op::Read),
+            repeat::WRITE => Some(Op::Write),
+            repeat::ATOMIC_LOAD => Some(Op::AtomicLoad),
+            repeat::XCHG_UNCHANGED => Some(Op::AtomicExchange),
+            repeat::CAS_FAILED | repeat::CAS_FAILED_WEAK => Some(Op::AtomicCas),
             _ => None,
         }
     }
+}
+
+/// What an [`Op::AccessRepeat`] repeats: the codes of its `arg2`, written
+/// by the ThreadSanitizer-ABI runtime and read by the analyses (through
+/// [`Op::repeated`] where only the operation matters).
+pub mod repeat {
+    /// A plain read.
+    pub const READ: u64 = 1;
+    /// A plain write.
+    pub const WRITE: u64 = 2;
+    /// An atomic load.
+    pub const ATOMIC_LOAD: u64 = 3;
+    /// An atomic exchange that wrote the value it found (a test-and-set
+    /// on a taken lock): the word did not change.
+    pub const XCHG_UNCHANGED: u64 = 4;
+    /// A failed strong compare-exchange.
+    pub const CAS_FAILED: u64 = 5;
+    /// A failed weak compare-exchange.
+    pub const CAS_FAILED_WEAK: u64 = 6;
 }
 
 /// One event of one thread, as stored in a trace.

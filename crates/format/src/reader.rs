@@ -226,6 +226,18 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// The call paths of the trace's `Stack` records by id (ids are
+    /// unique across processes), innermost frame first.
+    pub fn call_paths(&self) -> std::collections::HashMap<u32, &[u64]> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Stack(s) => Some((s.id, s.frames.as_slice())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Reads and decodes a whole trace from a reader.
     pub fn read<R: Read>(r: R) -> Result<Trace, FormatError> {
         let mut tr = TraceReader::new(r)?;

@@ -7,12 +7,20 @@ use crate::FormatError;
 
 /// Appends `v` as an unsigned LEB128 varint.
 #[inline]
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, v: u64) {
+    leb128(v, |b| out.push(b));
+}
+
+/// The bytes of `v` as an unsigned LEB128 varint, low group first, each
+/// handed to `put`: the one encoding of [`put_varint`] and of the event
+/// encoder, which writes into reserved capacity instead of pushing.
+#[inline(always)]
+pub(crate) fn leb128(mut v: u64, mut put: impl FnMut(u8)) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        put((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    put(v as u8);
 }
 
 /// Zigzag-maps a signed value so that small magnitudes encode small.

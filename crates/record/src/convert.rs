@@ -163,14 +163,21 @@ pub(crate) struct Tables {
 /// the oldest.
 fn name_target(tb: &Tables, process: u32, tid: u32, ns: u64) -> Option<Option<u32>> {
     let v = tb.by_tid.get(&(process, tid))?;
-    let Some(i) = v.iter().rposition(|&(start, _)| start <= ns) else {
-        return Some(v.first().map(|&(_, id)| id));
-    };
-    let (_, id) = v[i];
+    let i = holder(v, ns)?;
+    let (start, id) = v[i];
     match tb.ended.get(&id) {
-        Some(&end) if end < ns => Some(v.get(i + 1).map(|&(_, next)| next)),
+        Some(&end) if start <= ns && end < ns => Some(v.get(i + 1).map(|&(_, next)| next)),
         _ => Some(Some(id)),
     }
+}
+
+/// Index in `v` (threads that had one tid, as (start, trace id), oldest
+/// first) of the one that had it at `ns`: the latest to start before it,
+/// else the oldest (a name set just before its thread's first stamp).
+fn holder(v: &[(u64, u32)], ns: u64) -> Option<usize> {
+    v.iter()
+        .rposition(|&(start, _)| start <= ns)
+        .or((!v.is_empty()).then_some(0))
 }
 
 impl Tables {
@@ -541,13 +548,10 @@ impl Worker {
             return Ok(());
         }
         for (process, tid, time, name) in std::mem::take(&mut tb.pending_names) {
-            let target = tb.by_tid.get(&(process, tid)).and_then(|v| {
-                v.iter()
-                    .rev()
-                    .find(|&&(start, _)| start <= time)
-                    .or(v.first())
-                    .map(|&(_, id)| id)
-            });
+            let target = tb
+                .by_tid
+                .get(&(process, tid))
+                .and_then(|v| holder(v, time).map(|i| v[i].1));
             if let Some(thread) = target {
                 self.write(Record::ThreadName(ThreadName { thread, time, name }))?;
             }

@@ -749,6 +749,60 @@ fn issue8_a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
     }
 }
 
+/// A recording drained by two converter workers in which thread
+/// `main_tid` made thread `ended_tid` (one event each), which has ended
+/// and whose ring the drain has closed; then `then(dir, main)` runs, and
+/// every producer it returns ends with `main` and the process. The trace,
+/// read back (the session directory and file are removed).
+fn after_a_closed_thread(
+    tag: &str,
+    pid: u32,
+    main_tid: u32,
+    ended_tid: u32,
+    then: impl FnOnce(&Path, &mut Producer) -> Vec<Producer>,
+) -> Trace {
+    let dir = temp_dir(tag);
+    let out = dir.with_extension("lstrace");
+    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 2).unwrap());
+        let (mut main, _) = make_ring(&dir, pid, main_tid, 0, 64);
+        let (mut ended, _) = make_ring(&dir, pid, ended_tid, main_tid, 64);
+        for p in [&mut main, &mut ended] {
+            assert!(p.push(
+                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
+                None,
+                &[]
+            ));
+        }
+        // SAFETY: attached producer.
+        unsafe { ended.header() }
+            .end_tsc
+            .store(lockscope_capture::tsc::now(), Ordering::Release);
+        let ended_file = dir.join(ring_file_name(pid, 0, ended_tid));
+        poll_until(
+            "the drain to close the ended thread",
+            DEFAULT_DEADLINE,
+            || !ended_file.exists(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let more = then(&dir, &mut main);
+        let now = lockscope_capture::tsc::now();
+        for p in more.iter().chain([&main]) {
+            // SAFETY: attached producers.
+            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+        }
+        ph.end_tsc.store(now, Ordering::Release);
+        stop.store(true, Ordering::Release);
+        h.join().unwrap();
+    });
+    let t = Trace::open(&out).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    t
+}
+
 /// Issue 8: with several converter workers the one converting a naming
 /// thread can be behind the named thread's, which may have ended by the
 /// time the name is converted. The name must still reach the thread it
@@ -758,48 +812,13 @@ fn issue8_a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
 /// written after the named thread's ring was closed.
 #[test]
 fn issue8_a_name_converted_after_the_named_thread_ended_is_kept() {
-    let dir = temp_dir("late_name");
-    let out = dir.with_extension("lstrace");
-    let pid = 4545;
-    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 2).unwrap());
-        let (mut main, _) = make_ring(&dir, pid, 300, 0, 64);
-        let (mut named, _) = make_ring(&dir, pid, 301, 300, 64);
-        for p in [&mut main, &mut named] {
-            assert!(p.push(
-                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
-                None,
-                &[]
-            ));
-        }
-        // SAFETY: attached producer.
-        unsafe { named.header() }
-            .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
-        let named_file = dir.join(ring_file_name(pid, 0, 301));
-        poll_until(
-            "the drain to close the ended thread",
-            DEFAULT_DEADLINE,
-            || !named_file.exists(),
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let t = after_a_closed_thread("late_name", 4545, 300, 301, |_, main| {
         let (h2, args) = name_event(301, "late");
         assert!(main.push(h2, Some(args), &[]));
-        let now = lockscope_capture::tsc::now();
-        // SAFETY: attached producer.
-        unsafe { main.header() }
-            .end_tsc
-            .store(now, Ordering::Release);
-        ph.end_tsc.store(now, Ordering::Release);
-        stop.store(true, Ordering::Release);
-        h.join().unwrap();
+        Vec::new()
     });
-    let names = thread_names(&Trace::open(&out).unwrap());
+    let names = thread_names(&t);
     assert_eq!(names, vec![(301, "late".to_string())]);
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::remove_file(&out).unwrap();
 }
 
 /// Issue 8: a name one thread gives another is written for the thread
@@ -911,14 +930,7 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
             .store(lockscope_capture::tsc::now(), Ordering::Release);
     });
     let t = Trace::open(&out).unwrap();
-    let stacks: std::collections::HashMap<u32, Vec<u64>> = t
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) => Some((s.id, s.frames.clone())),
-            _ => None,
-        })
-        .collect();
+    let stacks = t.call_paths();
     // 6 sites under the first two tails, and the 6 one-frame paths.
     assert_eq!(stacks.len(), 18);
     let events: Vec<_> = t
@@ -931,7 +943,11 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
     for (k, e) in events.iter().enumerate() {
         let i = e.addr - 0x10_0000;
         assert_eq!(i, k as u64, "events in order");
-        assert_eq!(stacks.get(&e.stack), Some(&path_of(i)), "path of event {i}");
+        assert_eq!(
+            stacks.get(&e.stack),
+            Some(&path_of(i).as_slice()),
+            "path of event {i}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&out).unwrap();
@@ -943,54 +959,20 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
 /// start before the name, which it went to before).
 #[test]
 fn a_name_given_to_a_reused_tid_before_its_first_stamp_goes_to_the_new_thread() {
-    let dir = temp_dir("reused_tid_name");
-    let out = dir.with_extension("lstrace");
-    let pid = 4646;
-    let ph = make_proc(&dir, pid, 0, 1, &["/bin/prog"]);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let h = s.spawn(|| lockscope_record::drain_dir_with(&dir, &out, &stop, 2).unwrap());
-        let (mut main, _) = make_ring(&dir, pid, 400, 0, 64);
-        let (mut old, _) = make_ring(&dir, pid, 401, 400, 64);
-        for p in [&mut main, &mut old] {
-            assert!(p.push(
-                head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
-                None,
-                &[]
-            ));
-        }
-        // SAFETY: attached producer.
-        unsafe { old.header() }
-            .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
-        let old_file = dir.join(ring_file_name(pid, 0, 401));
-        poll_until(
-            "the drain to close the ended thread",
-            DEFAULT_DEADLINE,
-            || !old_file.exists(),
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let t = after_a_closed_thread("reused_tid_name", 4646, 400, 401, |dir, main| {
         // main creates a thread that gets tid 401 again and names it
         // before the new thread stamps its start.
         let (h2, args) = name_event(401, "fresh");
         assert!(main.push(h2, Some(args), &[]));
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let (mut new, _) = make_ring(&dir, pid, 401, 400, 64);
+        let (mut new, _) = make_ring(dir, 4646, 401, 400, 64);
         assert!(new.push(
             head(Op::MutexLock, phase::DONE, 0x1000, 0x401000),
             None,
             &[]
         ));
-        let now = lockscope_capture::tsc::now();
-        for p in [&new, &main] {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
-        }
-        ph.end_tsc.store(now, Ordering::Release);
-        stop.store(true, Ordering::Release);
-        h.join().unwrap();
+        vec![new]
     });
-    let t = Trace::open(&out).unwrap();
     let mut with_tid: Vec<(u64, u32)> = t
         .records
         .iter()
@@ -1014,6 +996,4 @@ fn a_name_given_to_a_reused_tid_before_its_first_stamp_goes_to_the_new_thread() 
         vec![(with_tid[1].1, "fresh".to_string())],
         "threads {with_tid:?}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::remove_file(&out).unwrap();
 }

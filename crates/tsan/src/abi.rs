@@ -13,7 +13,7 @@
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use lockscope_capture::raw::{Head, MAX_FRAMES};
-use lockscope_format::Op;
+use lockscope_format::{repeat, Op};
 
 use crate::{backend, config, record, tls};
 
@@ -133,9 +133,9 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             // 3-byte range could cross into an unmapped page.
             if fold_ok(size) {
                 let (kind, value) = if write {
-                    (record::RUN_WRITE, 0)
+                    (repeat::WRITE, 0)
                 } else {
-                    (record::RUN_READ, read_value(addr, size))
+                    (repeat::READ, read_value(addr, size))
                 };
                 if record::fold(t, addr, size | kind << 32, value, pc, held) {
                     return;

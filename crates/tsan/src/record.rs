@@ -5,7 +5,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use lockscope_capture::raw::{Head, MAX_FRAMES};
-use lockscope_format::Op;
+use lockscope_format::{repeat, Op};
 
 use crate::atomic::{CAS_FAILED, CAS_WEAK};
 use crate::{backend, config, tls};
@@ -80,21 +80,6 @@ fn emit_with_path(t: &tls::Tls, head: Head, args: Option<(u64, u64)>, limit: usi
     backend::emit(head, args, frames);
     t.guard.set(false);
 }
-
-/// Kind code of a plain read in [`tls::Run::key`].
-pub const RUN_READ: u64 = 1;
-/// Kind code of a plain write.
-pub const RUN_WRITE: u64 = 2;
-/// Kind code of an atomic load (its order in bits 4..8).
-pub const RUN_ATOMIC_LOAD: u64 = 3;
-/// Kind code of an atomic exchange that wrote the value it found (a
-/// test-and-set on a taken lock): the word did not change.
-pub const RUN_ATOMIC_XCHG: u64 = 4;
-/// Kind code of a failed strong compare-exchange (the word did not
-/// change).
-pub const RUN_ATOMIC_CAS_FAILED: u64 = 5;
-/// Kind code of a failed weak compare-exchange.
-pub const RUN_ATOMIC_CAS_FAILED_WEAK: u64 = 6;
 
 /// Tries to fold an access into the thread's current run: true if it is
 /// identical to the last one recorded (and counted as a repeat), false if
@@ -241,13 +226,13 @@ fn atomic_event_slow(
             // compare-exchange that took the lock, a fetch-add) is a new
             // value for every reader: never folded.
             let kind = match op {
-                Op::AtomicLoad => RUN_ATOMIC_LOAD,
-                Op::AtomicExchange if old == new => RUN_ATOMIC_XCHG,
+                Op::AtomicLoad => repeat::ATOMIC_LOAD,
+                Op::AtomicExchange if old == new => repeat::XCHG_UNCHANGED,
                 Op::AtomicCas if extra & CAS_FAILED != 0 => {
                     if extra & CAS_WEAK != 0 {
-                        RUN_ATOMIC_CAS_FAILED_WEAK
+                        repeat::CAS_FAILED_WEAK
                     } else {
-                        RUN_ATOMIC_CAS_FAILED
+                        repeat::CAS_FAILED
                     }
                 }
                 _ => 0,

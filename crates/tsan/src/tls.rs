@@ -51,7 +51,8 @@ pub struct Tls {
 pub struct Run {
     /// Address; 0 = no run (the next access starts one).
     pub addr: u64,
-    /// Size | kind << 32 (1 read, 2 write, 3 atomic load | order << 4).
+    /// Size | kind << 32 (a `lockscope_format::repeat` code | order << 4
+    /// for atomics).
     pub key: u64,
     /// Value read (reads and atomic loads; 0 for writes).
     pub value: u64,

@@ -148,11 +148,7 @@ NOTSAN static void report(void) {
 }
 
 /* Kept out of the recorded accesses, like the truth. */
-NOTSAN static void read_scale(void) {
-    const char *s = getenv("FIXTURE_SCALE");
-    if (s && atoi(s) > 0)
-        iters = ITERS * atoi(s);
-}
+NOTSAN static void read_scale(void) { iters = ITERS * fixture_scale(); }
 
 int main(void) {
     read_scale();

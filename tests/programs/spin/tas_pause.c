@@ -48,17 +48,13 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-NOTSAN static void read_scale(void) {
-    const char *s = getenv("FIXTURE_SCALE");
-    if (s && atoi(s) > 0)
-        iters = ITERS * atoi(s);
-}
-
 NOTSAN static void report(void) {
     printf("tlock acquisitions %d\n", THREADS * iters);
     printf("tlock failed_attempts %ld\n", failed[0] + failed[1]);
     printf("tdata %ld\n", tdata);
 }
+
+NOTSAN static void read_scale(void) { iters = ITERS * fixture_scale(); }
 
 int main(void) {
     read_scale();
