@@ -225,7 +225,8 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<i32> {
             "results": results.iter().map(result_json).collect::<Vec<_>>(),
         });
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &doc)?;
+        // As an io::Error: a closed pipe exits quietly (see `print_result`).
+        serde_json::to_writer_pretty(&mut out, &doc).map_err(std::io::Error::from)?;
         writeln!(out)?;
     }
     let bad: Vec<&RunResult> = results.iter().filter(|r| !r.consistent).collect();

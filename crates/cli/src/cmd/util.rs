@@ -124,7 +124,9 @@ pub fn print_result<T: serde::Serialize>(
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, r)?;
+        // As an io::Error (serde_json's keeps the original one), so that a
+        // closed pipe (`lockscope ulcp --json T | head`) exits quietly.
+        serde_json::to_writer_pretty(&mut out, r).map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         render_text(r, &mut out)?;
