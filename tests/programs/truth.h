@@ -37,7 +37,7 @@ __attribute__((unused)) static void truth_site(unsigned tid, const void *addr, c
            truth_gen, tid, addr, op, fn_name, (void *)fn, n);
 }
 
-static void die(const char *what, int e) {
+__attribute__((unused)) static void die(const char *what, int e) {
     fprintf(stderr, "%s failed: %s\n", what, strerror(e));
     exit(99);
 }

@@ -61,7 +61,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use lockscope_format::{Op, Trace};
+use lockscope_format::{barrier, Op, Trace};
 use serde::Serialize;
 
 use crate::deadwrites::context_of;
@@ -136,6 +136,8 @@ struct Crossing {
     stack: u32,
     /// Index of the thread's epoch before the crossing (after: + 1).
     epoch: usize,
+    /// The end of an OpenMP parallel region ([`barrier::REGION_END`]).
+    region_end: bool,
 }
 
 /// One thread's wait at one instance.
@@ -184,6 +186,10 @@ pub struct ContextStat {
     pub redundant_fraction: f64,
     /// Waiting at these instances (ns, all participants).
     pub wait_ns: u64,
+    /// The barrier at the end of an OpenMP parallel region (the team's
+    /// join): never to be elided, however redundant.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub region_end: bool,
 }
 
 /// A last arriver: a thread and where it arrived from.
@@ -200,6 +206,10 @@ pub struct LastArriver {
     /// Waiting of the others at those instances (ns): the imbalance its
     /// lateness cost.
     pub wait_caused_ns: u64,
+    /// It arrived last at the end of an OpenMP parallel region: the
+    /// imbalance is the region's work.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub region_end: bool,
 }
 
 /// One barrier object.
@@ -209,8 +219,10 @@ pub struct Barrier {
     pub barrier: String,
     /// Address, hex (a hand-made barrier: its mutex's).
     pub address: String,
-    /// `pthread_barrier`, or `mutex+condvar` for a recognised hand-made
-    /// barrier.
+    /// `pthread_barrier`, `mutex+condvar` for a recognised hand-made
+    /// barrier, or `openmp` for an OpenMP parallel region's barriers
+    /// (its end and its `#pragma omp barrier`s, recorded by the libgomp
+    /// hooks).
     pub kind: &'static str,
     /// False when whether an instance was redundant could not be
     /// decided: accesses outside critical sections were not recorded, or
@@ -564,8 +576,8 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
     let mut epochs: HashMap<u32, Vec<Epoch>> = HashMap::new();
     // (process, barrier, round) -> crossings
     let mut rounds: BTreeMap<(u32, u64, u64), Vec<Crossing>> = BTreeMap::new();
-    // Pending arrivals: thread -> (time, site, stack)
-    let mut arrived: HashMap<u32, (u64, u64, u32)> = HashMap::new();
+    // Pending arrivals: thread -> (time, site, stack, end of a region)
+    let mut arrived: HashMap<u32, (u64, u64, u32, bool)> = HashMap::new();
     let mut outside = false;
     for_each_trace_step(t, false, |st, interp| {
         let e = st.event;
@@ -586,7 +598,8 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                 }
             }
             StepKind::BarrierArrive { .. } => {
-                arrived.insert(st.thread, (st.time, e.site, e.stack));
+                let end = e.arg & barrier::REGION_END != 0;
+                arrived.insert(st.thread, (st.time, e.site, e.stack, end));
                 return;
             }
             StepKind::CondWaitEnd { cond, .. } | StepKind::CondSignal { cond, .. } => {
@@ -603,6 +616,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                                 site: h.site,
                                 stack: h.stack,
                                 epoch: ep.len() - 1,
+                                region_end: false,
                             });
                         ep.push(Epoch::default());
                     }
@@ -615,9 +629,12 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                 wait_ns,
                 ..
             } => {
-                let (arrive, site, stack) = arrived
-                    .remove(&st.thread)
-                    .unwrap_or((st.time, e.site, e.stack));
+                let (arrive, site, stack, region_end) = arrived.remove(&st.thread).unwrap_or((
+                    st.time,
+                    e.site,
+                    e.stack,
+                    e.arg & barrier::REGION_END != 0,
+                ));
                 rounds
                     .entry((barrier.process, barrier.addr, round))
                     .or_default()
@@ -629,6 +646,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                         site,
                         stack,
                         epoch: ep.len() - 1,
+                        region_end,
                     });
                 ep.push(Epoch::default());
                 return;
@@ -677,8 +695,10 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         participants: u64,
         wait_ns: u64,
         redundant: u64,
-        contexts: HashMap<(u64, u32), (u64, u64, u64)>,
-        last: HashMap<(u32, u64), (u64, u64)>,
+        contexts: HashMap<(u64, u32), (u64, u64, u64, bool)>,
+        last: HashMap<(u32, u64), (u64, u64, bool)>,
+        /// Some instance was the end of an OpenMP parallel region.
+        openmp: bool,
         list: Vec<Instance>,
     }
     let mut by_barrier: BTreeMap<(u32, u64), Acc> = BTreeMap::new();
@@ -743,6 +763,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             redundant: 0,
             contexts: HashMap::new(),
             last: HashMap::new(),
+            openmp: false,
             list: Vec::new(),
         });
         acc.instances += 1;
@@ -753,15 +774,24 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         for c in cs {
             if !seen.contains(&(c.site, c.stack)) {
                 seen.push((c.site, c.stack));
-                let e = acc.contexts.entry((c.site, c.stack)).or_insert((0, 0, 0));
+                let e = acc
+                    .contexts
+                    .entry((c.site, c.stack))
+                    .or_insert((0, 0, 0, false));
                 e.0 += 1;
                 e.1 += u64::from(is_red);
                 e.2 += wait;
+                e.3 |= c.region_end;
             }
         }
-        let l = acc.last.entry((last.thread, last.site)).or_insert((0, 0));
+        acc.openmp |= cs.iter().any(|c| c.region_end);
+        let l = acc
+            .last
+            .entry((last.thread, last.site))
+            .or_insert((0, 0, false));
         l.0 += 1;
         l.1 += wait;
+        l.2 |= last.region_end;
         if acc.list.len() < MAX_INSTANCES {
             let name = site_names
                 .entry((last.process, last.site, 0))
@@ -792,7 +822,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         let mut contexts: Vec<ContextStat> = acc
             .contexts
             .iter()
-            .map(|(&(site, stack), &(n, red, wait))| {
+            .map(|(&(site, stack), &(n, red, wait, region_end))| {
                 let (function, s, path) = site_names
                     .entry((acc.process, site, stack))
                     .or_insert_with(|| context_of(d, acc.process, site, stack))
@@ -805,6 +835,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                     redundant: red,
                     redundant_fraction: red as f64 / n.max(1) as f64,
                     wait_ns: wait,
+                    region_end,
                 }
             })
             .collect();
@@ -817,7 +848,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         let mut last_arrivers: Vec<LastArriver> = acc
             .last
             .iter()
-            .map(|(&(thread, site), &(n, wait))| LastArriver {
+            .map(|(&(thread, site), &(n, wait, region_end))| LastArriver {
                 thread,
                 name: d
                     .threads
@@ -830,6 +861,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                     .clone(),
                 instances: n,
                 wait_caused_ns: wait,
+                region_end,
             })
             .collect();
         last_arrivers.sort_by(|a, b| {
@@ -839,6 +871,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         });
         let (name_addr, kind) = match hm.conds.get(&(process, addr)) {
             Some(&mutex) => (mutex, "mutex+condvar"),
+            None if acc.openmp => (addr, "openmp"),
             None => (addr, "pthread_barrier"),
         };
         let uncertain = hm.uncertain.get(&(process, addr));
@@ -898,7 +931,9 @@ pub fn advice(r: &BarriersReport) -> Vec<String> {
     let mut out = Vec::new();
     for b in &r.barriers {
         if r.all_accesses && b.redundancy_decided {
-            for c in &b.contexts {
+            // The end of an OpenMP parallel region is the team's join:
+            // there is no call to elide, whatever crossed it.
+            for c in b.contexts.iter().filter(|c| !c.region_end) {
                 if c.instances > 0 && c.redundant == c.instances {
                     out.push(format!(
                         "elide the barrier call at {} ({} on {}): redundant in all {} instance(s), \
@@ -913,7 +948,17 @@ pub fn advice(r: &BarriersReport) -> Vec<String> {
             }
         }
         if let Some(l) = b.last_arrivers.first() {
-            if b.wait_ns > 0 && l.wait_caused_ns * 2 > b.wait_ns {
+            if b.wait_ns > 0 && l.wait_caused_ns * 2 > b.wait_ns && l.region_end {
+                out.push(format!(
+                    "balance the work of the parallel region started at {}: thread {} \
+                     finished last {} time(s), {} of the {} waited at its end or its barriers",
+                    l.site,
+                    l.thread,
+                    l.instances,
+                    ms(l.wait_caused_ns),
+                    ms(b.wait_ns)
+                ));
+            } else if b.wait_ns > 0 && l.wait_caused_ns * 2 > b.wait_ns {
                 out.push(format!(
                     "balance the work before {}: thread {} arrived last {} time(s), \
                      {} of the {} waited there",
@@ -966,7 +1011,7 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
     if r.barriers.is_empty() {
         writeln!(
             out,
-            "  (no pthread_barrier_wait and no hand-made barrier in the trace)"
+            "  (no pthread_barrier_wait, no OpenMP barrier and no hand-made barrier in the trace)"
         )?;
     }
     // Undecided (a default-mode trace): no redundancy counts at all. A
@@ -1016,7 +1061,9 @@ pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io:
                 ms(c.wait_ns),
                 c.site,
                 path,
-                if b.redundancy_decided && c.redundant == c.instances {
+                if c.region_end {
+                    "  <- the end of an OpenMP parallel region (its join): not removable"
+                } else if b.redundancy_decided && c.redundant == c.instances {
                     "  <- always redundant here: elide this call"
                 } else {
                     ""

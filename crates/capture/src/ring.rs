@@ -21,7 +21,7 @@
 //! the producer writes it, so counting a drop is a plain add, no locked
 //! instruction.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::raw::{
     Head, LastPath, RawEvent, Slot, MAX_FRAMES, OP_RING_HANDOFF, OP_THREAD_NAME, SLOT_BYTES,
@@ -776,6 +776,36 @@ unsafe fn futex(uaddr: *mut u32, op: i32, val: u32, timeout: usize) -> i64 {
     {
         // SAFETY: as above.
         unsafe { libc::syscall(libc::SYS_futex, uaddr, op, val, timeout, 0usize, 0u32) as i64 }
+    }
+}
+
+/// Waits (without a timeout) while `word` holds `val`: returns at once if
+/// it does not, and may return spuriously (the caller re-checks). Made
+/// with the raw system call, as the recorder's own waits are, so that no
+/// hook of ours sees it. For hooks that must wait for other threads of
+/// the program (the OpenMP region barrier).
+pub fn futex_wait_private(word: &AtomicU32, val: u32) {
+    // SAFETY: FUTEX_WAIT on a live u32 the caller borrows; no timeout.
+    unsafe {
+        futex(
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            0,
+        );
+    }
+}
+
+/// Wakes every thread in [`futex_wait_private`] on `word`.
+pub fn futex_wake_all_private(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live u32 the caller borrows.
+    unsafe {
+        futex(
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX as u32,
+            0,
+        );
     }
 }
 

@@ -169,3 +169,64 @@ fn barriers_in_a_default_mode_trace_say_undecided_not_zero_redundant() {
         assert!(!counted, "{sub}: {text}");
     }
 }
+
+/// OpenMP (GCC's libgomp; clang's `-fopenmp` needs LLVM's runtime, which
+/// the hooks do not cover): ten regions of three threads, each with a
+/// `#pragma omp barrier` and the barrier at the region's end, neither
+/// ordering a dependence by itself (each thread writes its own slot, read
+/// by the main thread after the region). The explicit barrier is advised
+/// for elision; the region's end, the team's join, never is.
+#[test]
+fn openmp_region_end_is_never_advised_for_elision() {
+    let c = compilers()[0];
+    let dir = Scratch::new("omp-barriers");
+    let bin = dir.path("omp_regions");
+    let src = lockscope_test_support::workspace_root().join("tests/programs/omp_regions.c");
+    build_instrumented_with(c, &src, &bin, &["-fopenmp"]);
+    let trace = dir.path("all.lstrace");
+    record(&bin, &[], &trace, &[("LOCKSCOPE_ALL_ACCESSES", "1")]);
+    let j = analysis_json("barriers", &trace);
+    let bs = j["barriers"].as_array().unwrap();
+    assert_eq!(bs.len(), 1, "{j:#}");
+    let b = &bs[0];
+    assert_eq!(b["barrier"], "main._omp_fn.0", "{j:#}");
+    assert_eq!(b["kind"], "openmp", "{j:#}");
+    assert_eq!(
+        (b["instances"].as_u64(), b["participants"].as_u64()),
+        (Some(20), Some(3))
+    );
+    let ctx = b["contexts"].as_array().unwrap();
+    assert_eq!(ctx.len(), 2, "{j:#}");
+    let end = ctx
+        .iter()
+        .find(|c| c["region_end"] == true)
+        .expect("the region's end");
+    let explicit = ctx
+        .iter()
+        .find(|c| c["region_end"].is_null())
+        .expect("the explicit barrier");
+    assert_eq!(end["instances"], 10);
+    assert_eq!(explicit["instances"], 10);
+    assert!(
+        explicit["site"]
+            .as_str()
+            .unwrap()
+            .contains("omp_regions.c:"),
+        "{j:#}"
+    );
+    let text = analysis_text("barriers", &trace);
+    let elide: Vec<&str> = text.lines().filter(|l| l.contains("elide")).collect();
+    assert!(
+        !elide.is_empty()
+            && elide
+                .iter()
+                .all(|l| l.contains(explicit["site"].as_str().unwrap())),
+        "{text}"
+    );
+    assert!(text.contains("its join): not removable"), "{text}");
+    // The last arriver at the region's end is blamed for the region's work.
+    assert!(
+        text.contains("balance the work of the parallel region started at main"),
+        "{text}"
+    );
+}

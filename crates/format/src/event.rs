@@ -100,6 +100,9 @@ ops! {
     CondBroadcast = 18,
     // ---- barriers: addr = barrier ----
     /// `pthread_barrier_wait`; DONE with arg = 1 for the serial thread.
+    /// Also OpenMP barriers (libgomp): `#pragma omp barrier`, and the
+    /// barrier at the end of a parallel region, whose `arg` has
+    /// [`barrier::REGION_END`] set on BEGIN and DONE (see [`barrier`]).
     BarrierWait = 19,
     // ---- semaphores: addr = sem ----
     /// `sem_wait`.
@@ -294,6 +297,18 @@ pub mod repeat {
     pub const CAS_FAILED: u64 = 5;
     /// A failed weak compare-exchange.
     pub const CAS_FAILED_WEAK: u64 = 6;
+}
+
+/// Bits of a [`Op::BarrierWait`] event's `arg`.
+pub mod barrier {
+    /// On DONE: this thread was the serial one
+    /// (`PTHREAD_BARRIER_SERIAL_THREAD`; for an OpenMP region's end, the
+    /// last to arrive).
+    pub const SERIAL: u64 = 1;
+    /// On BEGIN and DONE: the barrier at the end of an OpenMP parallel
+    /// region. The team's join: it can never be removed, however
+    /// redundant it is.
+    pub const REGION_END: u64 = 2;
 }
 
 /// One event of one thread, as stored in a trace.

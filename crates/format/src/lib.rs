@@ -47,7 +47,7 @@ mod wire;
 mod writer;
 
 pub use error::FormatError;
-pub use event::{phase, repeat, Event, Op};
+pub use event::{barrier, phase, repeat, Event, Op};
 pub use reader::{Trace, TraceReader};
 pub use record::{
     CodeName, EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process,

@@ -41,6 +41,8 @@ pub mod gpu;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod locks;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod omp;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod procs;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod real;
@@ -51,6 +53,8 @@ mod threads;
 pub use futex::syscall;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use locks::*;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use omp::*;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use procs::*;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

@@ -73,7 +73,7 @@ fn got(rc: c_int) -> bool {
 /// a signal handler running meanwhile records its own events.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn acquire(
+pub(crate) fn acquire(
     g: &mut Guard,
     ret: &mut Option<c_int>,
     op: Op,
@@ -210,7 +210,7 @@ unsafe fn spin_held(l: *mut pthread_spinlock_t, _me: u32) -> bool {
 
 /// A try-only acquisition: DONE, or FAIL with the error.
 #[inline(always)]
-fn try_acquire(
+pub(crate) fn try_acquire(
     g: &mut Guard,
     ret: &mut Option<c_int>,
     op: Op,
@@ -235,7 +235,7 @@ fn try_acquire(
 /// refused). Recorded after the real call so that our store is not inside
 /// the critical section.
 #[inline(always)]
-fn release(
+pub(crate) fn release(
     g: &mut Guard,
     ret: &mut Option<c_int>,
     op: Op,

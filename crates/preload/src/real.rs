@@ -14,6 +14,9 @@ pub(crate) struct Real {
     name: &'static [u8],
     /// NUL-terminated symbol version, or empty for the default version.
     version: &'static [u8],
+    /// NUL-terminated soname of a library to look in when the symbol is
+    /// not in the global scope (empty: none), see [`Real::with_lib`].
+    lib: &'static [u8],
 }
 
 impl Real {
@@ -22,6 +25,7 @@ impl Real {
             p: AtomicUsize::new(0),
             name,
             version: b"",
+            lib: b"",
         }
     }
 
@@ -30,7 +34,17 @@ impl Real {
             p: AtomicUsize::new(0),
             name,
             version,
+            lib: b"",
         }
+    }
+
+    /// Also looks in the already loaded library `lib` (NUL-terminated
+    /// soname) when the symbol is not in the global scope. Why: a library
+    /// the program `dlopen`s (a Python extension linked with libgomp) has
+    /// its dependencies in its own local scope, which `RTLD_NEXT` does not
+    /// search, yet its calls bind to our global definitions.
+    pub(crate) const fn with_lib(self, lib: &'static [u8]) -> Real {
+        Real { lib, ..self }
     }
 
     /// The address of the real function.
@@ -56,51 +70,41 @@ impl Real {
         }
     }
 
-    /// dlvsym/dlsym, errno preserved; 0 if not found.
+    /// dlvsym/dlsym in the global scope after us, then in `lib`; errno
+    /// preserved; 0 if not found.
     fn lookup(&self) -> usize {
-        // SAFETY: dlsym/dlvsym with NUL-terminated names; errno is saved
-        // because the program must not see our lookups.
+        // SAFETY: dlsym/dlvsym/dlopen with NUL-terminated names; errno is
+        // saved because the program must not see our lookups. The handle
+        // of `dlopen(RTLD_NOLOAD)` (a reference to an already loaded
+        // library, or null) is only used for the lookup and released.
         unsafe {
             let saved = *libc::__errno_location();
-            let mut p = core::ptr::null_mut();
-            if !self.version.is_empty() {
-                p = libc::dlvsym(
-                    libc::RTLD_NEXT,
-                    self.name.as_ptr() as *const libc::c_char,
-                    self.version.as_ptr() as *const libc::c_char,
+            let mut p = find(libc::RTLD_NEXT, self.name, self.version);
+            if p == 0 && !self.lib.is_empty() {
+                let h = libc::dlopen(
+                    self.lib.as_ptr() as *const libc::c_char,
+                    libc::RTLD_LAZY | libc::RTLD_NOLOAD,
                 );
-            }
-            if p.is_null() {
-                p = libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const libc::c_char);
+                if !h.is_null() {
+                    p = find(h, self.name, self.version);
+                    libc::dlclose(h);
+                }
             }
             *libc::__errno_location() = saved;
-            p as usize
+            p
         }
     }
 
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> usize {
-        // SAFETY: dlsym/dlvsym with NUL-terminated names; errno is saved
-        // because the program must not see our lookups.
-        unsafe {
-            let saved = *libc::__errno_location();
-            let mut p = core::ptr::null_mut();
-            if !self.version.is_empty() {
-                p = libc::dlvsym(
-                    libc::RTLD_NEXT,
-                    self.name.as_ptr() as *const libc::c_char,
-                    self.version.as_ptr() as *const libc::c_char,
-                );
-            }
-            if p.is_null() {
-                p = libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const libc::c_char);
-            }
-            *libc::__errno_location() = saved;
-            if p.is_null() {
-                // The program called a function that no later object
-                // defines: there is nothing correct we can forward to.
-                let msg = b"lockscope: cannot resolve an interposed function: ";
+        let p = self.lookup();
+        if p == 0 {
+            // The program called a function that no later object
+            // defines: there is nothing correct we can forward to.
+            let msg = b"lockscope: cannot resolve an interposed function: ";
+            // SAFETY: writes of our own buffers to stderr, then abort.
+            unsafe {
                 libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
                 libc::write(
                     2,
@@ -110,9 +114,33 @@ impl Real {
                 libc::write(2, b"\n".as_ptr() as *const libc::c_void, 1);
                 libc::abort();
             }
-            self.p.store(p as usize, Ordering::Relaxed);
-            p as usize
         }
+        self.p.store(p, Ordering::Relaxed);
+        p
+    }
+}
+
+/// `dlvsym(handle, name, version)` when a version is given and found,
+/// else `dlsym(handle, name)`; 0 if neither finds it.
+///
+/// # Safety
+/// `handle` is `RTLD_NEXT`, `RTLD_DEFAULT` or a live `dlopen` handle;
+/// `name` and `version` are NUL-terminated (or `version` empty).
+unsafe fn find(handle: *mut libc::c_void, name: &[u8], version: &[u8]) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut p = core::ptr::null_mut();
+        if !version.is_empty() {
+            p = libc::dlvsym(
+                handle,
+                name.as_ptr() as *const libc::c_char,
+                version.as_ptr() as *const libc::c_char,
+            );
+        }
+        if p.is_null() {
+            p = libc::dlsym(handle, name.as_ptr() as *const libc::c_char);
+        }
+        p as usize
     }
 }
 

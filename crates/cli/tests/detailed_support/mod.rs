@@ -95,6 +95,11 @@ fn check(what: &str, o: &Output) {
 
 /// Builds `src` with `lockscope cc` (or `c++`) and the given compiler.
 pub fn build_instrumented(c: Compiler, src: &Path, out: &Path) {
+    build_instrumented_with(c, src, out, &[])
+}
+
+/// [`build_instrumented`] with more compiler flags (`-fopenmp`).
+pub fn build_instrumented_with(c: Compiler, src: &Path, out: &Path, flags: &[&str]) {
     let (sub, var, drv) = if is_cxx(src) {
         ("c++", "LOCKSCOPE_CXX", c.cxx)
     } else {
@@ -103,6 +108,7 @@ pub fn build_instrumented(c: Compiler, src: &Path, out: &Path) {
     let o = Command::new(lockscope())
         .arg(sub)
         .args(["-O2", "-g", "-pthread"])
+        .args(flags)
         .arg(src)
         .arg("-o")
         .arg(out)
