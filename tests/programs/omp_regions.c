@@ -1,15 +1,21 @@
 /* Ground truth for the OpenMP region and barrier hooks (gcc -fopenmp):
  * REGIONS parallel regions of THREADS threads, each in two phases
  * separated by an explicit `#pragma omp barrier`:
- *   - phase A: OpenMP thread t sleeps (1 + 4t) ms, so thread THREADS-1
- *     is the last to reach the explicit barrier, by 4 ms at least;
- *   - phase B: thread 0 sleeps 8 ms, the others nothing, so thread 0 is
- *     the last to reach the barrier at the region's end.
- * Sleeping, not computing: the order of arrival does not depend on how
- * the threads share the CPUs.
+ *   - phase A: thread THREADS-1 waits until every other thread has
+ *     counted itself just before the barrier, then sleeps 5 ms: it is the
+ *     last to reach the explicit barrier;
+ *   - phase B: thread 0 waits the same way for the others at the end of
+ *     the region's body, then sleeps 5 ms: it is the last to reach the
+ *     barrier at the region's end.
+ * The order is made by the counters, not by sleeps alone: on a loaded
+ * machine a thread can be kept off the CPUs for longer than any sleep,
+ * but not between counting itself and reaching the barrier (a few
+ * instructions) for 5 ms. No data crosses either barrier (each region
+ * uses its own counters), so in detailed mode both are redundant.
  * stdout: `omp_thread T tid N` per OpenMP thread, then `regions R`. */
 #define _GNU_SOURCE
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -23,7 +29,15 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Waits until `*n` other threads have counted themselves, then 5 ms. */
+static void last(int *n) {
+    while (__atomic_load_n(n, __ATOMIC_ACQUIRE) < THREADS - 1)
+        sched_yield();
+    sleep_ms(5);
+}
+
 static long tids[THREADS];
+static int at_barrier[REGIONS], at_end[REGIONS];
 
 int main(void) {
     int regions = 0;
@@ -32,10 +46,15 @@ int main(void) {
         {
             int t = omp_get_thread_num();
             tids[t] = syscall(SYS_gettid);
-            sleep_ms(1 + 4 * t);
+            if (t == THREADS - 1)
+                last(&at_barrier[r]);
+            else
+                __atomic_fetch_add(&at_barrier[r], 1, __ATOMIC_RELEASE);
 #pragma omp barrier
             if (t == 0)
-                sleep_ms(8);
+                last(&at_end[r]);
+            else
+                __atomic_fetch_add(&at_end[r], 1, __ATOMIC_RELEASE);
         }
         regions++;
     }

@@ -695,7 +695,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         participants: u64,
         wait_ns: u64,
         redundant: u64,
-        contexts: HashMap<(u64, u32), (u64, u64, u64, bool)>,
+        contexts: HashMap<Named, (u64, u64, u64, bool)>,
         last: HashMap<(u32, u64), (u64, u64, bool)>,
         /// Some instance was the end of an OpenMP parallel region.
         openmp: bool,
@@ -770,14 +770,20 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         acc.participants = acc.participants.max(cs.len() as u64);
         acc.wait_ns += wait;
         acc.redundant += u64::from(is_red);
-        let mut seen: Vec<(u64, u32)> = Vec::new();
+        // Contexts as the reader sees them (function, site, call path):
+        // two participants with the same call site, one with a recorded
+        // path (it blocked) and one without (the last arriver), or the
+        // same path under two stack ids, are one context, counted once
+        // per instance.
+        let mut seen: Vec<Named> = Vec::new();
         for c in cs {
-            if !seen.contains(&(c.site, c.stack)) {
-                seen.push((c.site, c.stack));
-                let e = acc
-                    .contexts
-                    .entry((c.site, c.stack))
-                    .or_insert((0, 0, 0, false));
+            let named = site_names
+                .entry((process, c.site, c.stack))
+                .or_insert_with(|| context_of(d, process, c.site, c.stack))
+                .clone();
+            if !seen.contains(&named) {
+                seen.push(named.clone());
+                let e = acc.contexts.entry(named).or_insert((0, 0, 0, false));
                 e.0 += 1;
                 e.1 += u64::from(is_red);
                 e.2 += wait;
@@ -822,22 +828,18 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         let mut contexts: Vec<ContextStat> = acc
             .contexts
             .iter()
-            .map(|(&(site, stack), &(n, red, wait, region_end))| {
-                let (function, s, path) = site_names
-                    .entry((acc.process, site, stack))
-                    .or_insert_with(|| context_of(d, acc.process, site, stack))
-                    .clone();
-                ContextStat {
-                    function,
-                    site: s,
-                    path,
+            .map(
+                |((function, site, path), &(n, red, wait, region_end))| ContextStat {
+                    function: function.clone(),
+                    site: site.clone(),
+                    path: path.clone(),
                     instances: n,
                     redundant: red,
                     redundant_fraction: red as f64 / n.max(1) as f64,
                     wait_ns: wait,
                     region_end,
-                }
-            })
+                },
+            )
             .collect();
         contexts.sort_by(|a, b| {
             b.instances

@@ -196,7 +196,7 @@ fn another_runtime_under_libgomps_names_is_forwarded_unrecorded() {
 #[test]
 fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     // Ten regions of three threads: thread 2 reaches the explicit barrier
-    // last (it sleeps longest before it), thread 0 the region's end.
+    // last (it waits for the others to be there first), thread 0 the end.
     let dir = temp("omp-regions");
     let bin = gcc(
         "omp_regions.c",
@@ -277,4 +277,61 @@ fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     let blamed = line.rsplit_once("  ").map_or("", |x| x.1);
     let names = |t: usize| blamed.contains(&format!("{}:", tid_of(t)));
     assert!(names(0) && names(2) && !names(1), "{line}");
+}
+
+#[test]
+fn openmp_sections_and_combined_loop_regions_are_recorded() {
+    // GOMP_parallel_sections and GOMP_parallel_loop_dynamic (called as
+    // older GCCs emit it for a combined `parallel for`): each region's
+    // end is one round of its own barrier, on each of its 2 threads.
+    let dir = temp("omp-entry");
+    let bin = gcc(
+        "omp_entry_points.c",
+        &["-fopenmp"],
+        &dir.join("omp_entry_points"),
+        &[],
+    );
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("sections 2 loop 1000 body 0x"),
+        "{}",
+        run.stdout
+    );
+    let body = run
+        .stdout
+        .split_whitespace()
+        .last()
+        .map(hex)
+        .expect("the body's address");
+    let ix = Index::new(run.trace());
+    check_integrity(&ix);
+    let mut by_addr: std::collections::BTreeMap<u64, Vec<lockscope_format::Event>> =
+        Default::default();
+    for e in ix.trace.events.values().flatten() {
+        if e.op == Op::BarrierWait as u8 {
+            by_addr.entry(e.addr).or_default().push(*e);
+        }
+    }
+    assert_eq!(by_addr.len(), 2, "{by_addr:x?}");
+    let loop_events = by_addr
+        .get(&body)
+        .expect("the loop region's barrier is its body");
+    for evs in by_addr.values() {
+        let done: Vec<_> = evs
+            .iter()
+            .filter(|e| phase::of(e.flags) == phase::DONE)
+            .collect();
+        assert_eq!(done.len(), 2, "{evs:?}");
+        assert!(done.iter().all(|e| e.arg & barrier::REGION_END != 0));
+        assert_eq!(
+            done.iter().filter(|e| e.arg & barrier::SERIAL != 0).count(),
+            1
+        );
+    }
+    // No register is left for the call site: the body stands for it.
+    assert!(
+        loop_events.iter().all(|e| e.site == body),
+        "{loop_events:?}"
+    );
 }

@@ -30,10 +30,10 @@
 //! Not hooked, and why: nestable locks (`omp_nest_lock_t` differs
 //! between the two ABIs, and a hook bound to an old binary's 2.5-ABI call
 //! would forward it to the 3.0 function: a wrong program is worse than an
-//! unseen lock); the other entry points of parallel regions
-//! (`GOMP_parallel_loop_*`, `GOMP_parallel_sections`: more signatures,
-//! the same wrapping); LLVM's OpenMP runtime (`__kmpc_*`, clang's
-//! `-fopenmp`).
+//! unseen lock); the pre-GCC 4.9 region entry points
+//! (`GOMP_parallel_start` and `_end`, and their loop and sections
+//! variants) and `GOMP_parallel_reductions`; LLVM's OpenMP runtime
+//! (`__kmpc_*`, clang's `-fopenmp`).
 //!
 //! libgomp's word (`gomp_mutex_t`, config/linux): 0 free, 1 locked, -1
 //! locked with waiters (set by a thread that gave up spinning and sleeps
@@ -143,6 +143,21 @@ static CRITICAL_END: GompFn = GompFn::new(b"GOMP_critical_end\0");
 static CRITICAL_NAME_START: GompFn = GompFn::new(b"GOMP_critical_name_start\0");
 static CRITICAL_NAME_END: GompFn = GompFn::new(b"GOMP_critical_name_end\0");
 static PARALLEL: GompFn = GompFn::versioned(b"GOMP_parallel\0", b"GOMP_4.0\0");
+static PARALLEL_SECTIONS: GompFn = GompFn::versioned(b"GOMP_parallel_sections\0", b"GOMP_4.0\0");
+static LOOP_STATIC: GompFn = GompFn::versioned(b"GOMP_parallel_loop_static\0", b"GOMP_4.0\0");
+static LOOP_DYNAMIC: GompFn = GompFn::versioned(b"GOMP_parallel_loop_dynamic\0", b"GOMP_4.0\0");
+static LOOP_GUIDED: GompFn = GompFn::versioned(b"GOMP_parallel_loop_guided\0", b"GOMP_4.0\0");
+static LOOP_RUNTIME: GompFn = GompFn::versioned(b"GOMP_parallel_loop_runtime\0", b"GOMP_4.0\0");
+static LOOP_NM_DYNAMIC: GompFn =
+    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_dynamic\0", b"GOMP_4.5\0");
+static LOOP_NM_GUIDED: GompFn =
+    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_guided\0", b"GOMP_4.5\0");
+static LOOP_NM_RUNTIME: GompFn =
+    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_runtime\0", b"GOMP_5.0\0");
+static LOOP_MNM_RUNTIME: GompFn = GompFn::versioned(
+    b"GOMP_parallel_loop_maybe_nonmonotonic_runtime\0",
+    b"GOMP_5.0\0",
+);
 static BARRIER: GompFn = GompFn::versioned(b"GOMP_barrier\0", b"GOMP_1.0\0");
 static NUM_THREADS: GompFn = GompFn::versioned(b"omp_get_num_threads\0", b"OMP_1.0\0");
 
@@ -162,6 +177,15 @@ static RESOLVE: extern "C" fn() = {
             &CRITICAL_NAME_START,
             &CRITICAL_NAME_END,
             &PARALLEL,
+            &PARALLEL_SECTIONS,
+            &LOOP_STATIC,
+            &LOOP_DYNAMIC,
+            &LOOP_GUIDED,
+            &LOOP_RUNTIME,
+            &LOOP_NM_DYNAMIC,
+            &LOOP_NM_GUIDED,
+            &LOOP_NM_RUNTIME,
+            &LOOP_MNM_RUNTIME,
             &BARRIER,
             &NUM_THREADS,
         ] {
@@ -482,7 +506,7 @@ unsafe extern "C-unwind" fn parallel_impl(
                 usize,
                 unsafe extern "C-unwind" fn(Body, *mut c_void, libc::c_uint, libc::c_uint),
             >(PARALLEL.addr());
-        if !thread::is_recording() || !PARALLEL.is_libgomps() || !NUM_THREADS.is_libgomps() {
+        if !wrap_region(&PARALLEL) {
             return real(body, data, num_threads, flags);
         }
         let r = Region {
@@ -652,3 +676,66 @@ unsafe extern "C-unwind" fn barrier_impl(site: u64, _fp: u64) {
 tramp!(GOMP_parallel(body: Body, data: *mut c_void, num_threads: libc::c_uint, flags: libc::c_uint) -> ()
     = parallel_impl ["r8", "r9"]);
 tramp!(GOMP_barrier() -> () = barrier_impl ["rdi", "rsi"]);
+
+/// True if a region started through `f` is to be wrapped: recording, and
+/// `f` and `omp_get_num_threads` are libgomp's.
+#[inline(always)]
+fn wrap_region(f: &GompFn) -> bool {
+    thread::is_recording() && f.is_libgomps() && NUM_THREADS.is_libgomps()
+}
+
+/// The other entry points of a parallel region, which GCC emits for a
+/// combined `parallel for` (`GOMP_parallel_loop_*`, the loop's bounds
+/// and schedule after the team size) and `parallel sections`: wrapped as
+/// [`parallel_impl`] wraps `GOMP_parallel`. Plain functions, not
+/// trampolines: with seven or eight arguments there is no free register
+/// for the call site, so the region's site is its outlined body (a code
+/// address in the function the region is in: its name and the region's
+/// line).
+macro_rules! parallel_variant {
+    ($name:ident = $f:ident ($($a:ident : $t:ty),*)) => {
+        #[doc = concat!("Interposed `", stringify!($name), "`: a parallel region (see `parallel_impl`).")]
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C-unwind" fn $name(body: Body, data: *mut c_void, $($a: $t),*) {
+            // SAFETY: the real function gets the program's arguments, or
+            // `region_body` and a `Region` that outlives the call (see
+            // `Region`) in place of the body and its data.
+            unsafe {
+                let real = core::mem::transmute::<
+                    usize,
+                    unsafe extern "C-unwind" fn(Body, *mut c_void, $($t),*),
+                >($f.addr());
+                if !wrap_region(&$f) {
+                    return real(body, data, $($a),*);
+                }
+                let r = Region {
+                    body,
+                    data,
+                    site: body as usize as u64,
+                    arrived: AtomicU32::new(0),
+                };
+                real(region_body, &r as *const Region as *mut c_void, $($a),*)
+            }
+        }
+    };
+}
+
+use libc::{c_long, c_uint};
+
+parallel_variant!(GOMP_parallel_sections = PARALLEL_SECTIONS(n: c_uint, count: c_uint, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_static = LOOP_STATIC(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, chunk: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_dynamic = LOOP_DYNAMIC(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, chunk: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_guided = LOOP_GUIDED(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, chunk: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_nonmonotonic_dynamic = LOOP_NM_DYNAMIC(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, chunk: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_nonmonotonic_guided = LOOP_NM_GUIDED(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, chunk: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_runtime = LOOP_RUNTIME(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_nonmonotonic_runtime = LOOP_NM_RUNTIME(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, flags: c_uint));
+parallel_variant!(GOMP_parallel_loop_maybe_nonmonotonic_runtime = LOOP_MNM_RUNTIME(
+    n: c_uint, start: c_long, end: c_long, incr: c_long, flags: c_uint));
