@@ -1503,8 +1503,14 @@ impl LockState {
 
     /// The lowest exclusive turn at or after `from` (`u64::MAX` if none).
     fn next_writer(&self, from: u64) -> u64 {
+        // The last answer `w` for `f` holds for every `from` in [f, w]:
+        // no exclusive turn lies between. Asked with a `from` that moves
+        // up by one with each reader granted, an exact-match cache missed
+        // every time and rescanned the whole run of readers: quadratic in
+        // the run's length (node's OpenSSL rwlock, 184,000 read locks and
+        // hardly a write: 4.2 s of a 5.6 s report).
         let (f, w) = self.nw_cache.get();
-        if f == from {
+        if f <= from && from <= w {
             return w;
         }
         let mut i = (from / 64) as usize;
@@ -2325,6 +2331,59 @@ pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The next writer after any turn, asked in the order a replay asks
+    /// (rising one by one through runs of readers) and out of order,
+    /// equals a brute-force scan of the turns.
+    #[test]
+    fn next_writer_matches_a_scan_whatever_the_order_of_questions() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for turns in [0u64, 1, 63, 64, 65, 200, 1000] {
+            let mut shared = Vec::new();
+            for k in 0..turns {
+                // Long runs of readers, a writer now and then.
+                if next() % 50 != 0 {
+                    set_bit(&mut shared, k);
+                }
+            }
+            let scan = |from: u64| {
+                (from..turns)
+                    .find(|&k| !bit(&shared, k))
+                    .unwrap_or(u64::MAX)
+            };
+            let l = LockState {
+                next: 0,
+                exclusive: false,
+                readers: 0,
+                waiting: BTreeMap::new(),
+                granted: Default::default(),
+                shared: shared.clone(),
+                turns,
+                nw_cache: std::cell::Cell::new((u64::MAX, u64::MAX)),
+            };
+            for from in 0..turns + 2 {
+                assert_eq!(
+                    l.next_writer(from),
+                    scan(from),
+                    "turns {turns}, from {from}"
+                );
+            }
+            for _ in 0..500 {
+                let from = next() % (turns + 2);
+                assert_eq!(
+                    l.next_writer(from),
+                    scan(from),
+                    "turns {turns}, from {from}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn interval_starts_round_trip_whatever_their_order() {

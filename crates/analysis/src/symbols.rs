@@ -280,7 +280,12 @@ impl Module {
                 }
                 if let Ok(name) = s.name() {
                     if !name.is_empty() {
-                        symbols.push((s.address(), s.size(), demangle(name)));
+                        // Mangled as stored: demangled when looked up
+                        // (`symbol`). Demangling node's ~100,000 C++
+                        // symbols up front took 0.2 s of every report and
+                        // of the summary at the end of `record`, to name
+                        // a handful of addresses.
+                        symbols.push((s.address(), s.size(), name.to_string()));
                     }
                 }
             }
@@ -378,12 +383,13 @@ impl Module {
         Some(seg.3 + (file_off - seg.0))
     }
 
-    /// Symbol containing `va`; a symbol of size 0 matches only its own address.
-    fn symbol(&self, va: u64) -> Option<(&str, u64)> {
+    /// Symbol containing `va`, demangled; a symbol of size 0 matches only
+    /// its own address.
+    fn symbol(&self, va: u64) -> Option<(String, u64)> {
         let i = self.symbols.partition_point(|s| s.0 <= va);
         let (start, size, name) = self.symbols.get(i.checked_sub(1)?)?;
         let inside = va - start < (*size).max(1);
-        inside.then_some((name.as_str(), va - start))
+        inside.then(|| (demangle(name), va - start))
     }
 }
 
@@ -655,7 +661,6 @@ impl Symbolizer {
         }
         if loc.frames.iter().all(|f| f.function.is_none()) {
             if let Some((name, _)) = md.symbol(va) {
-                let name = name.to_string();
                 match loc.frames.first_mut() {
                     Some(f) => f.function = Some(name),
                     None => loc.frames.push(Frame {
@@ -706,7 +711,7 @@ impl Symbolizer {
             });
         }
         Some(if off == 0 {
-            name.to_string()
+            name
         } else {
             format!("{name}+{off:#x}")
         })
