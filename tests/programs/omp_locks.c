@@ -9,7 +9,7 @@
  *     the attempts that failed.
  * Every thread counts its own calls and prints truth lines (truth.h
  * format) after the region; the test compares them with the trace
- * exactly. The critical sections do a little work so that the threads
+ * exactly. `omp_locks [ITERS]`: ITERS defaults to 20,000. The critical sections do a little work so that the threads
  * meet in them and some calls wait. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,14 +38,15 @@ static void work(volatile long *x) {
         *x += i;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    int iters = argc > 1 ? atoi(argv[1]) : ITERS;
     omp_init_lock(&set_lk);
     omp_init_lock(&test_lk);
 #pragma omp parallel num_threads(THREADS)
     {
         int me = omp_get_thread_num();
         struct Counts c = {.tid = truth_tid()};
-        for (int i = 0; i < ITERS; i++) {
+        for (int i = 0; i < iters; i++) {
 #pragma omp critical
             {
                 work(&unnamed_sum);

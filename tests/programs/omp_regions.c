@@ -5,8 +5,9 @@
  *     counted itself just before the barrier, then sleeps 5 ms: it is the
  *     last to reach the explicit barrier;
  *   - phase B: thread 0 waits the same way for the others at the end of
- *     the region's body, then sleeps 5 ms: it is the last to reach the
- *     barrier at the region's end.
+ *     the region's body, then sleeps 10 ms: it is the last to reach the
+ *     barrier at the region's end, and the region's end is two thirds of
+ *     all the waiting.
  * The order is made by the counters, not by sleeps alone: on a loaded
  * machine a thread can be kept off the CPUs for longer than any sleep,
  * but not between counting itself and reaching the barrier (a few
@@ -29,11 +30,11 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Waits until `*n` other threads have counted themselves, then 5 ms. */
-static void last(int *n) {
+/* Waits until `*n` other threads have counted themselves, then `ms`. */
+static void last(int *n, int ms) {
     while (__atomic_load_n(n, __ATOMIC_ACQUIRE) < THREADS - 1)
         sched_yield();
-    sleep_ms(5);
+    sleep_ms(ms);
 }
 
 static long tids[THREADS];
@@ -47,12 +48,12 @@ int main(void) {
             int t = omp_get_thread_num();
             tids[t] = syscall(SYS_gettid);
             if (t == THREADS - 1)
-                last(&at_barrier[r]);
+                last(&at_barrier[r], 5);
             else
                 __atomic_fetch_add(&at_barrier[r], 1, __ATOMIC_RELEASE);
 #pragma omp barrier
             if (t == 0)
-                last(&at_end[r]);
+                last(&at_end[r], 10);
             else
                 __atomic_fetch_add(&at_end[r], 1, __ATOMIC_RELEASE);
         }

@@ -4,6 +4,7 @@
 mod detailed_support;
 
 use detailed_support::*;
+use std::path::Path;
 
 #[test]
 fn issue13_barriers_redundant_by_context_and_last_arriver() {
@@ -229,4 +230,49 @@ fn openmp_region_end_is_never_advised_for_elision() {
         text.contains("balance the work of the parallel region started at main"),
         "{text}"
     );
+}
+
+/// OpenMP critical sections and locks in detailed mode: the hooks linked
+/// into the instrumented program find libgomp's functions past the
+/// preload library's (looked up by symbol version; a plain lookup found
+/// the preload library's GOMP_critical_start, not libgomp's, and the
+/// critical sections went unrecorded), and each lock's sections, with the
+/// accesses inside them, reach the analyses: every pair of consecutive
+/// sections from different threads touches the lock's one counter, so
+/// ulcp finds only conflicts, on all four locks.
+#[test]
+fn openmp_critical_sections_reach_the_detailed_analyses() {
+    let c = compilers()[0];
+    let dir = Scratch::new("omp-locks");
+    let bin = dir.path("omp_locks");
+    let src = lockscope_test_support::workspace_root().join("tests/programs/omp_locks.c");
+    build_instrumented_with(c, &src, &bin, &["-fopenmp", "-ldl"]);
+    let trace = dir.path("d.lstrace");
+    let out = record(&bin, &[Path::new("500")], &trace, &[]);
+    assert!(
+        out.contains("threads 3 sums 285000 285000 285000 285000"),
+        "{out}"
+    );
+    let j = analysis_json("ulcp", &trace);
+    let locks = j["locks"].as_array().expect("ulcp locks");
+    let mut names: Vec<&str> = locks.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ".gomp_critical_user_tally",
+            "GOMP_critical_start",
+            "set_lk",
+            "test_lk"
+        ],
+        "{j:#}"
+    );
+    for l in locks {
+        // 3 threads x 500 sections of each lock.
+        assert_eq!(l["sections"], 1500, "{l:#}");
+        let p = &l["pairs"];
+        for kind in ["null_lock", "read_read", "disjoint_write", "benign"] {
+            assert_eq!(p[kind], 0, "{kind}: {l:#}");
+        }
+    }
 }

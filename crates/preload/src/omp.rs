@@ -57,6 +57,14 @@ use crate::real::Real;
 
 /// libgomp's soname: where the real functions are looked up when they are
 /// not in the global scope (a `dlopen`ed library linked with libgomp).
+///
+/// Every function is looked up with its libgomp symbol version: a
+/// program built with `lockscope cc` has these hooks linked in and the
+/// preload library loaded too, whose unversioned definitions come next
+/// in the search order. `dlvsym` passes over them (an unversioned
+/// definition does not match a versioned request); a plain `dlsym` found
+/// the preload library's `GOMP_critical_start`, which is not libgomp's,
+/// and the critical sections of detailed-mode programs went unrecorded.
 const GOMP: &[u8] = b"libgomp.so.1\0";
 
 /// One of libgomp's functions, resolved as the pthread ones are (at load
@@ -71,13 +79,6 @@ struct GompFn {
 }
 
 impl GompFn {
-    const fn new(name: &'static [u8]) -> GompFn {
-        GompFn {
-            real: Real::new(name).with_lib(GOMP),
-            gomp: AtomicU8::new(0),
-        }
-    }
-
     const fn versioned(name: &'static [u8], version: &'static [u8]) -> GompFn {
         GompFn {
             real: Real::versioned(name, version).with_lib(GOMP),
@@ -138,10 +139,11 @@ fn empty_dl_info() -> libc::Dl_info {
 static SET_LOCK: GompFn = GompFn::versioned(b"omp_set_lock\0", b"OMP_3.0\0");
 static UNSET_LOCK: GompFn = GompFn::versioned(b"omp_unset_lock\0", b"OMP_3.0\0");
 static TEST_LOCK: GompFn = GompFn::versioned(b"omp_test_lock\0", b"OMP_3.0\0");
-static CRITICAL_START: GompFn = GompFn::new(b"GOMP_critical_start\0");
-static CRITICAL_END: GompFn = GompFn::new(b"GOMP_critical_end\0");
-static CRITICAL_NAME_START: GompFn = GompFn::new(b"GOMP_critical_name_start\0");
-static CRITICAL_NAME_END: GompFn = GompFn::new(b"GOMP_critical_name_end\0");
+static CRITICAL_START: GompFn = GompFn::versioned(b"GOMP_critical_start\0", b"GOMP_1.0\0");
+static CRITICAL_END: GompFn = GompFn::versioned(b"GOMP_critical_end\0", b"GOMP_1.0\0");
+static CRITICAL_NAME_START: GompFn =
+    GompFn::versioned(b"GOMP_critical_name_start\0", b"GOMP_1.0\0");
+static CRITICAL_NAME_END: GompFn = GompFn::versioned(b"GOMP_critical_name_end\0", b"GOMP_1.0\0");
 static PARALLEL: GompFn = GompFn::versioned(b"GOMP_parallel\0", b"GOMP_4.0\0");
 static PARALLEL_SECTIONS: GompFn = GompFn::versioned(b"GOMP_parallel_sections\0", b"GOMP_4.0\0");
 static LOOP_STATIC: GompFn = GompFn::versioned(b"GOMP_parallel_loop_static\0", b"GOMP_4.0\0");

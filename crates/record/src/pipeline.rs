@@ -163,7 +163,10 @@ impl Pipeline {
             .map_or(0, |d| d.as_nanos() as u64)
             .saturating_sub(now.mono_ns.saturating_sub(start_pair.mono_ns));
         let mut extra = extra;
-        extra.push(("capture".into(), "timing".into()));
+        // No "capture" key: whether a program records in timing or
+        // detailed mode is known only from its events (a `lockscope cc`
+        // build records accesses), not when this header is written, and a
+        // header saying "timing" on every detailed trace misled readers.
         extra.push(("kernel".into(), kernel_release()));
         let header = Header {
             tsc_hz: clock.hz(),
