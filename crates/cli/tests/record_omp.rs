@@ -81,22 +81,8 @@ fn openmp_critical_sections_and_locks_are_recorded_exactly() {
         .map(|t| t.addr)
         .find(|&a| a != truth[0].addr && a != tally)
         .unwrap();
-    let mut contended = 0;
-    for evs in ix.trace.events.values() {
-        let mut open = None;
-        for e in evs.iter().filter(|e| e.op == Op::MutexLock as u8) {
-            match phase::of(e.flags) {
-                phase::BEGIN => open = Some(e.addr),
-                phase::DONE if e.flags & phase::CONTENDED != 0 => {
-                    assert_eq!(open.take(), Some(e.addr), "CONTENDED without BEGIN");
-                    if e.addr == tally || e.addr == set {
-                        contended += 1;
-                    }
-                }
-                _ => assert_eq!(open, None, "BEGIN not followed by its DONE"),
-            }
-        }
-    }
+    let per_lock = contended_acquisitions(&ix.trace, Op::MutexLock);
+    let contended = per_lock.get(&tally).unwrap_or(&0) + per_lock.get(&set).unwrap_or(&0);
     assert!(
         contended > 0,
         "no contended acquisition seen; {}",

@@ -45,18 +45,7 @@ fn record_mutex_counts_sites_trylock_and_exit_status() {
     assert_eq!(ix.threads.len(), 5);
     assert!(run.stderr.contains("lockscope: trace:"), "{}", run.stderr);
     // Contended acquisitions (if any) are BEGIN + DONE|CONTENDED pairs.
-    for evs in ix.trace.events.values() {
-        let mut open = None;
-        for e in evs.iter().filter(|e| e.op == Op::MutexLock as u8) {
-            match phase::of(e.flags) {
-                phase::BEGIN => open = Some(e.addr),
-                phase::DONE if e.flags & phase::CONTENDED != 0 => {
-                    assert_eq!(open.take(), Some(e.addr), "CONTENDED without BEGIN")
-                }
-                _ => assert_eq!(open, None, "BEGIN not followed by its DONE"),
-            }
-        }
-    }
+    contended_acquisitions(&ix.trace, Op::MutexLock);
 }
 
 #[test]

@@ -52,7 +52,7 @@ use lockscope_capture::{thread, tsc};
 use lockscope_format::{barrier, phase, Op};
 
 use crate::common::{emit, guarded, tramp};
-use crate::locks::{acquire, release, try_acquire};
+use crate::locks::{self, acquire, try_acquire};
 use crate::real::Real;
 
 /// libgomp's soname: where the real functions are looked up when they are
@@ -262,16 +262,18 @@ fn critical_identity() -> u64 {
     CRITICAL_START.addr() as u64
 }
 
-/// Records a blocking acquisition of an OpenMP lock around the real `f`
-/// (a function that is not libgomp's is only called).
+/// Records an acquisition (`release` false: a blocking one) or a release
+/// of an OpenMP lock around the real `f` (a function that is not
+/// libgomp's is only called).
 ///
 /// # Safety
-/// `f` is `omp_set_lock` or one of the `GOMP_critical_*start`s, and `l`
-/// what the program passed it (null for the unnamed critical section).
-/// A plain argument rather than a closure, so that the real call can be
-/// made a second time when recording failed before it.
+/// `f` is `omp_set_lock`, `omp_unset_lock` or one of the
+/// `GOMP_critical_*`s, and `l` what the program passed it (null for the
+/// unnamed critical section). A plain argument rather than a closure, so
+/// that the real call can be made a second time when recording failed
+/// before it.
 #[inline(never)]
-unsafe fn lock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64) {
+unsafe fn lock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64, release: bool) {
     // SAFETY: the real function gets the program's argument unchanged
     // (its C contract is the program's to uphold); `word` reads the lock
     // word of a valid libgomp lock.
@@ -283,11 +285,28 @@ unsafe fn lock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64) {
             return call_void(f, l);
         };
         let mut ret = None;
-        // Held by anyone when we look: libgomp's simple locks and critical
-        // sections are not recursive, so a set word is another thread's
-        // (re-locking one's own would deadlock in the real call anyway).
-        let held = word(l).is_some_and(|w| w != 0);
+        let real = || {
+            call_void(f, l);
+            0
+        };
         guarded(|| {
+            if release {
+                locks::release(
+                    &mut g,
+                    &mut ret,
+                    Op::MutexUnlock,
+                    lock_addr(l),
+                    site,
+                    fp,
+                    real,
+                );
+                return;
+            }
+            // Held by anyone when we look: libgomp's simple locks and
+            // critical sections are not recursive, so a set word is
+            // another thread's (re-locking one's own would deadlock in the
+            // real call anyway).
+            let held = word(l).is_some_and(|w| w != 0);
             acquire(
                 &mut g,
                 &mut ret,
@@ -296,10 +315,7 @@ unsafe fn lock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64) {
                 site,
                 fp,
                 held,
-                || {
-                    call_void(f, l);
-                    0
-                },
+                real,
                 // -1: a thread slept on the futex (maybe this one). No
                 // word: only the call's duration can tell (see `acquire`).
                 || word(l).is_none_or(|w| w < 0),
@@ -311,76 +327,41 @@ unsafe fn lock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64) {
     }
 }
 
-/// Records a release of an OpenMP lock around the real `f`.
-///
-/// # Safety
-/// As [`lock_rec`], for `omp_unset_lock` and the `GOMP_critical_*end`s.
-#[inline(never)]
-unsafe fn unlock_rec(f: &GompFn, l: *mut c_void, site: u64, fp: u64) {
-    // SAFETY: as in `lock_rec`.
-    unsafe {
-        if !f.is_libgomps() {
-            return call_void(f, l);
-        }
-        let Some(mut g) = thread::recorder() else {
-            return call_void(f, l);
-        };
-        let mut ret = None;
-        guarded(|| {
-            release(
-                &mut g,
-                &mut ret,
-                Op::MutexUnlock,
-                lock_addr(l),
-                site,
-                fp,
-                || {
-                    call_void(f, l);
-                    0
-                },
-            )
-        });
-        if ret.is_none() {
-            call_void(f, l);
-        }
-    }
-}
-
 /// Generates the hook body of a void OpenMP lock call: forwards at once
-/// when not recording, else records around it with `$rec`.
+/// when not recording, else records around it with `lock_rec`.
 macro_rules! omp_hook {
-    ($imp:ident ( $l:ident : $lt:ty ) $f:ident, $rec:ident) => {
+    ($imp:ident ( $l:ident : $lt:ty ) $f:ident, release = $release:expr) => {
         unsafe extern "C-unwind" fn $imp($l: $lt, site: u64, fp: u64) {
-            // SAFETY: the real `$f` (directly or through `$rec`) gets the
-            // program's argument unchanged; the interposed function's C
-            // contract is the program's to uphold.
+            // SAFETY: the real `$f` (directly or through `lock_rec`) gets
+            // the program's argument unchanged; the interposed function's
+            // C contract is the program's to uphold.
             unsafe {
                 if !thread::is_recording() {
                     return call_void(&$f, $l as *mut c_void);
                 }
-                $rec(&$f, $l as *mut c_void, site, fp)
+                lock_rec(&$f, $l as *mut c_void, site, fp, $release)
             }
         }
     };
-    ($imp:ident () $f:ident, $rec:ident) => {
+    ($imp:ident () $f:ident, release = $release:expr) => {
         unsafe extern "C-unwind" fn $imp(site: u64, fp: u64) {
             // SAFETY: as above; no arguments (a null one is ignored).
             unsafe {
                 if !thread::is_recording() {
                     return call_void(&$f, core::ptr::null_mut());
                 }
-                $rec(&$f, core::ptr::null_mut(), site, fp)
+                lock_rec(&$f, core::ptr::null_mut(), site, fp, $release)
             }
         }
     };
 }
 
-omp_hook!(omp_set_lock_impl(l: *mut c_int) SET_LOCK, lock_rec);
-omp_hook!(omp_unset_lock_impl(l: *mut c_int) UNSET_LOCK, unlock_rec);
-omp_hook!(critical_start_impl() CRITICAL_START, lock_rec);
-omp_hook!(critical_end_impl() CRITICAL_END, unlock_rec);
-omp_hook!(critical_name_start_impl(p: *mut *mut c_void) CRITICAL_NAME_START, lock_rec);
-omp_hook!(critical_name_end_impl(p: *mut *mut c_void) CRITICAL_NAME_END, unlock_rec);
+omp_hook!(omp_set_lock_impl(l: *mut c_int) SET_LOCK, release = false);
+omp_hook!(omp_unset_lock_impl(l: *mut c_int) UNSET_LOCK, release = true);
+omp_hook!(critical_start_impl() CRITICAL_START, release = false);
+omp_hook!(critical_end_impl() CRITICAL_END, release = true);
+omp_hook!(critical_name_start_impl(p: *mut *mut c_void) CRITICAL_NAME_START, release = false);
+omp_hook!(critical_name_end_impl(p: *mut *mut c_void) CRITICAL_NAME_END, release = true);
 
 /// `omp_test_lock`: returns non-zero when it took the lock. Recorded as a
 /// trylock: DONE when taken, FAIL (EBUSY) when not.
@@ -552,22 +533,7 @@ fn region_end(r: &Region) {
     }
     let addr = r.body as usize as u64;
     let t0 = tsc::now();
-    if let Some(mut g) = thread::recorder() {
-        guarded(|| {
-            emit(
-                &mut g,
-                Op::BarrierWait,
-                phase::BEGIN,
-                t0,
-                addr,
-                r.site,
-                0,
-                barrier::REGION_END,
-                0,
-                false,
-            )
-        });
-    }
+    barrier_event(phase::BEGIN, t0, addr, r.site, barrier::REGION_END, false);
     // The guard is released here, before waiting: a signal handler that
     // runs meanwhile records its own events.
     let last = r.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= n;
@@ -577,19 +543,33 @@ fn region_end(r: &Region) {
         wait_for(&r.arrived, n);
     }
     let t1 = tsc::now_after();
+    let serial = if last { barrier::SERIAL } else { 0 };
+    barrier_event(
+        phase::DONE,
+        t1,
+        addr,
+        r.site,
+        barrier::REGION_END | serial,
+        !last,
+    );
+}
+
+/// Records a `BarrierWait` event if this thread records; `blocked`: the
+/// call waited (its call path is wanted in the default stacks mode).
+fn barrier_event(ph: u8, t: u64, addr: u64, site: u64, arg: u64, blocked: bool) {
     if let Some(mut g) = thread::recorder() {
         guarded(|| {
             emit(
                 &mut g,
                 Op::BarrierWait,
-                phase::DONE,
-                t1,
+                ph,
+                t,
                 addr,
-                r.site,
+                site,
                 0,
-                barrier::REGION_END | if last { barrier::SERIAL } else { 0 },
+                arg,
                 0,
-                !last,
+                blocked,
             )
         });
     }
@@ -638,40 +618,10 @@ unsafe extern "C-unwind" fn barrier_impl(site: u64, _fp: u64) {
             BARRIER.addr() as u64
         };
         let t0 = tsc::now();
-        if let Some(mut g) = thread::recorder() {
-            guarded(|| {
-                emit(
-                    &mut g,
-                    Op::BarrierWait,
-                    phase::BEGIN,
-                    t0,
-                    addr,
-                    site,
-                    0,
-                    0,
-                    0,
-                    false,
-                )
-            });
-        }
+        barrier_event(phase::BEGIN, t0, addr, site, 0, false);
         real();
         let t1 = tsc::now_after();
-        if let Some(mut g) = thread::recorder() {
-            guarded(|| {
-                emit(
-                    &mut g,
-                    Op::BarrierWait,
-                    phase::DONE,
-                    t1,
-                    addr,
-                    site,
-                    0,
-                    0,
-                    0,
-                    true,
-                )
-            });
-        }
+        barrier_event(phase::DONE, t1, addr, site, 0, true);
     }
 }
 

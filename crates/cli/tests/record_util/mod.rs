@@ -550,3 +550,25 @@ pub fn build_gpu_fixture(dir: &Path) -> (PathBuf, PathBuf) {
     );
     (lib, app)
 }
+
+/// Checks the protocol of a lock's acquisitions (`op`) in every thread: a
+/// call that waited is BEGIN then DONE|CONTENDED on the same lock, and a
+/// BEGIN is always followed by its DONE. Returns the contended
+/// acquisitions per lock address.
+pub fn contended_acquisitions(t: &Trace, op: Op) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    for evs in t.events.values() {
+        let mut open = None;
+        for e in evs.iter().filter(|e| e.op == op as u8) {
+            match phase::of(e.flags) {
+                phase::BEGIN => open = Some(e.addr),
+                phase::DONE if e.flags & phase::CONTENDED != 0 => {
+                    assert_eq!(open.take(), Some(e.addr), "CONTENDED without BEGIN");
+                    *out.entry(e.addr).or_default() += 1;
+                }
+                _ => assert_eq!(open, None, "BEGIN not followed by its DONE"),
+            }
+        }
+    }
+    out
+}
