@@ -440,6 +440,11 @@ struct Region {
     site: u64,
     /// Threads that finished the body (a futex word).
     arrived: AtomicU32,
+    /// Threads asleep on `arrived` (or about to be): the last arriver
+    /// makes the wake-up system call only when there is one. Most
+    /// regions end within the waiters' spin, and the call cost 0.3-0.5 us
+    /// per region in this VM.
+    sleepers: AtomicU32,
 }
 
 thread_local! {
@@ -497,6 +502,7 @@ unsafe extern "C-unwind" fn parallel_impl(
             data,
             site,
             arrived: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
         };
         real(
             region_body,
@@ -536,11 +542,16 @@ fn region_end(r: &Region) {
     barrier_event(phase::BEGIN, t0, addr, r.site, barrier::REGION_END, false);
     // The guard is released here, before waiting: a signal handler that
     // runs meanwhile records its own events.
-    let last = r.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= n;
+    // SeqCst on both counters, on both sides (Dekker): either the last
+    // arriver sees a sleeper and wakes it, or the sleeper, counted after
+    // the last arrival, sees `arrived` complete and does not sleep.
+    let last = r.arrived.fetch_add(1, Ordering::SeqCst) + 1 >= n;
     if last {
-        futex_wake_all_private(&r.arrived);
+        if r.sleepers.load(Ordering::SeqCst) != 0 {
+            futex_wake_all_private(&r.arrived);
+        }
     } else {
-        wait_for(&r.arrived, n);
+        wait_for(r, n);
     }
     let t1 = tsc::now_after();
     let serial = if last { barrier::SERIAL } else { 0 };
@@ -575,23 +586,25 @@ fn barrier_event(ph: u8, t: u64, addr: u64, site: u64, arg: u64, blocked: bool) 
     }
 }
 
-/// Waits until `word` reaches `n`: spins a little first (a team's threads
+/// Waits until `r.arrived` reaches `n`: spins a little first (a team's threads
 /// usually finish close together, and a futex sleep and wake-up costs
 /// microseconds per region), then sleeps on the futex.
-fn wait_for(word: &AtomicU32, n: u32) {
+fn wait_for(r: &Region, n: u32) {
     for _ in 0..2_000 {
-        if word.load(Ordering::Acquire) >= n {
+        if r.arrived.load(Ordering::Acquire) >= n {
             return;
         }
         core::hint::spin_loop();
     }
+    r.sleepers.fetch_add(1, Ordering::SeqCst);
     loop {
-        let v = word.load(Ordering::Acquire);
+        let v = r.arrived.load(Ordering::SeqCst);
         if v >= n {
-            return;
+            break;
         }
-        futex_wait_private(word, v);
+        futex_wait_private(&r.arrived, v);
     }
+    r.sleepers.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// `GOMP_barrier()`: an explicit `#pragma omp barrier`, recorded as a
@@ -665,6 +678,7 @@ macro_rules! parallel_variant {
                     data,
                     site: body as usize as u64,
                     arrived: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
                 };
                 real(region_body, &r as *const Region as *mut c_void, $($a),*)
             }
