@@ -61,6 +61,13 @@ pub const DOMINANT_SITE_SHARE: f64 = 0.5;
 /// Reduce hold: the dominant site's mean hold is at least 1 µs (same bound
 /// as [`SHORT_HOLD_NS`]: shorter sections are a hand-off problem).
 pub const LONG_HOLD_NS: f64 = SHORT_HOLD_NS;
+/// Balance the work before a barrier: the waiting charged to its most
+/// frequent latecomer is at least half of all the waiting at it. Then one
+/// thread's lateness, not a spread of small differences, is what the
+/// others wait for (the same bound as [`DOMINANT_SITE_SHARE`]; barriers
+/// whose waiting is under [`MIN_WAIT_SHARE`] of the threads' time get
+/// nothing either).
+pub const BARRIER_LATECOMER_SHARE: f64 = DOMINANT_SITE_SHARE;
 /// Reader-writer lock already right: at least 90 % of its acquisitions
 /// read.
 pub const READ_MOSTLY: f64 = 0.9;
@@ -113,6 +120,9 @@ pub enum AdviceKind {
     UseMutex,
     /// Shorten the dominant critical section, or split the lock.
     ReduceHold,
+    /// A barrier (an OpenMP region's end included) whose waiting is
+    /// mostly for one late thread: balance the work before it.
+    BalanceWork,
 }
 
 impl AdviceKind {
@@ -125,6 +135,7 @@ impl AdviceKind {
             AdviceKind::ReaderWriter => "reader_writer",
             AdviceKind::UseMutex => "use_mutex",
             AdviceKind::ReduceHold => "reduce_hold",
+            AdviceKind::BalanceWork => "balance_work",
         }
     }
 }
@@ -360,10 +371,57 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             }
         }
     }
+    for b in &report.barriers {
+        if let Some(r) = balance_work(b, thread_time) {
+            out.push(r);
+        }
+    }
     out.sort_by(|a, b| {
         (b.wait_addressed_ns, a.kind, &a.lock).cmp(&(a.wait_addressed_ns, b.kind, &b.lock))
     });
     out
+}
+
+/// The balance-work rule for one barrier (see [`BARRIER_LATECOMER_SHARE`]).
+fn balance_work(b: &crate::report::BarrierOut, thread_time: u64) -> Option<Recommendation> {
+    let total = b.wait_ns.total;
+    if total == 0 || (total as f64) < MIN_WAIT_SHARE * thread_time as f64 {
+        return None;
+    }
+    let late = b.blamed_on.first()?;
+    let share = late.wait_ns as f64 / total as f64;
+    if share < BARRIER_LATECOMER_SHARE {
+        return None;
+    }
+    let mut ev = Evidence::default();
+    ev.put("wait_ns", total as f64);
+    ev.put("rounds", b.rounds as f64);
+    ev.put("latecomer_tid", f64::from(late.tid));
+    ev.put("latecomer_wait_caused_ns", late.wait_ns as f64);
+    ev.put("latecomer_share", share);
+    let text = format!(
+        "{} of the {} waited at it over {} rounds is waiting for thread {}, the last to arrive",
+        pct(share),
+        ns(total),
+        count(b.rounds),
+        late.tid
+    );
+    Some(Recommendation {
+        kind: AdviceKind::BalanceWork,
+        lock: b.name.clone(),
+        address: b.address.clone(),
+        pid: b.pid,
+        advice: format!(
+            "balance the work before this barrier: thread {} arrives late and the others wait \
+             for it (`lockscope barriers` on a detailed-mode trace names the code it arrives from)",
+            late.tid
+        ),
+        evidence: ev,
+        evidence_text: text,
+        command: None,
+        wait_addressed_ns: late.wait_ns,
+        obj: b.obj,
+    })
 }
 
 type Algo = (AdviceKind, String, Evidence, String, Option<String>);

@@ -999,7 +999,7 @@ fn stack(out: &mut String, frames: &[String], indent: &str) {
 fn recommendations(r: &Report, several: bool, out: &mut String) {
     out.push_str("\nRECOMMENDATIONS (largest addressable wait first)\n");
     if r.recommendations.is_empty() {
-        out.push_str("  (none: no lock met a rule's thresholds)\n");
+        out.push_str("  (none: no lock or barrier met a rule's thresholds)\n");
     }
     for (i, a) in r.recommendations.iter().enumerate() {
         let _ = writeln!(

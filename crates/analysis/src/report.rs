@@ -681,6 +681,8 @@ pub struct ObjThreadOut {
 pub struct BarrierOut {
     /// Address.
     pub address: String,
+    /// OS pid of its process.
+    pub pid: u32,
     /// Symbol or first use.
     pub name: String,
     /// Rounds completed.
@@ -693,6 +695,9 @@ pub struct BarrierOut {
     pub threads: Vec<ObjThreadOut>,
     /// Waiting charged to the last thread to arrive (tid, ns).
     pub blamed_on: Vec<ObjThreadOut>,
+    /// Model index of the barrier.
+    #[serde(skip)]
+    pub(crate) obj: u32,
 }
 
 /// One semaphore.
@@ -2029,12 +2034,14 @@ fn object_rows(
                 blamed_on.sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
                 barriers.push(BarrierOut {
                     address: format!("{:#x}", o.addr),
+                    pid: pid_of(meta, o.process),
                     name: names.label(i),
                     rounds: o.rounds,
                     waits: o.acquisitions,
                     wait_ns: o.wait.summary(),
                     threads,
                     blamed_on,
+                    obj: i,
                 })
             }
             Kind::Semaphore => semaphores.push(SemOut {
@@ -2119,9 +2126,13 @@ fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
         .filter(|l| selected(l))
         .map(|l| l.obj)
         .collect();
+    // A barrier's advice stays unless the view is narrowed to some locks.
     let recommendations: Vec<_> = recommendations
         .into_iter()
-        .filter(|r| chosen.contains(&r.obj))
+        .filter(|r| {
+            chosen.contains(&r.obj)
+                || (r.kind == crate::advice::AdviceKind::BalanceWork && cfg.lock_filter.is_none())
+        })
         .collect();
 
     let mut locks: Vec<LockOut> = all_locks

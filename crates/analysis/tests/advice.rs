@@ -306,3 +306,66 @@ fn sorted_by_addressable_wait_and_rendered() {
     };
     assert!(!lockscope_analysis::render::text(&r, &o).contains("RECOMMENDATIONS"));
 }
+
+const BAR: u64 = 0x7000;
+
+/// Three threads cross a barrier 10 times, one round per 10 µs; each
+/// arrival is a BarrierWait BEGIN, each departure (when the last one has
+/// arrived) a DONE. `late`: the thread that arrives last each round and
+/// how late (ns after the first two, which arrive together at the
+/// round's start).
+fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
+    let mut tb = Tb::new();
+    tb.header.cpus = 4;
+    tb.thread(1, "a", 0, 100_000)
+        .thread(2, "b", 0, 100_000)
+        .thread(3, "c", 0, 100_000);
+    for k in 0..10u64 {
+        let b = k * 10_000;
+        let (who, lateness) = late(k);
+        let go = b + lateness;
+        for t in 1..=3u32 {
+            let arrive = if t == who { go } else { b };
+            tb.ev(t, arrive, Op::BarrierWait, BEGIN, BAR, 0x50);
+            tb.ev_full(
+                t,
+                go,
+                Op::BarrierWait,
+                DONE,
+                BAR,
+                0x50,
+                u64::from(t == who),
+                0,
+            );
+        }
+    }
+    tb
+}
+
+#[test]
+fn a_barrier_waiting_for_one_late_thread_gets_balance_work() {
+    // Thread 3 is 5 µs late every round: the two others wait 10 µs a
+    // round, 100 µs in all, all of it for thread 3 (a third of the
+    // threads' 300 µs).
+    let r = report(&barrier_rounds(|_| (3, 5_000)));
+    let a = of(&r, BAR);
+    assert_eq!(a.len(), 1, "{:?}", r.recommendations);
+    let a = a[0];
+    assert_eq!(a.kind, AdviceKind::BalanceWork);
+    assert_eq!(a.evidence.get("wait_ns"), Some(100_000.0));
+    assert_eq!(a.evidence.get("rounds"), Some(10.0));
+    assert_eq!(a.evidence.get("latecomer_share"), Some(1.0));
+    assert_eq!(a.wait_addressed_ns, 100_000);
+    assert!(a.advice.contains("balance the work"), "{}", a.advice);
+    assert!(a.command.is_none());
+}
+
+#[test]
+fn a_barrier_whose_latecomer_changes_every_round_gets_no_advice() {
+    // The late thread rotates: each is blamed for a third of the waiting,
+    // under the rule's half; nor does negligible waiting (1 ns late).
+    let r = report(&barrier_rounds(|k| ((k % 3) as u32 + 1, 5_000)));
+    assert!(kinds(&r, BAR).is_empty(), "{:?}", r.recommendations);
+    let r = report(&barrier_rounds(|_| (3, 1)));
+    assert!(kinds(&r, BAR).is_empty(), "{:?}", r.recommendations);
+}

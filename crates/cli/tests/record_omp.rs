@@ -263,6 +263,15 @@ fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     let blamed = line.rsplit_once("  ").map_or("", |x| x.1);
     let names = |t: usize| blamed.contains(&format!("{}:", tid_of(t)));
     assert!(names(0) && names(2) && !names(1), "{line}");
+    // Two thirds of the waiting is for thread 0 at the region's end: the
+    // report says to balance the region's work, naming it.
+    assert!(
+        text.contains(&format!(
+            "balance_work main._omp_fn.0: balance the work before this barrier: thread {} arrives late",
+            tid_of(0)
+        )),
+        "{text}"
+    );
 }
 
 #[test]
