@@ -303,6 +303,10 @@ impl Default for TextOptions {
     }
 }
 
+/// Threads listed per cell of the BARRIERS table (the most waiting
+/// first when there are more).
+const BARRIER_THREADS: usize = 6;
+
 /// Why a futex word's row has dashes: the recorder sees a lock that
 /// bypasses pthreads (Rust std, Go, hand-made) only when a thread enters
 /// the kernel for it.
@@ -715,11 +719,25 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ("last arrivers (tid: wait caused)", false),
         ]);
         for b in &r.barriers {
+            // At most BARRIER_THREADS threads per cell, those with the
+            // most waiting: an OpenMP program with nested regions listed
+            // a hundred threads on one line. JSON keeps them all.
             let per = |v: &[crate::report::ObjThreadOut]| {
-                v.iter()
+                let mut v: Vec<&crate::report::ObjThreadOut> = v.iter().collect();
+                let more = v.len().saturating_sub(BARRIER_THREADS);
+                if more > 0 {
+                    v.sort_by_key(|x| (std::cmp::Reverse(x.wait_ns), x.tid));
+                    v.truncate(BARRIER_THREADS);
+                }
+                let mut s = v
+                    .iter()
                     .map(|x| format!("{}: {}", x.tid, ns(x.wait_ns)))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", ");
+                if more > 0 {
+                    let _ = write!(s, ", +{more} more");
+                }
+                s
             };
             t.row(vec![
                 b.name.clone(),

@@ -369,3 +369,57 @@ fn a_barrier_whose_latecomer_changes_every_round_gets_no_advice() {
     let r = report(&barrier_rounds(|_| (3, 1)));
     assert!(kinds(&r, BAR).is_empty(), "{:?}", r.recommendations);
 }
+
+#[test]
+fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
+    // Ten threads at one barrier, thread t arriving t µs into each round
+    // (thread 10 last, all leaving 1 ns after it): the cell lists six
+    // threads, those that waited most (1, 2, ...), and "+4 more"; the
+    // JSON keeps all ten.
+    let mut tb = Tb::new();
+    tb.header.cpus = 16;
+    for t in 1..=10u32 {
+        tb.thread(t, "w", 0, 100_000);
+    }
+    for k in 0..5u64 {
+        let b = k * 20_000;
+        let go = b + 10_001;
+        for t in 1..=10u32 {
+            tb.ev(
+                t,
+                b + u64::from(t) * 1_000,
+                Op::BarrierWait,
+                BEGIN,
+                BAR,
+                0x50,
+            );
+            tb.ev_full(
+                t,
+                go,
+                Op::BarrierWait,
+                DONE,
+                BAR,
+                0x50,
+                u64::from(t == 10),
+                0,
+            );
+        }
+    }
+    let r = report(&tb);
+    assert_eq!(r.barriers[0].threads.len(), 10);
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let row = text
+        .lines()
+        .find(|l| l.contains(", +4 more"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // The six that waited most, most first: threads 1-6 (tids 101-106),
+    // 9 µs down to 4 µs a round (+1 ns); then the last arriver's cell:
+    // thread 10, blamed for all of it.
+    assert!(
+        row.contains(
+            "101: 45.005 us, 102: 40.005 us, 103: 35.005 us, 104: 30.005 us, \
+             105: 25.005 us, 106: 20.005 us, +4 more  110: 225.050 us"
+        ),
+        "{row}"
+    );
+}
