@@ -718,6 +718,12 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             ("per thread (tid: wait)", false),
             ("last arrivers (tid: wait caused)", false),
         ]);
+        // In a narrow terminal the headers alone were wider than the
+        // line, and the rows that overflowed came out word-wrapped, their
+        // columns collapsed. Hidden first: the longest wait, the count of
+        // waits, then each thread's waiting (the last arrivers, who made
+        // the others wait, stay).
+        t.ranks(&[0, 0, 2, 0, 3, 1, 0]);
         for b in &r.barriers {
             // At most BARRIER_THREADS threads per cell, those with the
             // most waiting: an OpenMP program with nested regions listed

@@ -370,12 +370,9 @@ fn a_barrier_whose_latecomer_changes_every_round_gets_no_advice() {
     assert!(kinds(&r, BAR).is_empty(), "{:?}", r.recommendations);
 }
 
-#[test]
-fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
-    // Ten threads at one barrier, thread t arriving t µs into each round
-    // (thread 10 last, all leaving 1 ns after it): the cell lists six
-    // threads, those that waited most (1, 2, ...), and "+4 more"; the
-    // JSON keeps all ten.
+/// Ten threads at one barrier, thread t arriving t µs into each of 5
+/// rounds, all leaving 1 ns after thread 10.
+fn ten_at_a_barrier() -> Tb {
     let mut tb = Tb::new();
     tb.header.cpus = 16;
     for t in 1..=10u32 {
@@ -405,6 +402,48 @@ fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
             );
         }
     }
+    tb
+}
+
+#[test]
+fn the_barriers_table_fits_a_narrow_terminal_by_hiding_columns() {
+    // At 80 columns the headers alone were wider than the line and the
+    // rows came out word-wrapped, their columns collapsed. Now columns
+    // are hidden, said so, and the rest stays aligned within the width.
+    let r = report(&ten_at_a_barrier());
+    let o = lockscope_analysis::render::TextOptions {
+        width: Some(80),
+        ..Default::default()
+    };
+    let text = lockscope_analysis::render::text(&r, &o);
+    let section: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("BARRIERS"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(section.len() >= 3, "{text}");
+    for l in &section {
+        assert!(l.chars().count() <= 80, "{l}");
+    }
+    let head = section[0];
+    assert!(head.starts_with("  barrier  "), "{head}");
+    assert!(head.contains("  rounds  "), "{head}");
+    assert!(section[1].contains("0x7000"), "{text}");
+    // The note may wrap; its start names the hidden columns.
+    assert!(
+        section
+            .iter()
+            .any(|l| l.contains("(hidden to fit the terminal: waits, max, per thread")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
+    // The cell lists six threads, those that waited most (1, 2, ...),
+    // and "+4 more"; the JSON keeps all ten.
+    let tb = ten_at_a_barrier();
     let r = report(&tb);
     assert_eq!(r.barriers[0].threads.len(), 10);
     let text = lockscope_analysis::render::text(&r, &Default::default());
