@@ -1530,6 +1530,23 @@ fn verdict(r: &Report) -> Verdict {
     if !blocked.is_empty() {
         text.push_str(&format!("; blocked otherwise: {}", blocked.join(", ")));
     }
+    // The barrier that made threads wait most, when it matters (1 % of the
+    // threads' time, as for advice), and who it waited for: an OpenMP
+    // program's verdict otherwise named no place at all.
+    if let Some(b) = r
+        .barriers
+        .first()
+        .filter(|b| ratio(b.wait_ns.total, t) >= crate::advice::MIN_WAIT_SHARE)
+    {
+        text.push_str(&format!("; most barrier waiting at {}", b.name));
+        if let Some(l) = b.blamed_on.first() {
+            text.push_str(&format!(
+                ", {:.0}% of it for thread {}, the last to arrive",
+                ratio(l.wait_ns, b.wait_ns.total) * 100.0,
+                l.tid
+            ));
+        }
+    }
     if let Some(c) = r.cond_locks.first() {
         let top = c
             .blame

@@ -310,8 +310,9 @@ fn sorted_by_addressable_wait_and_rendered() {
 const BAR: u64 = 0x7000;
 
 /// Three threads cross a barrier 10 times, one round per 10 µs; each
-/// arrival is a BarrierWait BEGIN, each departure (when the last one has
-/// arrived) a DONE. `late`: the thread that arrives last each round and
+/// arrival is a BarrierWait BEGIN, each departure a DONE, 1 ns after the
+/// last arrival (as recorded: a departure never has the last arrival's
+/// own timestamp). `late`: the thread that arrives last each round and
 /// how late (ns after the first two, which arrive together at the
 /// round's start).
 fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
@@ -323,9 +324,9 @@ fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
     for k in 0..10u64 {
         let b = k * 10_000;
         let (who, lateness) = late(k);
-        let go = b + lateness;
+        let go = b + lateness + 1;
         for t in 1..=3u32 {
-            let arrive = if t == who { go } else { b };
+            let arrive = if t == who { b + lateness } else { b };
             tb.ev(t, arrive, Op::BarrierWait, BEGIN, BAR, 0x50);
             tb.ev_full(
                 t,
@@ -344,20 +345,29 @@ fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
 
 #[test]
 fn a_barrier_waiting_for_one_late_thread_gets_balance_work() {
-    // Thread 3 is 5 µs late every round: the two others wait 10 µs a
-    // round, 100 µs in all, all of it for thread 3 (a third of the
-    // threads' 300 µs).
+    // Thread 3 (tid 103) is 5 µs late every round: the two others wait
+    // 5,001 ns a round and thread 3 itself 1 ns, 100,030 ns in all, all of
+    // it charged to thread 3 (a third of the threads' 300 µs).
     let r = report(&barrier_rounds(|_| (3, 5_000)));
     let a = of(&r, BAR);
     assert_eq!(a.len(), 1, "{:?}", r.recommendations);
     let a = a[0];
     assert_eq!(a.kind, AdviceKind::BalanceWork);
-    assert_eq!(a.evidence.get("wait_ns"), Some(100_000.0));
+    assert_eq!(a.evidence.get("wait_ns"), Some(100_030.0));
     assert_eq!(a.evidence.get("rounds"), Some(10.0));
+    assert_eq!(a.evidence.get("latecomer_tid"), Some(103.0));
     assert_eq!(a.evidence.get("latecomer_share"), Some(1.0));
-    assert_eq!(a.wait_addressed_ns, 100_000);
+    assert_eq!(a.wait_addressed_ns, 100_030);
     assert!(a.advice.contains("balance the work"), "{}", a.advice);
     assert!(a.command.is_none());
+    // The verdict names the barrier and the thread it waits for.
+    assert!(
+        r.verdict.text.ends_with(
+            "; most barrier waiting at 0x7000, 100% of it for thread 103, the last to arrive"
+        ),
+        "{}",
+        r.verdict.text
+    );
 }
 
 #[test]

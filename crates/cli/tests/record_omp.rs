@@ -263,6 +263,11 @@ fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     let blamed = line.rsplit_once("  ").map_or("", |x| x.1);
     let names = |t: usize| blamed.contains(&format!("{}:", tid_of(t)));
     assert!(names(0) && names(2) && !names(1), "{line}");
+    // The verdict names the region's barrier and the thread it waits for.
+    assert!(
+        text.contains("most barrier waiting at main._omp_fn.0, "),
+        "{text}"
+    );
     // Two thirds of the waiting is for thread 0 at the region's end: the
     // report says to balance the region's work, naming it.
     assert!(
