@@ -779,19 +779,24 @@ unsafe fn futex(uaddr: *mut u32, op: i32, val: u32, timeout: usize) -> i64 {
     }
 }
 
-/// Waits (without a timeout) while `word` holds `val`: returns at once if
-/// it does not, and may return spuriously (the caller re-checks). Made
+/// Waits while `word` holds `val`: returns at once if it does not, and
+/// may return spuriously or at the timeout (the caller re-checks). Made
 /// with the raw system call, as the recorder's own waits are, so that no
 /// hook of ours sees it. For hooks that must wait for other threads of
-/// the program (the OpenMP region barrier).
-pub fn futex_wait_private(word: &AtomicU32, val: u32) {
-    // SAFETY: FUTEX_WAIT on a live u32 the caller borrows; no timeout.
+/// the program (the OpenMP region barrier), at most `timeout_ms`.
+pub fn futex_wait_private(word: &AtomicU32, val: u32, timeout_ms: u32) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ms / 1000) as libc::time_t,
+        tv_nsec: (timeout_ms % 1000) as libc::c_long * 1_000_000,
+    };
+    // SAFETY: FUTEX_WAIT on a live u32 the caller borrows, with a
+    // relative timeout in a timespec that lives across the call.
     unsafe {
         futex(
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             val,
-            0,
+            &ts as *const libc::timespec as usize,
         );
     }
 }

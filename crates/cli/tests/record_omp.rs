@@ -335,3 +335,51 @@ fn openmp_sections_and_combined_loop_regions_are_recorded() {
         "{loop_events:?}"
     );
 }
+
+#[test]
+fn a_thread_waiting_for_a_task_is_not_hung_by_the_region_barrier() {
+    // Thread 0 busy-waits for a task that only the other thread, waiting
+    // at the region's end, can run: libgomp's barrier runs it, lockscope's
+    // does not. Without the time limit the recording hung for good; with
+    // it (300 ms here) the waiting thread gives up, runs the task in
+    // libgomp's barrier, and its region-end DONE is flagged GAVE_UP.
+    let dir = temp("omp-task-spin");
+    let bin = gcc(
+        "omp_task_spin.c",
+        &["-fopenmp"],
+        &dir.join("omp_task_spin"),
+        &[],
+    );
+    let trace = dir.join("t.lstrace");
+    // `timeout`: a regression must fail the test, not hang the suite.
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .env("LOCKSCOPE_OMP_WAIT_MS", "300")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "status {:?} (124: hung); stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done 2\n");
+    let t = lockscope_format::Trace::open(&trace).unwrap();
+    let gave_up = t
+        .events
+        .values()
+        .flatten()
+        .filter(|e| {
+            e.op == Op::BarrierWait as u8
+                && phase::of(e.flags) == phase::DONE
+                && e.arg & barrier::GAVE_UP != 0
+        })
+        .count();
+    // One per region: the thread with the empty body, each time.
+    assert_eq!(gave_up, 2);
+}

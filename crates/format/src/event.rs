@@ -309,6 +309,11 @@ pub mod barrier {
     /// region. The team's join: it can never be removed, however
     /// redundant it is.
     pub const REGION_END: u64 = 2;
+    /// On a region end's DONE: the thread stopped waiting in lockscope's
+    /// barrier at its time limit (`LOCKSCOPE_OMP_WAIT_MS`, default 10 s)
+    /// before the team's last thread arrived, and went on into libgomp's
+    /// own barrier; its wait was longer than recorded.
+    pub const GAVE_UP: u64 = 4;
 }
 
 /// One event of one thread, as stored in a trace.

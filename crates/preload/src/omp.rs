@@ -170,6 +170,22 @@ static NUM_THREADS: GompFn = GompFn::versioned(b"omp_get_num_threads\0", b"OMP_1
 #[link_section = ".init_array"]
 static RESOLVE: extern "C" fn() = {
     extern "C" fn resolve() {
+        // SAFETY: getenv in a load-time constructor (single-threaded: no
+        // setenv can race); the result, if any, is a NUL-terminated string
+        // read at once.
+        unsafe {
+            let v = libc::getenv(c"LOCKSCOPE_OMP_WAIT_MS".as_ptr());
+            if !v.is_null() {
+                if let Some(ms) = core::ffi::CStr::from_ptr(v)
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .filter(|&ms| ms > 0)
+                {
+                    GIVE_UP_MS.store(ms, Ordering::Relaxed);
+                }
+            }
+        }
         for f in [
             &SET_LOCK,
             &UNSET_LOCK,
@@ -546,22 +562,25 @@ fn region_end(r: &Region) {
     // arriver sees a sleeper and wakes it, or the sleeper, counted after
     // the last arrival, sees `arrived` complete and does not sleep.
     let last = r.arrived.fetch_add(1, Ordering::SeqCst) + 1 >= n;
+    let mut gave_up = 0;
     if last {
         if r.sleepers.load(Ordering::SeqCst) != 0 {
             futex_wake_all_private(&r.arrived);
         }
-    } else {
-        wait_for(r, n);
+    } else if !wait_for(r, n) {
+        gave_up = barrier::GAVE_UP;
     }
     let t1 = tsc::now_after();
-    let serial = if last { barrier::SERIAL } else { 0 };
+    let serial = if last { barrier::SERIAL } else { 0 } | gave_up;
+    // No call path, even for a thread that waited: below `region_body`
+    // there are only libgomp's frames (the region is named by its body).
     barrier_event(
         phase::DONE,
         t1,
         addr,
         r.site,
         barrier::REGION_END | serial,
-        !last,
+        false,
     );
 }
 
@@ -586,26 +605,60 @@ fn barrier_event(ph: u8, t: u64, addr: u64, site: u64, arg: u64, blocked: bool) 
     }
 }
 
-/// Waits until `r.arrived` reaches `n`: spins a little first (a team's threads
-/// usually finish close together, and a futex sleep and wake-up costs
-/// microseconds per region), then sleeps on the futex.
-fn wait_for(r: &Region, n: u32) {
+/// Waits until `r.arrived` reaches `n`: spins a little first (a team's
+/// threads usually finish close together, and a futex sleep and wake-up
+/// costs microseconds per region), then sleeps on the futex. Returns
+/// false if it gave up after [`give_up_ms`] (the trace says so).
+///
+/// Why a limit: this barrier is lockscope's, not the program's. A thread
+/// waiting in libgomp's own barrier runs the team's pending tasks; one
+/// waiting here does not. A program whose thread busy-waits, inside the
+/// region, for a task that only another thread's barrier would run (not
+/// a conforming wait, but it works without lockscope) would hang here
+/// for good. After the limit the thread goes on into libgomp's barrier,
+/// and its wait is recorded as ending then, flagged
+/// [`barrier::GAVE_UP`]: a limit that fails loud, not a hang.
+fn wait_for(r: &Region, n: u32) -> bool {
     for _ in 0..2_000 {
         if r.arrived.load(Ordering::Acquire) >= n {
-            return;
+            return true;
         }
         core::hint::spin_loop();
     }
+    let limit = give_up_ms();
+    let t0 = std::time::Instant::now();
     r.sleepers.fetch_add(1, Ordering::SeqCst);
-    loop {
+    let done = loop {
         let v = r.arrived.load(Ordering::SeqCst);
         if v >= n {
-            break;
+            break true;
         }
-        futex_wait_private(&r.arrived, v);
-    }
+        let waited = t0.elapsed().as_millis();
+        if waited >= u128::from(limit) {
+            break false;
+        }
+        futex_wait_private(&r.arrived, v, (u128::from(limit) - waited).min(1000) as u32);
+    };
     r.sleepers.fetch_sub(1, Ordering::SeqCst);
+    done
 }
+
+/// How long a thread waits in lockscope's region barrier before it gives
+/// up (see [`wait_for`]): `LOCKSCOPE_OMP_WAIT_MS`, read once at load
+/// time, default 10 s (longer than the imbalance of any region measured
+/// here; a region whose threads really finish seconds apart is recorded
+/// with its waits cut at the limit and flagged).
+fn give_up_ms() -> u32 {
+    let v = GIVE_UP_MS.load(Ordering::Relaxed);
+    if v == 0 {
+        DEFAULT_GIVE_UP_MS
+    } else {
+        v
+    }
+}
+
+const DEFAULT_GIVE_UP_MS: u32 = 10_000;
+static GIVE_UP_MS: AtomicU32 = AtomicU32::new(0);
 
 /// `GOMP_barrier()`: an explicit `#pragma omp barrier`, recorded as a
 /// wait on the innermost recorded region's barrier object (libgomp's
