@@ -697,8 +697,6 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         redundant: u64,
         contexts: HashMap<Named, (u64, u64, u64, bool)>,
         last: HashMap<(u32, u64), (u64, u64, bool)>,
-        /// Some instance was the end of an OpenMP parallel region.
-        openmp: bool,
         list: Vec<Instance>,
     }
     let mut by_barrier: BTreeMap<(u32, u64), Acc> = BTreeMap::new();
@@ -763,7 +761,6 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
             redundant: 0,
             contexts: HashMap::new(),
             last: HashMap::new(),
-            openmp: false,
             list: Vec::new(),
         });
         acc.instances += 1;
@@ -790,7 +787,6 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
                 e.3 |= c.region_end;
             }
         }
-        acc.openmp |= cs.iter().any(|c| c.region_end);
         let l = acc
             .last
             .entry((last.thread, last.site))
@@ -873,7 +869,8 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
         });
         let (name_addr, kind) = match hm.conds.get(&(process, addr)) {
             Some(&mutex) => (mutex, "mutex+condvar"),
-            None if acc.openmp => (addr, "openmp"),
+            // An OpenMP region: some calling context is a region's end.
+            None if acc.contexts.values().any(|c| c.3) => (addr, "openmp"),
             None => (addr, "pthread_barrier"),
         };
         let uncertain = hm.uncertain.get(&(process, addr));

@@ -2138,18 +2138,20 @@ fn filtered_view(full: Report, model: &Model, cfg: &ReportConfig) -> Report {
     let mut barriers = std::mem::take(&mut full.barriers);
     let mut semaphores = std::mem::take(&mut full.semaphores);
     let recommendations = std::mem::take(&mut full.recommendations);
-    let chosen: std::collections::HashSet<u32> = all_locks
+    // The objects the view is about: the selected locks, and every
+    // barrier unless the view is narrowed to some locks. Their advice is
+    // what the view keeps.
+    let mut chosen: std::collections::HashSet<u32> = all_locks
         .iter()
         .filter(|l| selected(l))
         .map(|l| l.obj)
         .collect();
-    // A barrier's advice stays unless the view is narrowed to some locks.
+    if cfg.lock_filter.is_none() {
+        chosen.extend(barriers.iter().map(|b| b.obj));
+    }
     let recommendations: Vec<_> = recommendations
         .into_iter()
-        .filter(|r| {
-            chosen.contains(&r.obj)
-                || (r.kind == crate::advice::AdviceKind::BalanceWork && cfg.lock_filter.is_none())
-        })
+        .filter(|r| chosen.contains(&r.obj))
         .collect();
 
     let mut locks: Vec<LockOut> = all_locks

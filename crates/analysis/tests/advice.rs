@@ -309,25 +309,30 @@ fn sorted_by_addressable_wait_and_rendered() {
 
 const BAR: u64 = 0x7000;
 
-/// Three threads cross a barrier 10 times, one round per 10 µs; each
-/// arrival is a BarrierWait BEGIN, each departure a DONE, 1 ns after the
-/// last arrival (as recorded: a departure never has the last arrival's
-/// own timestamp). `late`: the thread that arrives last each round and
-/// how late (ns after the first two, which arrive together at the
-/// round's start).
-fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
+/// `threads` threads cross BAR `rounds` times, one round every `period`
+/// ns on a machine of `cpus` CPUs; thread t (from 1) arrives
+/// `arrive(k, t)` ns into round k (a BarrierWait BEGIN) and every thread
+/// departs (DONE) 1 ns after the last arrival, as recorded: a departure
+/// never has the last arrival's own timestamp. The last to arrive is the
+/// serial thread.
+fn barrier_trace(
+    cpus: u32,
+    threads: u32,
+    rounds: u64,
+    period: u64,
+    arrive: impl Fn(u64, u32) -> u64,
+) -> Tb {
     let mut tb = Tb::new();
-    tb.header.cpus = 4;
-    tb.thread(1, "a", 0, 100_000)
-        .thread(2, "b", 0, 100_000)
-        .thread(3, "c", 0, 100_000);
-    for k in 0..10u64 {
-        let b = k * 10_000;
-        let (who, lateness) = late(k);
-        let go = b + lateness + 1;
-        for t in 1..=3u32 {
-            let arrive = if t == who { b + lateness } else { b };
-            tb.ev(t, arrive, Op::BarrierWait, BEGIN, BAR, 0x50);
+    tb.header.cpus = cpus;
+    for t in 1..=threads {
+        tb.thread(t, "w", 0, rounds * period);
+    }
+    for k in 0..rounds {
+        let b = k * period;
+        let last = (1..=threads).max_by_key(|&t| (arrive(k, t), t)).unwrap();
+        let go = b + arrive(k, last) + 1;
+        for t in 1..=threads {
+            tb.ev(t, b + arrive(k, t), Op::BarrierWait, BEGIN, BAR, 0x50);
             tb.ev_full(
                 t,
                 go,
@@ -335,12 +340,26 @@ fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
                 DONE,
                 BAR,
                 0x50,
-                u64::from(t == who),
+                u64::from(t == last),
                 0,
             );
         }
     }
     tb
+}
+
+/// Three threads cross a barrier 10 times, one round per 10 µs. `late`:
+/// the thread that arrives last each round and how late (ns after the
+/// first two, which arrive together at the round's start).
+fn barrier_rounds(late: impl Fn(u64) -> (u32, u64)) -> Tb {
+    barrier_trace(4, 3, 10, 10_000, |k, t| {
+        let (who, lateness) = late(k);
+        if t == who {
+            lateness
+        } else {
+            0
+        }
+    })
 }
 
 #[test]
@@ -383,36 +402,7 @@ fn a_barrier_whose_latecomer_changes_every_round_gets_no_advice() {
 /// Ten threads at one barrier, thread t arriving t µs into each of 5
 /// rounds, all leaving 1 ns after thread 10.
 fn ten_at_a_barrier() -> Tb {
-    let mut tb = Tb::new();
-    tb.header.cpus = 16;
-    for t in 1..=10u32 {
-        tb.thread(t, "w", 0, 100_000);
-    }
-    for k in 0..5u64 {
-        let b = k * 20_000;
-        let go = b + 10_001;
-        for t in 1..=10u32 {
-            tb.ev(
-                t,
-                b + u64::from(t) * 1_000,
-                Op::BarrierWait,
-                BEGIN,
-                BAR,
-                0x50,
-            );
-            tb.ev_full(
-                t,
-                go,
-                Op::BarrierWait,
-                DONE,
-                BAR,
-                0x50,
-                u64::from(t == 10),
-                0,
-            );
-        }
-    }
-    tb
+    barrier_trace(16, 10, 5, 20_000, |_, t| u64::from(t) * 1_000)
 }
 
 #[test]

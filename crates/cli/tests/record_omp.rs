@@ -44,6 +44,25 @@ fn build_omp(dir: &Path) -> PathBuf {
     )
 }
 
+/// Every BarrierWait event of the trace, with the OS tid of its thread.
+fn barrier_events(ix: &Index) -> Vec<(u64, lockscope_format::Event)> {
+    let tid: std::collections::HashMap<u32, u64> = ix
+        .threads
+        .iter()
+        .map(|(&(_, tid), &id)| (id, u64::from(tid)))
+        .collect();
+    ix.trace
+        .events
+        .iter()
+        .flat_map(|(th, evs)| {
+            let t = tid[th];
+            evs.iter()
+                .filter(|e| e.op == Op::BarrierWait as u8)
+                .map(move |e| (t, *e))
+        })
+        .collect()
+}
+
 #[test]
 fn openmp_critical_sections_and_locks_are_recorded_exactly() {
     let dir = temp("omp");
@@ -204,25 +223,7 @@ fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     let ix = Index::new(run.trace());
     check_integrity(&ix);
     assert_eq!(ix.trace.footer.as_ref().unwrap().lost, 0, "{}", run.stderr);
-    let barrier_events: Vec<(u64, lockscope_format::Event)> = ix
-        .trace
-        .events
-        .iter()
-        .flat_map(|(th, evs)| {
-            let tid = ix
-                .trace
-                .records
-                .iter()
-                .find_map(|r| match r {
-                    lockscope_format::Record::Thread(t) if t.id == *th => Some(u64::from(t.tid)),
-                    _ => None,
-                })
-                .unwrap();
-            evs.iter()
-                .filter(|e| e.op == Op::BarrierWait as u8)
-                .map(move |e| (tid, *e))
-        })
-        .collect();
+    let barrier_events = barrier_events(&ix);
     // One barrier object, the region's outlined body, for both kinds.
     let addrs: std::collections::BTreeSet<u64> =
         barrier_events.iter().map(|(_, e)| e.addr).collect();
@@ -308,10 +309,8 @@ fn openmp_sections_and_combined_loop_regions_are_recorded() {
     check_integrity(&ix);
     let mut by_addr: std::collections::BTreeMap<u64, Vec<lockscope_format::Event>> =
         Default::default();
-    for e in ix.trace.events.values().flatten() {
-        if e.op == Op::BarrierWait as u8 {
-            by_addr.entry(e.addr).or_default().push(*e);
-        }
+    for (_, e) in barrier_events(&ix) {
+        by_addr.entry(e.addr).or_default().push(e);
     }
     assert_eq!(by_addr.len(), 2, "{by_addr:x?}");
     let loop_events = by_addr
@@ -369,16 +368,10 @@ fn a_thread_waiting_for_a_task_is_not_hung_by_the_region_barrier() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done 2\n");
-    let t = lockscope_format::Trace::open(&trace).unwrap();
-    let gave_up = t
-        .events
-        .values()
-        .flatten()
-        .filter(|e| {
-            e.op == Op::BarrierWait as u8
-                && phase::of(e.flags) == phase::DONE
-                && e.arg & barrier::GAVE_UP != 0
-        })
+    let ix = Index::new(lockscope_format::Trace::open(&trace).unwrap());
+    let gave_up = barrier_events(&ix)
+        .iter()
+        .filter(|(_, e)| phase::of(e.flags) == phase::DONE && e.arg & barrier::GAVE_UP != 0)
         .count();
     // One per region: the thread with the empty body, each time.
     assert_eq!(gave_up, 2);

@@ -136,32 +136,38 @@ fn empty_dl_info() -> libc::Dl_info {
     }
 }
 
-static SET_LOCK: GompFn = GompFn::versioned(b"omp_set_lock\0", b"OMP_3.0\0");
-static UNSET_LOCK: GompFn = GompFn::versioned(b"omp_unset_lock\0", b"OMP_3.0\0");
-static TEST_LOCK: GompFn = GompFn::versioned(b"omp_test_lock\0", b"OMP_3.0\0");
-static CRITICAL_START: GompFn = GompFn::versioned(b"GOMP_critical_start\0", b"GOMP_1.0\0");
-static CRITICAL_END: GompFn = GompFn::versioned(b"GOMP_critical_end\0", b"GOMP_1.0\0");
-static CRITICAL_NAME_START: GompFn =
-    GompFn::versioned(b"GOMP_critical_name_start\0", b"GOMP_1.0\0");
-static CRITICAL_NAME_END: GompFn = GompFn::versioned(b"GOMP_critical_name_end\0", b"GOMP_1.0\0");
-static PARALLEL: GompFn = GompFn::versioned(b"GOMP_parallel\0", b"GOMP_4.0\0");
-static PARALLEL_SECTIONS: GompFn = GompFn::versioned(b"GOMP_parallel_sections\0", b"GOMP_4.0\0");
-static LOOP_STATIC: GompFn = GompFn::versioned(b"GOMP_parallel_loop_static\0", b"GOMP_4.0\0");
-static LOOP_DYNAMIC: GompFn = GompFn::versioned(b"GOMP_parallel_loop_dynamic\0", b"GOMP_4.0\0");
-static LOOP_GUIDED: GompFn = GompFn::versioned(b"GOMP_parallel_loop_guided\0", b"GOMP_4.0\0");
-static LOOP_RUNTIME: GompFn = GompFn::versioned(b"GOMP_parallel_loop_runtime\0", b"GOMP_4.0\0");
-static LOOP_NM_DYNAMIC: GompFn =
-    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_dynamic\0", b"GOMP_4.5\0");
-static LOOP_NM_GUIDED: GompFn =
-    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_guided\0", b"GOMP_4.5\0");
-static LOOP_NM_RUNTIME: GompFn =
-    GompFn::versioned(b"GOMP_parallel_loop_nonmonotonic_runtime\0", b"GOMP_5.0\0");
-static LOOP_MNM_RUNTIME: GompFn = GompFn::versioned(
-    b"GOMP_parallel_loop_maybe_nonmonotonic_runtime\0",
-    b"GOMP_5.0\0",
-);
-static BARRIER: GompFn = GompFn::versioned(b"GOMP_barrier\0", b"GOMP_1.0\0");
-static NUM_THREADS: GompFn = GompFn::versioned(b"omp_get_num_threads\0", b"OMP_1.0\0");
+/// Defines each libgomp function the hooks call (name and symbol
+/// version, once) and [`ALL`], the list the load-time lookup walks.
+macro_rules! gomp_fns {
+    ($($name:ident = $sym:literal @ $ver:literal;)*) => {
+        $(static $name: GompFn =
+            GompFn::versioned(concat!($sym, "\0").as_bytes(), concat!($ver, "\0").as_bytes());)*
+        /// Every libgomp function the hooks call.
+        static ALL: &[&GompFn] = &[$(&$name),*];
+    };
+}
+
+gomp_fns! {
+    SET_LOCK = "omp_set_lock" @ "OMP_3.0";
+    UNSET_LOCK = "omp_unset_lock" @ "OMP_3.0";
+    TEST_LOCK = "omp_test_lock" @ "OMP_3.0";
+    CRITICAL_START = "GOMP_critical_start" @ "GOMP_1.0";
+    CRITICAL_END = "GOMP_critical_end" @ "GOMP_1.0";
+    CRITICAL_NAME_START = "GOMP_critical_name_start" @ "GOMP_1.0";
+    CRITICAL_NAME_END = "GOMP_critical_name_end" @ "GOMP_1.0";
+    PARALLEL = "GOMP_parallel" @ "GOMP_4.0";
+    PARALLEL_SECTIONS = "GOMP_parallel_sections" @ "GOMP_4.0";
+    LOOP_STATIC = "GOMP_parallel_loop_static" @ "GOMP_4.0";
+    LOOP_DYNAMIC = "GOMP_parallel_loop_dynamic" @ "GOMP_4.0";
+    LOOP_GUIDED = "GOMP_parallel_loop_guided" @ "GOMP_4.0";
+    LOOP_RUNTIME = "GOMP_parallel_loop_runtime" @ "GOMP_4.0";
+    LOOP_NM_DYNAMIC = "GOMP_parallel_loop_nonmonotonic_dynamic" @ "GOMP_4.5";
+    LOOP_NM_GUIDED = "GOMP_parallel_loop_nonmonotonic_guided" @ "GOMP_4.5";
+    LOOP_NM_RUNTIME = "GOMP_parallel_loop_nonmonotonic_runtime" @ "GOMP_5.0";
+    LOOP_MNM_RUNTIME = "GOMP_parallel_loop_maybe_nonmonotonic_runtime" @ "GOMP_5.0";
+    BARRIER = "GOMP_barrier" @ "GOMP_1.0";
+    NUM_THREADS = "omp_get_num_threads" @ "OMP_1.0";
+}
 
 /// Resolved at load time, as the pthread functions are (no `dlsym` later
 /// on a path a signal handler could take); a library loaded later is
@@ -186,27 +192,7 @@ static RESOLVE: extern "C" fn() = {
                 }
             }
         }
-        for f in [
-            &SET_LOCK,
-            &UNSET_LOCK,
-            &TEST_LOCK,
-            &CRITICAL_START,
-            &CRITICAL_END,
-            &CRITICAL_NAME_START,
-            &CRITICAL_NAME_END,
-            &PARALLEL,
-            &PARALLEL_SECTIONS,
-            &LOOP_STATIC,
-            &LOOP_DYNAMIC,
-            &LOOP_GUIDED,
-            &LOOP_RUNTIME,
-            &LOOP_NM_DYNAMIC,
-            &LOOP_NM_GUIDED,
-            &LOOP_NM_RUNTIME,
-            &LOOP_MNM_RUNTIME,
-            &BARRIER,
-            &NUM_THREADS,
-        ] {
+        for f in ALL {
             f.real.prefetch();
         }
     }
@@ -670,11 +656,7 @@ unsafe extern "C-unwind" fn barrier_impl(site: u64, _fp: u64) {
     unsafe {
         let real: unsafe extern "C-unwind" fn() =
             core::mem::transmute::<usize, unsafe extern "C-unwind" fn()>(BARRIER.addr());
-        if !thread::is_recording()
-            || !BARRIER.is_libgomps()
-            || !NUM_THREADS.is_libgomps()
-            || team_size() <= 1
-        {
+        if !wrap_region(&BARRIER) || team_size() <= 1 {
             return real();
         }
         let region = REGION.with(|c| c.get());
@@ -695,8 +677,9 @@ tramp!(GOMP_parallel(body: Body, data: *mut c_void, num_threads: libc::c_uint, f
     = parallel_impl ["r8", "r9"]);
 tramp!(GOMP_barrier() -> () = barrier_impl ["rdi", "rsi"]);
 
-/// True if a region started through `f` is to be wrapped: recording, and
-/// `f` and `omp_get_num_threads` are libgomp's.
+/// True if a region started through `f` (or a barrier, `GOMP_barrier`)
+/// is to be recorded: recording, and `f` and `omp_get_num_threads` are
+/// libgomp's.
 #[inline(always)]
 fn wrap_region(f: &GompFn) -> bool {
     thread::is_recording() && f.is_libgomps() && NUM_THREADS.is_libgomps()
