@@ -294,6 +294,23 @@ pub struct Program {
     pub access_ns: u64,
     /// Per lock: recorded acquisitions (turns).
     pub turns: Vec<u64>,
+    /// The recorded hand-off latency (release to the woken waiter's
+    /// acquisition) as a function of how long the waiter had waited: per
+    /// power of two of the wait (entry `b`: waits of 2^(b-1) to 2^b ns),
+    /// the median latency of the recorded hand-offs after such waits, ns
+    /// (buckets without any take their nearest neighbour's; all 0 when
+    /// nothing was handed over). A waiter that waited long has gone to
+    /// sleep and takes a full wake-up to run; one that waited briefly was
+    /// still on its way into the kernel: on 2 CPUs most recorded hand-offs
+    /// take 0.1-1 us and those after long waits 10-50 us. What a what-if
+    /// gives a waiter that it wakes ([`Scenario::arrival`],
+    /// [`Program::wake_after`]).
+    pub wake_by_wait: Vec<u64>,
+    /// The median CPU time of a recorded unlock that entered the kernel to
+    /// wake a waiter, ns: what a release that wakes somebody in a what-if,
+    /// but woke nobody in the recording, costs its thread
+    /// ([`Scenario::arrival`]).
+    pub unlock_wake_ns: u64,
     /// Per lock: a bit per turn, set when it was a shared (reader)
     /// acquisition.
     shared_turns: Vec<Vec<u64>>,
@@ -348,6 +365,22 @@ impl Program {
             Some(e) => Err(spill_error(e)),
             None => Ok(()),
         }
+    }
+
+    /// The wake-up latency of a waiter woken after waiting `waited` ns
+    /// ([`Program::wake_by_wait`]).
+    pub fn wake_after(&self, waited: u64) -> u64 {
+        self.wake_by_wait
+            .get(wait_bucket(waited))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether lock `l` was taken shared (as a reader) in the recording.
+    pub fn has_readers(&self, l: u32) -> bool {
+        self.shared_turns
+            .get(l as usize)
+            .is_some_and(|v| v.iter().any(|&w| w != 0))
     }
 
     /// Recorded wall time: first start to last end.
@@ -411,6 +444,12 @@ struct Builder {
     last_release: Vec<(u64, u32)>,
     /// Per thread: its last run-queue delay sample, ns.
     delay: Vec<Option<u64>>,
+    /// Per power of two of the wait before it: histogram of the
+    /// nonzero hand-off latencies ([`Program::wake_by_wait`]).
+    handoffs: Vec<LatencyHist>,
+    /// Histogram of the unlocks that entered the kernel
+    /// ([`Program::unlock_wake_ns`]).
+    unlocks: LatencyHist,
 }
 
 impl Builder {
@@ -510,6 +549,13 @@ impl Builder {
         } else {
             0
         };
+        if handoff > 0 {
+            let b = wait_bucket(s.segment.corrected_ns);
+            if self.handoffs.len() <= b {
+                self.handoffs.resize_with(b + 1, LatencyHist::default);
+            }
+            self.handoffs[b].add(handoff);
+        }
         self.push(
             ti,
             Action::Acquire {
@@ -685,6 +731,7 @@ impl Builder {
             let a = if let (SegKind::Unlocking, StepKind::ReleaseEnd { lock, .. }) =
                 (seg.kind, s.kind)
             {
+                self.unlocks.add(seg.corrected_ns);
                 Action::UnlockWork {
                     lock: self.lock(lock),
                     ns: seg.corrected_ns,
@@ -918,6 +965,8 @@ impl Builder {
         self.p.signals += base;
         self.p.access_ns = percentile10(&self.access_hist);
         let access_ns = self.p.access_ns;
+        self.p.wake_by_wait = wake_by_wait(&self.handoffs);
+        self.p.unlock_wake_ns = self.unlocks.median();
         let n = u64::from(self.p.cpus);
         match std::mem::take(&mut self.sink) {
             Sink::Mem {
@@ -996,6 +1045,88 @@ fn remap_signal(a: &mut Action, base: u32) {
 
 /// Access intervals above this (ns) are not counted: not back-to-back.
 const ACCESS_HIST: usize = 4096;
+
+/// The power-of-two bucket of a wait, for [`Program::wake_by_wait`].
+fn wait_bucket(ns: u64) -> usize {
+    (64 - ns.leading_zeros() as usize).min(WAIT_BUCKETS - 1)
+}
+
+/// Buckets of [`Program::wake_by_wait`]: waits up to 2^47 ns.
+const WAIT_BUCKETS: usize = 48;
+
+/// [`Program::wake_by_wait`] from the per-bucket histograms: medians,
+/// and for a bucket without hand-offs its nearest neighbour's (the lower
+/// one on a tie: shorter latencies are the conservative choice for a
+/// waiter, they make contention cheaper).
+fn wake_by_wait(h: &[LatencyHist]) -> Vec<u64> {
+    let med: Vec<Option<u64>> = (0..WAIT_BUCKETS)
+        .map(|b| h.get(b).filter(|x| x.count() > 0).map(LatencyHist::median))
+        .collect();
+    (0..WAIT_BUCKETS)
+        .map(|b| {
+            (0..WAIT_BUCKETS)
+                .flat_map(|d| [b.checked_sub(d), Some(b + d)])
+                .flatten()
+                .find_map(|i| med.get(i).copied().flatten())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// A log-linear histogram of latencies (4 sub-buckets per power of two:
+/// a median within 19 %), for [`Program::wake_by_wait`]. 512 bytes, allocated
+/// per power of two of the wait; exact medians would keep every sample
+/// of a lock taken millions of times.
+#[derive(Clone)]
+struct LatencyHist([u32; 128]);
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist([0; 128])
+    }
+}
+
+impl LatencyHist {
+    fn bucket(v: u64) -> usize {
+        if v < 4 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // >= 2
+        let sub = ((v >> (e - 2)) & 3) as usize;
+        (e * 4 + sub - 4).min(127)
+    }
+    /// The smallest value of bucket `b` (its representative: latencies
+    /// are rounded down, never up).
+    fn low(b: usize) -> u64 {
+        if b < 4 {
+            return b as u64;
+        }
+        let e = (b + 4) / 4;
+        let sub = ((b + 4) % 4) as u64;
+        (4 + sub) << (e - 2)
+    }
+    fn add(&mut self, v: u64) {
+        let b = Self::bucket(v);
+        self.0[b] = self.0[b].saturating_add(1);
+    }
+    fn count(&self) -> u64 {
+        self.0.iter().map(|&c| u64::from(c)).sum()
+    }
+    fn median(&self) -> u64 {
+        let n = self.count();
+        if n == 0 {
+            return 0;
+        }
+        let mut seen = 0u64;
+        for (b, &c) in self.0.iter().enumerate() {
+            seen += u64::from(c);
+            if seen * 2 >= n {
+                return Self::low(b);
+            }
+        }
+        0
+    }
+}
 
 /// Back-to-back access intervals needed for an estimate.
 pub const ACCESS_SAMPLES: u64 = 1000;
@@ -1427,16 +1558,65 @@ pub struct Scenario {
     /// Record when every acquisition was attempted and released
     /// ([`SimResult::section_times`]).
     pub record_sections: bool,
+    /// Grant every lock in the order the threads reach it in this replay,
+    /// with the waiting policy of the real lock ([`Grant`]), instead of in
+    /// the recorded order. What-if scenarios use it: a change that moves
+    /// threads in time changes who gets a lock next, and the recorded
+    /// order would make threads wait for turns that no longer come first
+    /// (see docs/replay.md, "Locks stay locks"). Dependencies that carry
+    /// data (signals, semaphores, barriers, joins, futex wakes) keep their
+    /// recorded pairing either way.
+    pub arrival: Option<Grant>,
+}
+
+/// How locks are granted in arrival order ([`Scenario::arrival`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// A release hands the lock to the first waiter (FIFO hand-off: the
+    /// lock stays reserved while the waiter wakes up), instead of freeing
+    /// it for whoever comes first, the woken waiter retrying after its
+    /// wake-up latency (barging: glibc's mutexes and most others).
+    pub handoff: bool,
+    /// Reader-writer locks prefer writers (glibc's
+    /// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`: a reader waits while
+    /// a writer waits) instead of readers (glibc's default: a reader
+    /// enters whenever no writer holds the lock, and writers can starve).
+    pub prefer_writers: bool,
+    /// Wake-up latency of a waiter, in percent of the recorded one
+    /// ([`Program::wake_after`]): the range of a prediction varies it.
+    pub latency_pct: u32,
+}
+
+impl Default for Grant {
+    fn default() -> Self {
+        Grant {
+            handoff: false,
+            prefer_writers: false,
+            latency_pct: 100,
+        }
+    }
 }
 
 /// Per lock turned ULCP-free: per recorded acquisition (by its position
 /// in the lock's recorded order), the earlier acquisitions it must
-/// follow.
+/// follow, or (in arrival order) the class of sections it must exclude.
 #[derive(Clone, Debug, Default)]
 pub struct UlcpFree {
-    /// Lock index -> per turn, the earlier turns it truly conflicts with.
+    /// Lock index -> per turn, the earlier turns it truly conflicts with
+    /// (recorded order).
     pub deps: HashMap<u32, Vec<Vec<u64>>>,
+    /// Lock index -> per turn, its conflict class ([`FREE`]: it conflicts
+    /// with no section of another thread and takes no lock). With
+    /// [`Scenario::arrival`], the sections of one class exclude each other
+    /// through a lock of their own, granted in arrival order: the finer
+    /// lock a programmer would write (one lock for the data that really is
+    /// shared), where the recorded order would keep the convoy of the
+    /// recorded run.
+    pub classes: HashMap<u32, Vec<u32>>,
 }
+
+/// [`UlcpFree::classes`]: a section that needs no lock.
+pub const FREE: u32 = u32::MAX;
 
 /// Result of one simulation.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -1450,6 +1630,8 @@ pub struct SimResult {
     pub lock_wait: Vec<u64>,
     /// Per lock ([`Program::locks`]): time threads waited for it, ns.
     pub lock_wait_by_lock: Vec<u64>,
+    /// Per lock: CPU time its unlocks spent waking waiters, ns.
+    pub unlock_work_by_lock: Vec<u64>,
     /// Acquisitions granted out of order, or signals assumed, to break
     /// a deadlock.
     pub forced: u64,
@@ -1465,6 +1647,134 @@ struct FreeLock {
     released: Vec<bool>,
     /// Turn waited for -> threads waiting.
     waiters: BTreeMap<u64, Vec<u32>>,
+}
+
+/// The state index of a held lock taken outside arrival order of a lock taken outside arrival order (or a
+/// section that takes no lock).
+const NO_STATE: u32 = u32::MAX;
+
+/// Why a thread runs its pending acquisition again (arrival order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// First attempt.
+    None,
+    /// Woken by a release: it tries again and may lose to a thread that
+    /// came meanwhile (barging).
+    Retry,
+    /// The lock was handed to it ([`Grant::handoff`]): it has it.
+    Granted,
+}
+
+/// A lock granted in arrival order ([`Scenario::arrival`]). A mutex is a
+/// reader-writer lock that never has readers.
+#[derive(Default)]
+struct ALock {
+    writer: bool,
+    readers: u32,
+    /// Threads waiting for it, in the order they queued: (thread, shared,
+    /// waiting since).
+    queue: std::collections::VecDeque<(u32, bool, u64)>,
+    /// Writers in `queue`.
+    queued_writers: u32,
+    /// Writers woken that have not retried yet (for writer preference,
+    /// they still wait).
+    woken_writers: u32,
+}
+
+impl ALock {
+    fn can_enter(&self, shared: bool, prefer_writers: bool) -> bool {
+        if shared {
+            !self.writer && (!prefer_writers || self.queued_writers + self.woken_writers == 0)
+        } else {
+            !self.writer && self.readers == 0
+        }
+    }
+    fn enter(&mut self, shared: bool) {
+        if shared {
+            self.readers += 1;
+        } else {
+            self.writer = true;
+        }
+    }
+    fn leave(&mut self) {
+        if self.writer {
+            self.writer = false;
+        } else {
+            self.readers = self.readers.saturating_sub(1);
+        }
+    }
+    /// After a release: wakes the waiters the lock's policy lets in (all
+    /// waiting readers, or the first writer), or, with a FIFO hand-off,
+    /// grants it to them at once. Returns whether it woke anybody (the
+    /// unlock entered the kernel).
+    /// A woken waiter runs after the wake-up latency the recording shows
+    /// for waits as long as its own ([`Program::wake_after`]).
+    fn wake(&mut self, g: Grant, p: &Program, sim: &mut Sim, state: &mut [Wake]) -> bool {
+        if self.writer || self.readers > 0 || self.queue.is_empty() {
+            return false;
+        }
+        // glibc's reader-preferring rwlock wakes every waiting reader when
+        // a writer leaves; the writer-preferring one a waiting writer
+        // first. A mutex has writers only.
+        let readers_first = if g.prefer_writers {
+            self.queued_writers == 0
+        } else {
+            self.queue.iter().any(|w| w.1)
+        };
+        let mut woken: Vec<(u32, bool, u64)> = Vec::new();
+        if readers_first {
+            self.queue.retain(|&w| {
+                if w.1 {
+                    woken.push(w);
+                }
+                !w.1
+            });
+        } else if let Some(i) = self.queue.iter().position(|w| !w.1) {
+            woken.extend(self.queue.remove(i));
+        }
+        for &(t, shared, since) in &woken {
+            let lat = p.wake_after(sim.now.saturating_sub(since)) * u64::from(g.latency_pct) / 100;
+            if !shared {
+                self.queued_writers = self.queued_writers.saturating_sub(1);
+            }
+            if g.handoff {
+                self.enter(shared);
+                state[t as usize] = Wake::Granted;
+            } else {
+                if !shared {
+                    self.woken_writers += 1;
+                }
+                state[t as usize] = Wake::Retry;
+            }
+            sim.at(sim.now + lat, t);
+            sim.woke(t);
+        }
+        !woken.is_empty()
+    }
+}
+
+/// Breaks a deadlock in arrival order: a lock whose holder never
+/// releases it (a release the recorder lost) is freed for its waiters.
+fn force_arrival(
+    alocks: &mut [ALock],
+    g: Option<Grant>,
+    p: &Program,
+    sim: &mut Sim,
+    state: &mut [Wake],
+    res: &mut SimResult,
+) -> bool {
+    let Some(g) = g else {
+        return false;
+    };
+    for al in alocks.iter_mut() {
+        if !al.queue.is_empty() {
+            al.writer = false;
+            al.readers = 0;
+            res.forced += 1;
+            return al.wake(g, p, sim, state);
+        }
+    }
+    false
 }
 
 struct LockState {
@@ -1557,6 +1867,12 @@ pub struct PathLog {
     pub starts: Vec<u64>,
     /// Per thread: critical sections (start, end, section key), by end.
     pub holds: Vec<Vec<(u64, u64, u32)>>,
+    /// Per thread: lock waits (granted at, lock, blocked since, hand-off
+    /// latency after the grant), in time order.
+    pub lock_waits: Vec<Vec<(u64, u32, u64, u64)>>,
+    /// Per thread: waits with no recorded cause (start, end), in time
+    /// order.
+    pub sleeps: Vec<Vec<(u64, u64)>>,
 }
 
 /// [`simulate`], also logging the wake-ups and sections when `log`.
@@ -1581,6 +1897,8 @@ pub fn simulate_logged(
             spawns: vec![None; n],
             starts: vec![u64::MAX; n],
             holds: vec![Vec::new(); n],
+            lock_waits: vec![Vec::new(); n],
+            sleeps: vec![Vec::new(); n],
         }),
     };
     let mut open: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); if log { n } else { 0 }];
@@ -1596,6 +1914,7 @@ pub fn simulate_logged(
         ends: vec![0; n],
         lock_wait: vec![0; n],
         lock_wait_by_lock: vec![0; p.locks.len()],
+        unlock_work_by_lock: vec![0; p.locks.len()],
         ..SimResult::default()
     };
     let mut finished = vec![false; n];
@@ -1662,7 +1981,35 @@ pub fn simulate_logged(
             .collect();
     }
     // Per thread: turns held, innermost last (lock, turn).
-    let mut held: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut held: Vec<Vec<(u32, u64, u32)>> = vec![Vec::new(); n];
+    // Arrival order: one state per lock, then one per conflict class of
+    // the locks turned ULCP-free (`class_base[l]`: the first).
+    let mut class_base: Vec<u32> = vec![u32::MAX; p.locks.len()];
+    let mut alocks: Vec<ALock> = Vec::new();
+    let mut wake_state: Vec<Wake> = vec![Wake::None; n];
+    // Per thread: its running compute is work the scenario added, not
+    // one of its actions (a release that wakes a waiter it did not wake
+    // in the recording pays for entering the kernel).
+    let mut synthetic = vec![false; n];
+    if sc.arrival.is_some() {
+        alocks.resize_with(p.locks.len(), ALock::default);
+        if let Some(u) = &sc.ulcp_free {
+            let mut ls: Vec<_> = u.classes.iter().collect();
+            ls.sort_by_key(|x| *x.0);
+            for (&l, cl) in ls {
+                let k = cl
+                    .iter()
+                    .filter(|&&c| c != FREE)
+                    .max()
+                    .map_or(0, |&c| c + 1);
+                if let Some(b) = class_base.get_mut(l as usize) {
+                    *b = alocks.len() as u32;
+                    alocks.resize_with(alocks.len() + k as usize, ALock::default);
+                    rw_changed[l as usize] = true;
+                }
+            }
+        }
+    }
     let mut locks: Vec<LockState> = modes
         .into_iter()
         .zip(&p.turns)
@@ -1691,7 +2038,14 @@ pub fn simulate_logged(
             }
             // Deadlock: grant the lock whose waited-for turn is closest,
             // or else assume the lowest signal waited for.
-            if !force_free(&mut free, &mut sim, &mut res)
+            if !force_arrival(
+                &mut alocks,
+                sc.arrival,
+                p,
+                &mut sim,
+                &mut wake_state,
+                &mut res,
+            ) && !force_free(&mut free, &mut sim, &mut res)
                 && !force_progress(&mut locks, &mut sim, &mut res)
             {
                 let Some(&id) = sig_waiters.keys().min() else {
@@ -1708,7 +2062,7 @@ pub fn simulate_logged(
         if let Some(lg) = &mut sim.log {
             lg.starts[ti_us] = lg.starts[ti_us].min(now);
         }
-        if computed {
+        if computed && !std::mem::take(&mut synthetic[ti_us]) {
             pc[ti_us].next();
         }
         // Run the thread until it has to wait.
@@ -1730,7 +2084,8 @@ pub fn simulate_logged(
                         // only when the replayed release woke somebody).
                         Action::UnlockWork { lock, ns }
                             if !removed[lock as usize]
-                                && (!rw_changed[lock as usize] || unlock_woke[ti_us]) =>
+                                && ((!rw_changed[lock as usize] && sc.arrival.is_none())
+                                    || unlock_woke[ti_us]) =>
                         {
                             ns
                         }
@@ -1741,11 +2096,17 @@ pub fn simulate_logged(
                         pc[ti_us].next();
                         continue;
                     }
+                    if let Action::UnlockWork { lock, .. } = a {
+                        res.unlock_work_by_lock[lock as usize] += ns;
+                    }
                     sim.compute(ti, ns);
                     break;
                 }
                 Action::Sleep(ns) => {
                     pc[ti_us].next();
+                    if let Some(lg) = &mut sim.log {
+                        lg.sleeps[ti_us].push((now, now + ns));
+                    }
                     sim.at(now + ns, ti);
                     break;
                 }
@@ -1771,6 +2132,59 @@ pub fn simulate_logged(
                     {
                         t.0 = t.0.min(now);
                     }
+                    if let Some(g) = sc.arrival {
+                        let class = sc
+                            .ulcp_free
+                            .as_ref()
+                            .and_then(|u| u.classes.get(&lock))
+                            .map(|c| c.get(k as usize).copied().unwrap_or(FREE));
+                        let st = match class {
+                            None => lock,
+                            Some(FREE) => NO_STATE,
+                            Some(c) => class_base[lock as usize].saturating_add(c),
+                        };
+                        let Some(al) = alocks.get_mut(st as usize) else {
+                            // A section that conflicts with no other
+                            // thread's: it takes no lock at all.
+                            pc[ti_us].next();
+                            held[ti_us].push((lock, k, NO_STATE));
+                            if log {
+                                open[ti_us].push((lock, cs, now));
+                            }
+                            continue;
+                        };
+                        let retry = std::mem::replace(&mut wake_state[ti_us], Wake::None);
+                        if retry == Wake::Retry && !shared {
+                            al.woken_writers = al.woken_writers.saturating_sub(1);
+                        }
+                        if retry == Wake::Granted || al.can_enter(shared, g.prefer_writers) {
+                            if retry != Wake::Granted {
+                                al.enter(shared);
+                            }
+                            pc[ti_us].next();
+                            held[ti_us].push((lock, k, st));
+                            if log {
+                                open[ti_us].push((lock, cs, now));
+                            }
+                            if let Some(since) = lock_blocked[ti_us].take() {
+                                res.lock_wait[ti_us] += now - since;
+                                res.lock_wait_by_lock[lock as usize] += now - since;
+                                if let Some(lg) = &mut sim.log {
+                                    lg.lock_waits[ti_us].push((now, lock, since, 0));
+                                }
+                            }
+                            continue;
+                        }
+                        // Waits: queued behind those that came first (a
+                        // woken waiter that lost the race to a barging
+                        // thread goes to the back, as on a futex queue).
+                        let since = *lock_blocked[ti_us].get_or_insert(now);
+                        al.queue.push_back((ti, shared, since));
+                        if !shared {
+                            al.queued_writers += 1;
+                        }
+                        break;
+                    }
                     if let Some(fl) = free[lock as usize].as_mut() {
                         let deps = sc
                             .ulcp_free
@@ -1790,7 +2204,7 @@ pub fn simulate_logged(
                             break;
                         }
                         pc[ti_us].next();
-                        held[ti_us].push((lock, k));
+                        held[ti_us].push((lock, k, NO_STATE));
                         if log {
                             open[ti_us].push((lock, cs, now));
                         }
@@ -1808,7 +2222,7 @@ pub fn simulate_logged(
                     if l.can_grant(k, shared) {
                         grant(l, k, shared);
                         pc[ti_us].next();
-                        held[ti_us].push((lock, k));
+                        held[ti_us].push((lock, k, NO_STATE));
                         if log {
                             if let Action::Acquire { cs, .. } = a {
                                 open[ti_us].push((lock, cs, now));
@@ -1819,6 +2233,9 @@ pub fn simulate_logged(
                         if let Some(since) = lock_blocked[ti_us].take() {
                             res.lock_wait[ti_us] += now - since + handoff;
                             res.lock_wait_by_lock[lock as usize] += now - since + handoff;
+                            if let Some(lg) = &mut sim.log {
+                                lg.lock_waits[ti_us].push((now, lock, since, handoff));
+                            }
                             if handoff > 0 {
                                 sim.at(now + handoff, ti);
                                 break;
@@ -1845,14 +2262,33 @@ pub fn simulate_logged(
                             }
                         }
                     }
-                    let turn = held[ti_us]
+                    let entry = held[ti_us]
                         .iter()
                         .rposition(|h| h.0 == lock)
-                        .map(|i| held[ti_us].remove(i).1);
+                        .map(|i| held[ti_us].remove(i));
+                    let turn = entry.map(|e| e.1);
                     if let (Some(k), Some(v)) = (turn, res.section_times.get_mut(lock as usize)) {
                         if let Some(t) = v.get_mut(k as usize) {
                             t.1 = now;
                         }
+                    }
+                    if let Some(g) = sc.arrival {
+                        let st = entry.map_or(lock, |e| e.2);
+                        unlock_woke[ti_us] = match alocks.get_mut(st as usize) {
+                            Some(al) => {
+                                al.leave();
+                                al.wake(g, p, &mut sim, &mut wake_state)
+                            }
+                            None => false,
+                        };
+                        let recorded_wake =
+                            matches!(pc[ti_us].peek(), Some(Action::UnlockWork { .. }));
+                        if unlock_woke[ti_us] && !recorded_wake && p.unlock_wake_ns > 0 {
+                            synthetic[ti_us] = true;
+                            sim.compute(ti, p.unlock_wake_ns);
+                            break;
+                        }
+                        continue;
                     }
                     if let Some(fl) = free[lock as usize].as_mut() {
                         let mut woke = false;

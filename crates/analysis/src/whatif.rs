@@ -9,18 +9,30 @@
 //! work done inside its sections and drops only the exclusion; whether
 //! that is correct for the program is the user's business.
 //!
-//! The ULCP-free scenario ([`ulcp_free`], PerfPlay §4) is the safe
-//! version: from a detailed-mode trace, every critical section waits only
-//! for the earlier sections of its lock it truly conflicts with
-//! ([`crate::ulcp::classify`]); each unnecessary pair's gain (Eq. 1) is
-//! summed per pair of code regions (Alg. 2) and ranked by its share P of
-//! the total (Eq. 2).
+//! The locks a scenario keeps are granted in the order threads reach them
+//! in the replay, with the real lock's waiting policy
+//! ([`crate::replay::Grant`]), not in the recorded order: a change that
+//! moves threads in time changes who gets a lock next. Every prediction
+//! is made under several variants of that model and carries their range
+//! ([`ScenarioOut::range`]) and, when the trace gives reason, why it is
+//! uncertain; removing a lock never saves more than it cost in the
+//! recording.
+//!
+//! The ULCP-free scenario (`--ulcp-free`, PerfPlay §4) is the safe
+//! version: from a detailed-mode trace, only the critical sections that
+//! share written data with another thread's keep a lock, one per class
+//! of such sections ([`crate::ulcp::classify`] names the pairs); each
+//! unnecessary pair's gain (Eq. 1) is summed per pair of code regions
+//! (Alg. 2) and ranked by its share P of the total (Eq. 2).
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::critical::PathWaits;
 use crate::detailed::{AccessSet, Detailed};
 use crate::input::Meta;
-use crate::replay::{effective_cpus, simulate, Program, Scenario, SimResult, UlcpFree};
+use crate::replay::{
+    effective_cpus, simulate, Grant, Program, Scenario, SimResult, UlcpFree, FREE,
+};
 use crate::symbols::Symbolizer;
 use crate::ulcp::{classify, Kind};
 use crate::AnalysisError;
@@ -50,6 +62,10 @@ pub struct WhatifConfig {
     /// Run the ULCP-free scenario (needs the detailed view passed to
     /// [`analyze_with`]).
     pub ulcp_free: bool,
+    /// Reader-writer locks of the scenarios prefer writers (glibc's
+    /// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`) instead of readers
+    /// (glibc's default).
+    pub prefer_writers: bool,
     /// Curves for this many locks (most replayed lock wait first).
     pub curve_top: usize,
     /// Read binaries for names.
@@ -89,6 +105,21 @@ pub struct ScenarioOut {
     pub predicted_wall_ns: u64,
     /// Unchanged wall / predicted wall.
     pub speedup: f64,
+    /// The lowest and highest speedup over the model's uncertain inputs
+    /// (the lock's waiting policy, the waiters' wake-up latency, the
+    /// order of the unchanged run): see docs/replay.md, "Confidence".
+    pub range: [f64; 2],
+    /// Why the prediction cannot be trusted, when it cannot (events lost,
+    /// threads far beyond the CPUs, a critical path made of waits of
+    /// unknown cause); `null` otherwise.
+    pub uncertain: Option<String>,
+    /// Lock wait in the recorded run of the locks the scenario removes
+    /// (hand-off latencies included), ns; `null` for other scenarios.
+    pub recorded_wait_ns: Option<u64>,
+    /// The gain was cut to what the removed locks cost in the recorded
+    /// run (their waits and the CPU their unlocks spent waking waiters):
+    /// removing a lock cannot save more.
+    pub bounded: bool,
     /// Threads that end earlier, most gain first.
     pub threads: Vec<ThreadGain>,
     /// Locks whose waiting drops, most first.
@@ -127,8 +158,12 @@ pub struct WhatifReport {
     /// Recorded wall time, ns.
     pub recorded_wall_ns: u64,
     /// Replayed wall time of the unchanged run without the recorder's
-    /// overhead: the baseline of every speedup, ns.
+    /// overhead, locks granted in arrival order as in the scenarios: the
+    /// baseline of every speedup, ns.
     pub baseline_wall_ns: u64,
+    /// The same with locks granted in the recorded order (what `lockscope
+    /// replay` calls "without the recorder"), ns.
+    pub recorded_order_wall_ns: u64,
     /// The scenarios asked for.
     pub scenarios: Vec<ScenarioOut>,
     /// Curves of the top locks.
@@ -166,6 +201,18 @@ pub struct UlcpFreeOut {
     pub predicted_wall_ns: u64,
     /// Baseline wall / predicted wall.
     pub speedup: f64,
+    /// The lowest and highest speedup over the model's uncertain inputs
+    /// (as [`ScenarioOut::range`]).
+    pub range: [f64; 2],
+    /// Why the prediction cannot be trusted, when it cannot.
+    pub uncertain: Option<String>,
+    /// Critical sections that conflict with a section of another thread
+    /// (they keep a lock, one per class of sections sharing data: the
+    /// finer lock of the fix).
+    pub sections_locked: u64,
+    /// Critical sections that conflict with no other thread's (they take
+    /// no lock in the scenario).
+    pub sections_free: u64,
     /// Locks transformed (their non-conflicting sections run together).
     pub locks_transformed: usize,
     /// Locks kept as recorded (their sections in the detailed view did
@@ -180,11 +227,83 @@ pub struct UlcpFreeOut {
     pub regions: Vec<UlcpRegion>,
 }
 
-/// Who accessed an 8-byte word last, for [`ulcp_free`].
-#[derive(Default)]
+/// Who accessed an 8-byte word under a lock, for [`conflict_classes`].
 struct Word {
-    writer: Option<usize>,
-    readers: Vec<(u32, usize)>,
+    /// The first section that touched it (index into the lock's list).
+    first: usize,
+    /// Its thread.
+    thread: u32,
+    /// Another thread touched it too.
+    shared: bool,
+    /// Some section wrote it.
+    written: bool,
+}
+
+/// Union-find root of `i`, halving the path on the way.
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+/// Per section of one lock (`secs`, indexes into the detailed view, in
+/// recorded order): its conflict class, or [`FREE`]. Two sections are in
+/// one class when they touch, directly or through others, an 8-byte word
+/// that some section writes and that sections of two or more threads
+/// touch: the data the lock really protects. A section that touches no
+/// such word needs no lock. Classes rather than PerfPlay's per-pair
+/// dependencies in recorded order: a fix locks data, not a sequence of
+/// sections, and in the fixed program the order among the sections that
+/// still exclude each other is whoever comes first. Words rather than
+/// bytes: two threads writing two halves of one word count as sharing
+/// it (rare in practice, and it errs towards keeping a lock).
+fn conflict_classes(d: &Detailed, secs: &[usize]) -> Vec<u32> {
+    let mut words: HashMap<u64, Word> = HashMap::new();
+    for (k, &i) in secs.iter().enumerate() {
+        let s = &d.sections[i];
+        for (set, write) in [(&s.reads, false), (&s.writes, true)] {
+            for w in word_span(set) {
+                let e = words.entry(w).or_insert(Word {
+                    first: k,
+                    thread: s.thread,
+                    shared: false,
+                    written: false,
+                });
+                e.shared |= e.thread != s.thread;
+                e.written |= write;
+            }
+        }
+    }
+    let mut parent: Vec<usize> = (0..secs.len()).collect();
+    let mut locked = vec![false; secs.len()];
+    for (k, &i) in secs.iter().enumerate() {
+        let s = &d.sections[i];
+        for w in word_span(&s.reads).chain(word_span(&s.writes)) {
+            let Some(e) = words.get(&w) else { continue };
+            if e.shared && e.written {
+                locked[k] = true;
+                locked[e.first] = true;
+                let (a, b) = (root(&mut parent, k), root(&mut parent, e.first));
+                if a != b {
+                    parent[a.max(b)] = a.min(b);
+                }
+            }
+        }
+    }
+    // Dense class numbers, in order of each class's first section.
+    let mut id: HashMap<usize, u32> = HashMap::new();
+    (0..secs.len())
+        .map(|k| {
+            if !locked[k] {
+                return FREE;
+            }
+            let r = root(&mut parent, k);
+            let n = id.len() as u32;
+            *id.entry(r).or_insert(n)
+        })
+        .collect()
 }
 
 /// The 8-byte words an access set covers.
@@ -233,16 +352,19 @@ fn read_only_turns(p: &Program, d: &Detailed, l: u32) -> Result<(Vec<u64>, usize
 }
 
 /// The ULCP-free transformation of PerfPlay §4 on the replay: per lock,
-/// the detailed view's sections (in recorded order) give each
-/// acquisition the earlier ones it truly conflicts with; the replay
-/// grants an acquisition as soon as those are released (the dynamic
-/// locking strategy: non-conflicting sections no longer exclude each
-/// other, conflicting ones keep their recorded order).
-pub fn ulcp_free(
+/// the detailed view's sections (in recorded order) are split into
+/// classes of sections that share data one of them writes
+/// ([`conflict_classes`]); a section that shares no written data with
+/// another thread's takes no lock, and the sections of one class exclude
+/// each other through a lock of their own, granted in the order the
+/// threads arrive (as the finer lock of a real fix would), not in the
+/// recorded order (which would keep the recorded run's convoy).
+/// Unnecessary pairs are still found and ranked as PerfPlay does.
+fn ulcp_free_with(
     p: &Program,
     d: &mut Detailed,
     cpus: u32,
-    base_wall: u64,
+    b: &Baselines,
     names: &mut dyn FnMut(&Program, u32) -> String,
 ) -> UlcpFreeOut {
     // Turns per replayed lock.
@@ -261,6 +383,7 @@ pub fn ulcp_free(
     }
     let mut free = UlcpFree::default();
     let mut kept = 0;
+    let (mut locked, mut unlocked) = (0u64, 0u64);
     // (lock, first turn, second turn, kind) of every unnecessary pair.
     let mut pairs: Vec<(u32, usize, usize, Kind)> = Vec::new();
     let mut conflicts = 0u64;
@@ -269,85 +392,38 @@ pub fn ulcp_free(
             kept += 1;
             continue;
         }
-        let mut deps = Vec::with_capacity(secs.len());
-        // Per 8-byte word: the last section that wrote it and, per
-        // thread, the last that read it since. They are the only earlier
-        // sections a new one can truly conflict with first-hand (older
-        // ones are ordered before them, by conflict or program order).
-        let mut words: HashMap<u64, Word> = HashMap::new();
-        for k in 0..secs.len() {
-            let b = &d.sections[secs[k]];
-            let mut cand: Vec<usize> = Vec::new();
-            for w in word_span(&b.reads) {
-                if let Some(e) = words.get(&w) {
-                    cand.extend(e.writer);
+        for k in 1..secs.len() {
+            let (a, b) = (&d.sections[secs[k - 1]], &d.sections[secs[k]]);
+            if a.thread != b.thread && !(a.shared && b.shared) {
+                match classify(a, b) {
+                    Kind::Conflict => conflicts += 1,
+                    kind => pairs.push((l, k - 1, k, kind)),
                 }
             }
-            for w in word_span(&b.writes) {
-                if let Some(e) = words.get(&w) {
-                    cand.extend(e.writer);
-                    cand.extend(e.readers.iter().map(|r| r.1));
-                }
-            }
-            cand.sort_unstable();
-            cand.dedup();
-            let mut dk = Vec::new();
-            for j in cand {
-                let a = &d.sections[secs[j]];
-                // Program order already keeps a thread's own sections;
-                // readers of a reader-writer lock share it.
-                if a.thread == b.thread || (a.shared && b.shared) {
-                    continue;
-                }
-                // The word map over-approximates (a word, not bytes);
-                // the ULCP test decides.
-                if classify(a, b) == Kind::Conflict {
-                    dk.push(j as u64);
-                }
-            }
-            if k > 0 {
-                let a = &d.sections[secs[k - 1]];
-                if a.thread != b.thread && !(a.shared && b.shared) {
-                    match classify(a, b) {
-                        Kind::Conflict => conflicts += 1,
-                        kind => pairs.push((l, k - 1, k, kind)),
-                    }
-                }
-            }
-            for w in word_span(&b.reads) {
-                let e = words.entry(w).or_default();
-                match e.readers.iter_mut().find(|r| r.0 == b.thread) {
-                    Some(r) => r.1 = k,
-                    None => e.readers.push((b.thread, k)),
-                }
-            }
-            for w in word_span(&b.writes) {
-                let e = words.entry(w).or_default();
-                e.writer = Some(k);
-                e.readers.clear();
-            }
-            deps.push(dk);
         }
-        free.deps.insert(l, deps);
+        let classes = conflict_classes(d, secs);
+        let n_free = classes.iter().filter(|&&c| c == FREE).count() as u64;
+        unlocked += n_free;
+        locked += classes.len() as u64 - n_free;
+        free.classes.insert(l, classes);
     }
-    let transformed = free.deps.len();
+    let transformed = free.classes.len();
+    let sc = Scenario {
+        record_sections: true,
+        ulcp_free: Some(free),
+        ..Scenario::default()
+    };
+    let pr = predict(p, cpus, b, &sc, &[]);
     let base = simulate(
         p,
         cpus,
         &Scenario {
             record_sections: true,
+            arrival: Some(b.grants[0]),
             ..Scenario::default()
         },
     );
-    let r = simulate(
-        p,
-        cpus,
-        &Scenario {
-            record_sections: true,
-            ulcp_free: Some(free),
-            ..Scenario::default()
-        },
-    );
+    let r = &pr.r;
     // Eq. 1: a pair gains what the later of its two sections' ends moved
     // earlier, less what its first section's start moved earlier (that
     // part is owed to other pairs before it).
@@ -361,7 +437,7 @@ pub fn ulcp_free(
     };
     for &(l, j, k, kind) in &pairs {
         let (a0, a1) = (t(&base, l, j), t(&base, l, k));
-        let (b0, b1) = (t(&r, l, j), t(&r, l, k));
+        let (b0, b1) = (t(r, l, j), t(r, l, k));
         if [a0.0, a0.1, a1.1, b0.0, b0.1, b1.1].contains(&u64::MAX) {
             continue;
         }
@@ -406,7 +482,11 @@ pub fn ulcp_free(
     });
     UlcpFreeOut {
         predicted_wall_ns: r.wall_ns,
-        speedup: speedup(base_wall, r.wall_ns),
+        speedup: pr.speedup,
+        range: pr.range,
+        uncertain: uncertain(b),
+        sections_locked: locked,
+        sections_free: unlocked,
         locks_transformed: transformed,
         locks_kept: kept,
         ulcps: pairs.len() as u64,
@@ -469,9 +549,11 @@ fn outcome(
     p: &Program,
     names: &mut Names,
     what: String,
-    base: &SimResult,
-    r: &SimResult,
+    b: &Baselines,
+    pr: &Predicted,
+    removed: &[u32],
 ) -> ScenarioOut {
+    let (base, r) = (&b.arr[0], &pr.r);
     let t0 = 0;
     let mut threads: Vec<ThreadGain> = p
         .threads
@@ -499,10 +581,271 @@ fn outcome(
     ScenarioOut {
         scenario: what,
         predicted_wall_ns: r.wall_ns,
-        speedup: speedup(base.wall_ns, r.wall_ns),
+        speedup: pr.speedup,
+        range: pr.range,
+        uncertain: uncertain(b),
+        recorded_wait_ns: (!removed.is_empty()).then(|| {
+            removed
+                .iter()
+                .map(|&l| b.as_recorded.lock_wait_by_lock[l as usize])
+                .sum()
+        }),
+        bounded: pr.bounded,
         threads,
         locks,
     }
+}
+
+/// The variations of the lock model a prediction's range spans, the
+/// point prediction's first: barging with the recorded wake-up latency
+/// (glibc's mutexes and rwlocks), the same with half and twice the
+/// latency, and FIFO hand-off.
+fn variations(prefer_writers: bool) -> Vec<Grant> {
+    let g = Grant {
+        prefer_writers,
+        ..Grant::default()
+    };
+    vec![
+        g,
+        Grant {
+            latency_pct: 50,
+            ..g
+        },
+        Grant {
+            latency_pct: 200,
+            ..g
+        },
+        Grant { handoff: true, ..g },
+    ]
+}
+
+/// The unchanged run under each variation of the model, and what its
+/// critical path says: computed once, shared by every scenario.
+struct Baselines {
+    /// Replay of the run as recorded (locks in their recorded order),
+    /// without the recorder.
+    rec: SimResult,
+    /// The same with the recorder's cost and the preempted time kept: the
+    /// recorded run itself (its waits bound what removing a lock saves).
+    as_recorded: SimResult,
+    /// The unchanged run with locks granted in arrival order, per
+    /// variation ([`variations`]).
+    arr: Vec<SimResult>,
+    grants: Vec<Grant>,
+    /// Why this trace's predictions cannot be trusted (empty: they can).
+    reasons: Vec<String>,
+}
+
+/// Runs `f` for each item on up to two threads (the replays of one
+/// prediction are independent; a report asks for a dozen).
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() < 2 {
+        return items.iter().map(&f).collect();
+    }
+    let half = items.len().div_ceil(2);
+    std::thread::scope(|sc| {
+        let h = sc.spawn(|| items[half..].iter().map(&f).collect::<Vec<R>>());
+        let mut a: Vec<R> = items[..half].iter().map(&f).collect();
+        match h.join() {
+            Ok(b) => a.extend(b),
+            // A panic in the helper thread: compute its half here (the
+            // same pure function; a second panic propagates as usual).
+            Err(_) => a.extend(items[half..].iter().map(&f)),
+        }
+        a
+    })
+}
+
+impl Baselines {
+    fn new(p: &Program, meta: &Meta, cpus: u32, prefer_writers: bool) -> Baselines {
+        let grants = variations(prefer_writers);
+        // (arrival policy, keep the recorder's cost)
+        let mut runs: Vec<(Option<Grant>, bool)> = vec![(None, true), (None, false)];
+        runs.extend(grants.iter().map(|&g| (Some(g), false)));
+        let mut sims = par_map(&runs, |&(g, keep)| {
+            simulate(
+                p,
+                cpus,
+                &Scenario {
+                    arrival: g,
+                    keep_overhead: keep,
+                    ..Scenario::default()
+                },
+            )
+        });
+        let as_recorded = sims.remove(0);
+        let rec = sims.remove(0);
+        let path: PathWaits = crate::critical::path_waits(p, cpus);
+        let mut reasons = Vec::new();
+        let lost: u64 = meta.losses.iter().map(|l| l.events).sum();
+        if lost > 0 {
+            reasons.push(format!(
+                "{lost} events were lost: the replay does not know what they did"
+            ));
+        }
+        let alive = max_alive(p);
+        // Four times the CPUs: a handful of extra threads is what the CPU
+        // model is for (the 4-thread fixtures on 2 CPUs are predicted
+        // within their range); beyond that, wake-ups wait for time slices
+        // the model does not have.
+        if cpus > 0 && alive > 4 * cpus as usize {
+            reasons.push(format!(
+                "up to {alive} threads ran at once on {cpus} CPUs: the replay's CPU model, not \
+                 the recording, decides most of their timing"
+            ));
+        }
+        if path.length_ns > 0 && path.unknown_wait_ns * 2 > path.length_ns {
+            reasons.push(format!(
+                "{:.0}% of the critical path is waits of unknown cause (timeouts, wake-ups from \
+                 outside the trace), which no change to a lock shortens",
+                path.unknown_wait_ns as f64 * 100.0 / path.length_ns as f64
+            ));
+        }
+        Baselines {
+            rec,
+            as_recorded,
+            arr: sims,
+            grants,
+            reasons,
+        }
+    }
+
+    /// The baseline wall time every speedup is relative to: the
+    /// unchanged run under the point prediction's model (the same model
+    /// as the scenario, so that what the model gets wrong about the
+    /// recorded run cancels out instead of counting as a gain).
+    fn wall(&self) -> u64 {
+        self.arr[0].wall_ns
+    }
+}
+
+/// The most threads alive at once in the recording.
+fn max_alive(p: &Program) -> usize {
+    let mut ev: Vec<(u64, i32)> = Vec::with_capacity(p.threads.len() * 2);
+    for t in &p.threads {
+        ev.push((t.start, 1));
+        ev.push((t.end.max(t.start), -1));
+    }
+    // Ends before starts at the same instant.
+    ev.sort_unstable();
+    let (mut cur, mut best) = (0i32, 0i32);
+    for (_, d) in ev {
+        cur += d;
+        best = best.max(cur);
+    }
+    best.max(0) as usize
+}
+
+/// A scenario's point prediction, its range, and whether the
+/// critical-path bound cut it.
+struct Predicted {
+    r: SimResult,
+    speedup: f64,
+    range: [f64; 2],
+    bounded: bool,
+}
+
+/// Replays `sc` under every variation of the lock model (arrival order)
+/// and compares each with the unchanged run under the same variation.
+/// `removed`: the locks the scenario removes, whose gain the critical
+/// path bounds.
+fn predict(p: &Program, cpus: u32, b: &Baselines, sc: &Scenario, removed: &[u32]) -> Predicted {
+    let mut rs = par_map(&b.grants, |&g| {
+        simulate(
+            p,
+            cpus,
+            &Scenario {
+                arrival: Some(g),
+                ..sc.clone()
+            },
+        )
+    });
+    // Removing a lock saves at most what it cost in the recorded run: the
+    // time threads waited for it (hand-off latencies included) and the
+    // CPU its unlocks spent waking them. A lock whose recorded wait is 1
+    // ms cannot save 200 ms, whatever the replay without the recorder
+    // moved (taking the recorder's cost and the preempted time out makes
+    // threads arrive at locks earlier, and a wait that appears there was
+    // never seen). Not only its waits on the critical path: removing one
+    // lock also reorders the others, and a wait off the path can move a
+    // section that was on it (a thread that no longer waits for lock M
+    // takes lock L before the thread whose turn it was).
+    let cap = (!removed.is_empty()).then(|| {
+        removed
+            .iter()
+            .map(|&l| {
+                let l = l as usize;
+                b.as_recorded.lock_wait_by_lock.get(l).copied().unwrap_or(0)
+                    + b.as_recorded
+                        .unlock_work_by_lock
+                        .get(l)
+                        .copied()
+                        .unwrap_or(0)
+            })
+            .sum::<u64>()
+    });
+    let mut bounded = false;
+    let mut speeds: Vec<f64> = Vec::with_capacity(rs.len() + 1);
+    for (i, r) in rs.iter().enumerate() {
+        let base = b.arr[i].wall_ns;
+        let mut wall = r.wall_ns;
+        if let Some(cap) = cap {
+            let floor = base.saturating_sub(cap);
+            if wall < floor {
+                wall = floor;
+                bounded |= i == 0;
+            }
+        }
+        speeds.push(speedup(base, wall));
+    }
+    // The recorded order of the unchanged run is the other reading of
+    // "unchanged": its distance from the arrival-order replay is part of
+    // the model's uncertainty.
+    let rec_base = b.rec.wall_ns;
+    let mut wall0 = rs[0].wall_ns;
+    if let Some(cap) = cap {
+        wall0 = wall0.max(rec_base.saturating_sub(cap));
+    }
+    speeds.push(speedup(rec_base, wall0));
+    let lo = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = speeds.iter().copied().fold(0.0f64, f64::max);
+    let mut r = rs.swap_remove(0);
+    if bounded {
+        r.wall_ns = b.wall().saturating_sub(cap.unwrap_or(0)).max(r.wall_ns);
+    }
+    Predicted {
+        speedup: speeds[0],
+        range: [lo, hi],
+        bounded,
+        r,
+    }
+}
+
+fn uncertain(b: &Baselines) -> Option<String> {
+    (!b.reasons.is_empty()).then(|| b.reasons.join("; "))
+}
+
+/// Why a reader-writer scenario on lock `l` is uncertain beyond the
+/// trace's reasons: a mutex in the recording whose scenario keeps
+/// writers. Its hand-offs between readers and writers are replayed with
+/// the wake-up latencies of the recorded mutex, whose waiters on 2 CPUs
+/// seldom fall asleep (0.3-0.5 us), while a glibc rwlock's do (readers
+/// woken by a writer's release waited 33 us on average in a recording of
+/// `tests/programs/whatif/rw_table.c` with 5 % updates): with writers, a
+/// real rwlock can be several times slower than the mutex it replaces,
+/// which the replay does not predict.
+fn rw_uncertain(p: &Program, b: &Baselines, l: u32, writers_left: bool) -> Option<String> {
+    let mut why = b.reasons.clone();
+    if writers_left && !p.has_readers(l) {
+        why.push(
+            "the lock was a mutex and keeps writers: a real reader-writer lock wakes sleeping \
+             waiters at every hand-off between readers and writers, slower than the recorded \
+             mutex's hand-offs the replay uses (glibc's rwlock with 5-20 % writers ran 0.2-0.8x \
+             as fast as the mutex on 2 CPUs, where this model predicted gains)"
+                .to_string(),
+        );
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 fn speedup(base: u64, new: u64) -> f64 {
@@ -534,7 +877,7 @@ pub fn analyze_with(
     let mut names = Names {
         sym: Symbolizer::for_meta(meta, cfg.symbolize),
     };
-    let base = simulate(p, cpus, &Scenario::default());
+    let b = Baselines::new(p, meta, cpus, cfg.prefer_writers);
     let mut scenarios = Vec::new();
     for want in &cfg.remove_locks {
         let l = find_lock(p, &mut names, "--remove-lock", want)?;
@@ -542,9 +885,9 @@ pub fn analyze_with(
             remove_locks: vec![l],
             ..Scenario::default()
         };
-        let r = simulate(p, cpus, &sc);
+        let r = predict(p, cpus, &b, &sc, &[l]);
         let what = format!("remove lock {}", names.lock(p, l));
-        scenarios.push(outcome(p, &mut names, what, &base, &r));
+        scenarios.push(outcome(p, &mut names, what, &b, &r, &[l]));
     }
     for (want, pct) in &cfg.shrink {
         let mut keys = Vec::new();
@@ -560,17 +903,19 @@ pub fn analyze_with(
                  (give a hex call site, a function name or a `function (file:line)` location)"
             )));
         }
-        let r = simulate(
-            p,
-            cpus,
-            &Scenario {
-                shrink: keys,
-                ..Scenario::default()
-            },
-        );
+        let sc = Scenario {
+            shrink: keys,
+            ..Scenario::default()
+        };
+        let r = predict(p, cpus, &b, &sc, &[]);
         let what = format!("critical sections entered at {want} take {pct}% of their time");
-        scenarios.push(outcome(p, &mut names, what, &base, &r));
+        scenarios.push(outcome(p, &mut names, what, &b, &r, &[]));
     }
+    let rw_kind = if cfg.prefer_writers {
+        "writer-preferring"
+    } else {
+        "reader-preferring"
+    };
     if !cfg.readers.is_empty() {
         let mut keys = Vec::new();
         for want in &cfg.readers {
@@ -587,19 +932,31 @@ pub fn analyze_with(
                 )));
             }
         }
-        let r = simulate(
-            p,
-            cpus,
-            &Scenario {
-                readers: keys,
-                ..Scenario::default()
-            },
-        );
+        // The locks the scenario changes, and whether each keeps sections
+        // that write.
+        let mut changed: BTreeMap<u32, bool> = BTreeMap::new();
+        for &k in &keys {
+            changed.insert(p.sections[k as usize].lock, false);
+        }
+        for (k, s) in p.sections.iter().enumerate() {
+            if let Some(w) = changed.get_mut(&s.lock) {
+                *w |= !keys.contains(&(k as u32));
+            }
+        }
+        let sc = Scenario {
+            readers: keys,
+            ..Scenario::default()
+        };
+        let r = predict(p, cpus, &b, &sc, &[]);
         let what = format!(
-            "reader-writer lock: sections entered at {} read (share the lock)",
+            "{rw_kind} reader-writer lock: sections entered at {} read (share the lock)",
             cfg.readers.join(", ")
         );
-        scenarios.push(outcome(p, &mut names, what, &base, &r));
+        let mut out = outcome(p, &mut names, what, &b, &r, &[]);
+        if let Some((&l, &w)) = changed.iter().find(|(_, &w)| w).or(changed.iter().next()) {
+            out.uncertain = rw_uncertain(p, &b, l, w);
+        }
+        scenarios.push(out);
     }
     for want in &cfg.rwlock {
         let l = find_lock(p, &mut names, "--rwlock", want)?;
@@ -612,22 +969,22 @@ pub fn analyze_with(
         let (turns, readers) = read_only_turns(p, d, l).map_err(|why| {
             AnalysisError::Config(format!("--rwlock {want}: {why} (use --readers SITE)"))
         })?;
-        let r = simulate(
-            p,
-            cpus,
-            &Scenario {
-                reader_turns: vec![(l, turns)],
-                ..Scenario::default()
-            },
-        );
+        let sc = Scenario {
+            reader_turns: vec![(l, turns)],
+            ..Scenario::default()
+        };
+        let r = predict(p, cpus, &b, &sc, &[]);
         let what = format!(
-            "reader-writer lock {}: the {readers} of its {} critical sections that only read \
-             share it",
+            "{rw_kind} reader-writer lock {}: the {readers} of its {} critical sections that \
+             only read share it",
             names.lock(p, l),
             p.turns[l as usize]
         );
-        scenarios.push(outcome(p, &mut names, what, &base, &r));
+        let mut out = outcome(p, &mut names, what, &b, &r, &[]);
+        out.uncertain = rw_uncertain(p, &b, l, (readers as u64) < p.turns[l as usize]);
+        scenarios.push(out);
     }
+    let base = &b.arr[0];
     let mut order: Vec<u32> = (0..p.locks.len() as u32)
         .filter(|&l| base.lock_wait_by_lock[l as usize] > 0)
         .collect();
@@ -641,21 +998,25 @@ pub fn analyze_with(
             .filter(|(_, s)| s.lock == l)
             .map(|(k, _)| k as u32)
             .collect();
-        let mut points = Vec::new();
-        for shrink in [0u32, 25, 50, 75, 100] {
-            let wall = if shrink == 0 {
-                base.wall_ns
-            } else {
-                let sc = Scenario {
-                    shrink: keys.iter().map(|&k| (k, 100 - shrink)).collect(),
-                    ..Scenario::default()
-                };
-                simulate(p, cpus, &sc).wall_ns
+        let shrinks = [25u32, 50, 75, 100];
+        let walls = par_map(&shrinks, |&shrink| {
+            let sc = Scenario {
+                shrink: keys.iter().map(|&k| (k, 100 - shrink)).collect(),
+                arrival: Some(b.grants[0]),
+                ..Scenario::default()
             };
+            simulate(p, cpus, &sc).wall_ns
+        });
+        let mut points = vec![CurvePoint {
+            shrink_pct: 0,
+            predicted_wall_ns: b.wall(),
+            speedup: 1.0,
+        }];
+        for (&shrink, wall) in shrinks.iter().zip(walls) {
             points.push(CurvePoint {
                 shrink_pct: shrink,
                 predicted_wall_ns: wall,
-                speedup: speedup(base.wall_ns, wall),
+                speedup: speedup(b.wall(), wall),
             });
         }
         curves.push(Curve {
@@ -672,14 +1033,15 @@ pub fn analyze_with(
             ));
         };
         let mut nm = |p: &Program, l: u32| names.lock(p, l);
-        uf = Some(ulcp_free(p, d, cpus, base.wall_ns, &mut nm));
+        uf = Some(ulcp_free_with(p, d, cpus, &b, &mut nm));
     }
     p.check()?;
     Ok(WhatifReport {
         schema: SCHEMA,
         cpus,
         recorded_wall_ns: p.recorded_wall(),
-        baseline_wall_ns: base.wall_ns,
+        baseline_wall_ns: b.wall(),
+        recorded_order_wall_ns: b.rec.wall_ns,
         scenarios,
         curves,
         ulcp_free: uf,
@@ -694,19 +1056,36 @@ fn ms(ns: u64) -> String {
 pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "what-if on {} CPU(s): recorded wall {}, replayed without the recorder {}",
+        "what-if on {} CPU(s): recorded wall {}, replayed without the recorder {} (locks in \
+         arrival order; {} in the recorded order)",
         r.cpus,
         ms(r.recorded_wall_ns),
-        ms(r.baseline_wall_ns)
+        ms(r.baseline_wall_ns),
+        ms(r.recorded_order_wall_ns)
     )?;
     for s in &r.scenarios {
         writeln!(out, "\n{}", s.scenario)?;
         writeln!(
             out,
-            "  predicted wall {}  speedup {:.2}x",
+            "  predicted wall {}  speedup {:.2}x (range {:.2}-{:.2}){}",
             ms(s.predicted_wall_ns),
-            s.speedup
+            s.speedup,
+            s.range[0],
+            s.range[1],
+            match s.recorded_wait_ns {
+                Some(w) => format!("  recorded wait on the lock {}", ms(w)),
+                None => String::new(),
+            }
         )?;
+        if s.bounded {
+            writeln!(
+                out,
+                "  (bounded: removing a lock saves at most the waiting for it in the recorded run)"
+            )?;
+        }
+        if let Some(why) = &s.uncertain {
+            writeln!(out, "  uncertain: {why}")?;
+        }
         for t in s.threads.iter().take(8) {
             writeln!(
                 out,
@@ -734,15 +1113,23 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
         )?;
         writeln!(
             out,
-            "  predicted wall {}  speedup {:.2}x  ({} unnecessary pairs, {} conflicting kept in \
-             order; {} lock(s) transformed, {} kept as recorded)",
+            "  predicted wall {}  speedup {:.2}x (range {:.2}-{:.2})  ({} unnecessary pairs, {} \
+             conflicting; {} sections keep a lock, {} need none; {} lock(s) transformed, {} kept \
+             as recorded)",
             ms(u.predicted_wall_ns),
             u.speedup,
+            u.range[0],
+            u.range[1],
             u.ulcps,
             u.conflicts,
+            u.sections_locked,
+            u.sections_free,
             u.locks_transformed,
             u.locks_kept
         )?;
+        if let Some(why) = &u.uncertain {
+            writeln!(out, "  uncertain: {why}")?;
+        }
         if !u.regions.is_empty() {
             writeln!(
                 out,
@@ -785,11 +1172,16 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
     Ok(())
 }
 
-/// The report's "what it would gain" lines (issue 9 item 5): for the
-/// `top` locks with the most replayed waiting, the predicted speedup of
-/// the program without the lock and with its sections half as long, and
-/// the command that reproduces it. Empty when no lock makes a thread
-/// wait in the replay. `trace` is the path as the user should type it.
+/// The report's "what it would gain" lines: for the `top` locks with the
+/// most waiting in the recorded run, the predicted
+/// speedup of the program without the lock (with its range) and with its
+/// sections half as long, next to the lock's recorded wait, and the
+/// command that reproduces it. A lock is shown only when its predicted
+/// gain is larger than its range (the model cannot tell a smaller gain
+/// from none); a closing line says how many were left out, and why the
+/// trace's predictions are uncertain when they are. Empty when no lock
+/// makes a thread wait in the replay. `trace` is the path as the user
+/// should type it.
 pub fn gain_lines(
     p: &Program,
     meta: &Meta,
@@ -801,21 +1193,30 @@ pub fn gain_lines(
     let mut names = Names {
         sym: Symbolizer::for_meta(meta, symbolize),
     };
-    let base = simulate(p, cpus, &Scenario::default());
+    let b = Baselines::new(p, meta, cpus, false);
+    let waits = &b.as_recorded.lock_wait_by_lock;
     let mut order: Vec<u32> = (0..p.locks.len() as u32)
-        .filter(|&l| base.lock_wait_by_lock[l as usize] > 0)
+        .filter(|&l| waits[l as usize] > 0)
         .collect();
-    order.sort_by_key(|&l| (std::cmp::Reverse(base.lock_wait_by_lock[l as usize]), l));
+    order.sort_by_key(|&l| (std::cmp::Reverse(waits[l as usize]), l));
     let mut out = Vec::new();
+    let mut hidden = 0usize;
     for &l in order.iter().take(top) {
-        let without = simulate(
+        let without = predict(
             p,
             cpus,
+            &b,
             &Scenario {
                 remove_locks: vec![l],
                 ..Scenario::default()
             },
+            &[l],
         );
+        let [lo, hi] = without.range;
+        if without.speedup - 1.0 <= hi - lo {
+            hidden += 1;
+            continue;
+        }
         let half: Vec<(u32, u32)> = p
             .sections
             .iter()
@@ -828,16 +1229,34 @@ pub fn gain_lines(
             cpus,
             &Scenario {
                 shrink: half,
+                arrival: Some(b.grants[0]),
                 ..Scenario::default()
             },
         );
         let name = names.lock(p, l);
         out.push(format!(
-            "  {name}: without it {:.2}x faster, with its critical sections half as long {:.2}x \
-             (lockscope whatif {trace} --remove-lock {name})",
-            speedup(base.wall_ns, without.wall_ns),
-            speedup(base.wall_ns, halved.wall_ns),
+            "  {name} (waited {} in the recorded run): without it {:.2}x faster ({lo:.2}-{hi:.2}{}), \
+             with its critical sections half as long {:.2}x (lockscope whatif {trace} --remove-lock \
+             {name})",
+            ms(waits[l as usize]),
+            without.speedup,
+            if without.bounded {
+                ", bounded by its recorded wait"
+            } else {
+                ""
+            },
+            speedup(b.wall(), halved.wall_ns),
         ));
+    }
+    if hidden > 0 {
+        out.push(format!(
+            "  ({hidden} of the {} locks threads waited for most left out: their predicted gain \
+             is smaller than the range of the prediction)",
+            order.len().min(top)
+        ));
+    }
+    if let Some(why) = uncertain(&b) {
+        out.push(format!("  uncertain: {why}"));
     }
     if p.check().is_err() {
         // A spill file that could not be read back: no figures rather

@@ -14,9 +14,17 @@ use crate::cmd::util;
 /// compares the wall time with the unchanged replay: `--remove-lock`
 /// drops a lock (the work inside its sections stays), `--shrink
 /// SITE=PCT` makes the critical sections entered at SITE take PCT % of
-/// their recorded time. Always prints, per top lock, the predicted
-/// speedup if its hold times shrank by 0, 25, 50, 75 and 100 % (a
-/// Coz-style curve: where the gain saturates).
+/// their recorded time. In both replays the locks that remain are
+/// granted in the order the threads reach them, with the waiting policy
+/// of the real lock (a glibc mutex lets a running thread barge in ahead
+/// of a waiter that is still waking up), not in the recorded order.
+/// Every prediction comes with a range (the same prediction under
+/// other waiting policies and wake-up latencies, and against the run in
+/// its recorded order) and says why it is uncertain when it is; removing
+/// a lock never gains more than the waiting for it on the critical path.
+/// Always prints, per top lock, the predicted speedup if its hold times
+/// shrank by 0, 25, 50, 75 and 100 % (a Coz-style curve: where the gain
+/// saturates).
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded by `lockscope record`.
@@ -48,6 +56,12 @@ pub struct Args {
     /// with `lockscope cc`/`c++`.
     #[arg(long)]
     pub ulcp_free: bool,
+    /// Reader-writer locks of the scenarios prefer writers (glibc's
+    /// PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP: readers wait while a
+    /// writer waits) instead of readers (glibc's default, under which
+    /// writers can starve).
+    #[arg(long)]
+    pub prefer_writers: bool,
     /// Curves for this many locks (most waited for first).
     #[arg(long, default_value_t = 3)]
     pub top: usize,
@@ -87,6 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         readers: args.readers.clone(),
         rwlock: args.rwlock.clone(),
         ulcp_free: args.ulcp_free,
+        prefer_writers: args.prefer_writers,
         curve_top: args.top,
         symbolize: !args.no_symbols,
     };
