@@ -5,10 +5,11 @@
 //! condition wait gives its mutex up and takes it back, what a failed
 //! trylock or a timed-out wait means, or how long a thread computed
 //! between two synchronization calls consumes [`Step`]s from here: the
-//! timing model ([`crate::model`]), the detailed-mode view
+//! timing model ([`crate::model`]), the hang tracker ([`crate::hangs`]),
+//! spin's lockset ([`crate::spin`]), the detailed-mode view
 //! ([`crate::detailed`], which feeds ulcp, lockset and occ) and the
-//! replay. No other module looks at [`phase`] bits or pairs a BEGIN with
-//! its completion. See `docs/sync-layer.md`.
+//! replay. No other module looks at a lock call's [`phase`] bits or
+//! pairs a BEGIN with its completion. See `docs/sync-layer.md`.
 //!
 //! # What a step is
 //! [`SyncInterp::event`] takes one event (events must arrive in global
@@ -19,7 +20,7 @@
 //! [`StepKind::HoldDropped`] steps for other threads when a release proves
 //! their releases were lost. [`SyncInterp::finish`] closes every thread
 //! ([`StepKind::End`], then [`StepKind::HeldAtExit`] for locks still
-//! held).
+//! held, then [`StepKind::StillWaiting`] for a call still blocked).
 //!
 //! Each step carries the [`Segment`] that ends at it: the thread's time
 //! since its previous step, classified (computing, blocked on what,
