@@ -18,10 +18,16 @@
 //!   Trylocks never block, so they add no order.
 //!
 //! Locks are identified per process (after fork the copies are apart).
+//!
+//! The tracker reads the steps of the synchronization layer
+//! ([`crate::sync`]), which decides which locks a thread holds (a
+//! condition wait gives its mutex up and takes it back, even when it
+//! timed out) and which calls were still blocked at the end; it never
+//! interprets raw events itself.
 
 use std::collections::{BTreeMap, HashMap};
 
-use lockscope_format::{phase, Event, Op};
+use crate::sync::{BlockedOn, Kind, Section, Step, StepKind, SyncInterp, Via};
 
 /// What a thread was blocked in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,9 +137,13 @@ pub struct DeadlockStep {
 struct ThreadState {
     process: u32,
     tid: u32,
+    /// The call still blocked at the thread's end.
     pending: Option<OpenWait>,
+    /// The locks held at the thread's end.
     held: Vec<Held>,
     exited: bool,
+    /// The condition wait in progress: (raw BEGIN time, site, call path).
+    cond_begin: Option<(u64, u64, u32)>,
 }
 
 /// (process, cond, waiter thread, waiter site, waiter's call path id or
@@ -169,17 +179,27 @@ pub struct Findings {
     pub cond_blame: Vec<(CondBlameKey, (u64, u64))>,
 }
 
-fn acquire_kind(op: Op) -> Option<WaitKind> {
-    use Op::*;
-    Some(match op {
-        op if op.is_acquire() => WaitKind::Lock,
-        CondWait | CondTimedwait => WaitKind::Cond,
-        ThreadJoin => WaitKind::Join,
-        SemWait | SemTimedwait => WaitKind::Semaphore,
-        BarrierWait => WaitKind::Barrier,
-        FutexWait => WaitKind::Futex,
-        _ => return None,
+/// What a blocked call waits in, as this module names it (GPU waits are
+/// not hangs of the program's synchronization).
+fn wait_kind(on: BlockedOn, obj: Option<(crate::sync::ObjId, Kind)>) -> Option<WaitKind> {
+    Some(match on {
+        BlockedOn::Lock if obj.is_some_and(|(_, k)| k == Kind::Futex) => WaitKind::Futex,
+        BlockedOn::Lock => WaitKind::Lock,
+        BlockedOn::Cond => WaitKind::Cond,
+        BlockedOn::Join => WaitKind::Join,
+        BlockedOn::Sem => WaitKind::Semaphore,
+        BlockedOn::Barrier => WaitKind::Barrier,
+        BlockedOn::Gpu => return None,
     })
+}
+
+fn held_of(s: &Section) -> Held {
+    Held {
+        addr: s.lock.addr,
+        since: s.begin_ns,
+        site: s.site,
+        stack: s.stack,
+    }
 }
 
 impl Tracker {
@@ -199,121 +219,93 @@ impl Tracker {
         t
     }
 
-    /// One event of trace thread `thread`.
-    pub fn event(&mut self, thread: u32, e: &Event) {
-        let Some(op) = Op::from_u8(e.op) else {
-            return;
-        };
+    /// One step of the synchronization layer, in the layer's order, with
+    /// its interpreter (for the locks a thread holds).
+    pub fn step(&mut self, s: &Step<'_>, si: &SyncInterp) {
+        let thread = s.thread;
         let Some(th) = self.threads.get_mut(&thread) else {
             return;
         };
-        let ph = phase::of(e.flags);
-        if op == Op::ThreadExit {
-            th.exited = true;
-            th.pending = None;
-            return;
-        }
-        if matches!(op, Op::CondSignal | Op::CondBroadcast) {
-            self.last_signal
-                .insert((th.process, e.addr), (thread, e.site, e.time));
-            return;
-        }
-        if op.is_release() {
-            if ph != phase::END {
-                if let Some(i) = th.held.iter().rposition(|h| h.addr == e.addr) {
-                    th.held.remove(i);
+        match s.kind {
+            StepKind::ThreadExit => th.exited = true,
+            StepKind::CondSignal { cond, .. } => {
+                self.last_signal
+                    .insert((th.process, cond.addr), (thread, s.event.site, s.time));
+            }
+            StepKind::CondWaitBegin { .. } => {
+                th.cond_begin = Some((s.time, s.event.site, s.event.stack));
+            }
+            StepKind::CondWaitEnd { cond, .. } => {
+                let Some((since, site, stack)) = th.cond_begin.take() else {
+                    return;
+                };
+                // Charged to the signal that ended it: the last one on
+                // this cond since the wait began.
+                let sig = self
+                    .last_signal
+                    .get(&(th.process, cond.addr))
+                    .filter(|x| x.2 >= since && x.0 != thread)
+                    .map(|x| (x.0, x.1));
+                let c = self
+                    .cond_blame
+                    .entry((th.process, cond.addr, thread, site, stack, sig))
+                    .or_default();
+                c.0 += s.time.saturating_sub(since);
+                c.1 += 1;
+            }
+            // Acquired: every lock held before is ordered before this one.
+            // A trylock never blocks, so it cannot close a deadlock cycle.
+            StepKind::Acquired { section, .. } if section.via != Via::Trylock => {
+                // The layer has already opened the new section (the last).
+                let held = si.held(thread);
+                let before = &held[..held.len().saturating_sub(1)];
+                let acquired = section.lock.addr;
+                for h in before {
+                    if h.lock.addr == acquired {
+                        continue;
+                    }
+                    self.order
+                        .entry((th.process, h.lock.addr, acquired))
+                        .or_insert_with(|| OrderWitness {
+                            thread,
+                            held_site: h.site,
+                            acquire_site: section.site,
+                            stack: section.stack,
+                            others: before
+                                .iter()
+                                .map(|x| x.lock.addr)
+                                .filter(|&x| x != h.lock.addr && x != acquired)
+                                .collect(),
+                        });
                 }
             }
-            return;
-        }
-        let Some(kind) = acquire_kind(op) else {
-            return;
-        };
-        // A condition wait gives its mutex up at the call and has it back
-        // at the return.
-        let cond_mutex = matches!(kind, WaitKind::Cond).then_some(e.arg);
-        if ph == phase::BEGIN {
-            if let Some(m) = cond_mutex {
-                if let Some(i) = th.held.iter().rposition(|h| h.addr == m) {
-                    th.held.remove(i);
-                }
-            }
-            th.pending = Some(OpenWait {
-                thread,
-                kind,
-                addr: if kind == WaitKind::Join {
-                    e.arg
-                } else {
-                    e.addr
-                },
-                since: e.time,
-                site: e.site,
-                stack: e.stack,
-            });
-            return;
-        }
-        // DONE or FAIL: the call returned.
-        let begun = th.pending.take();
-        if let (Some(_), Some(b)) = (cond_mutex, &begun) {
-            // Charged to the signal that ended it: the last one on this
-            // cond since the wait began.
-            let sig = self
-                .last_signal
-                .get(&(th.process, e.addr))
-                .filter(|s| s.2 >= b.since && s.0 != thread)
-                .map(|s| (s.0, s.1));
-            let c = self
-                .cond_blame
-                .entry((th.process, e.addr, thread, b.site, b.stack, sig))
-                .or_default();
-            c.0 += e.time.saturating_sub(b.since);
-            c.1 += 1;
-        }
-        if let Some(m) = cond_mutex {
-            // An uncontended cond wait has no BEGIN: the mutex was held
-            // all along and is still (again) held.
-            if begun.is_some() {
-                th.held.push(Held {
-                    addr: m,
-                    since: e.time,
-                    site: e.site,
-                    stack: e.stack,
-                });
-            }
-            return;
-        }
-        if kind != WaitKind::Lock || ph != phase::DONE {
-            return;
-        }
-        // Acquired: every lock held now is ordered before this one.
-        // A trylock never blocks, so it cannot close a deadlock cycle.
-        if !op.is_try() {
-            let held: Vec<u64> = th.held.iter().map(|h| h.addr).collect();
-            for h in &th.held {
-                if h.addr == e.addr {
-                    continue;
-                }
-                self.order
-                    .entry((th.process, h.addr, e.addr))
-                    .or_insert_with(|| OrderWitness {
+            // The thread's end, before the layer closes its sections.
+            StepKind::End => th.held = si.held(thread).iter().map(held_of).collect(),
+            StepKind::StillWaiting {
+                on,
+                obj,
+                arg,
+                since_ns,
+                site,
+                stack,
+                ..
+            } => {
+                if let Some(kind) = wait_kind(on, obj) {
+                    th.pending = Some(OpenWait {
                         thread,
-                        held_site: h.site,
-                        acquire_site: e.site,
-                        stack: e.stack,
-                        others: held
-                            .iter()
-                            .copied()
-                            .filter(|&x| x != h.addr && x != e.addr)
-                            .collect(),
+                        kind,
+                        addr: match obj {
+                            Some((id, _)) if kind != WaitKind::Join => id.addr,
+                            _ => arg,
+                        },
+                        since: since_ns,
+                        site,
+                        stack,
                     });
+                }
             }
+            _ => {}
         }
-        th.held.push(Held {
-            addr: e.addr,
-            since: e.time,
-            site: e.site,
-            stack: e.stack,
-        });
     }
 
     /// What was left open at the end, the wait-for cycles among it, and
@@ -458,9 +450,7 @@ fn cycle_from(next: &BTreeMap<u32, Vec<DeadlockStep>>, start: u32) -> Option<Vec
     None
 }
 
-/// The tracker fed with a trace's events in time order, run by run (a
-/// tap of [`crate::sync::for_each_step_tapped`]), with the time of the
-/// last event.
+/// The tracker fed with a trace's steps, with the time of the last event.
 pub struct Scan {
     tracker: Tracker,
     last: u64,
@@ -475,12 +465,12 @@ impl Scan {
         }
     }
 
-    /// One thread's events, next in time order.
-    pub fn events(&mut self, thread: u32, events: &[Event]) {
-        for e in events {
-            self.last = self.last.max(e.time);
-            self.tracker.event(thread, e);
+    /// The next step of the synchronization layer.
+    pub fn step(&mut self, s: &Step<'_>, si: &SyncInterp) {
+        if !s.kind.is_synthetic() {
+            self.last = self.last.max(s.time);
         }
+        self.tracker.step(s, si);
     }
 
     /// The findings and the time of the last event.
@@ -497,17 +487,36 @@ pub fn scan(
     meta: &crate::input::Meta,
 ) -> Result<(Findings, u64), crate::AnalysisError> {
     let mut s = Scan::new(meta);
-    let mut merge = crate::input::Merge::new(path, &meta.index)?;
-    merge.run_runs(
-        |thread, buf, a, b| s.events(thread, &buf[a..b]),
-        &mut |_, _| {},
-    )?;
+    crate::sync::for_each_step(path, meta, false, |step, si| s.step(step, si))?;
     Ok(s.finish())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockscope_format::{phase, Event, Op};
+
+    /// The tracker behind the synchronization layer, fed events in time
+    /// order as the report feeds it.
+    struct Feed {
+        si: SyncInterp,
+        t: Tracker,
+        last: u64,
+    }
+
+    impl Feed {
+        fn event(&mut self, thread: u32, e: &Event) {
+            self.last = self.last.max(e.time);
+            let t = &mut self.t;
+            self.si.event(thread, e, &mut |s, si| t.step(s, si));
+        }
+
+        fn finish(mut self) -> Findings {
+            let t = &mut self.t;
+            self.si.finish(self.last, &mut |s, si| t.step(s, si));
+            self.t.finish()
+        }
+    }
 
     fn ev(time: u64, op: Op, flags: u8, addr: u64, site: u64) -> Event {
         Event {
@@ -525,8 +534,17 @@ mod tests {
     const B: u64 = 0xb0;
     const G: u64 = 0x90;
 
-    fn tracker() -> Tracker {
-        Tracker::new([(1, 1, 101), (2, 1, 102), (3, 1, 103)])
+    fn tracker() -> Feed {
+        let threads = [(1, 1, 101), (2, 1, 102), (3, 1, 103)];
+        let mut si = SyncInterp::new(false, &[]);
+        for (id, process, _) in threads {
+            si.add_thread(id, process, 0);
+        }
+        Feed {
+            si,
+            t: Tracker::new(threads),
+            last: 0,
+        }
     }
 
     /// The classic: 1 holds A and waits for B, 2 holds B and waits for A.
@@ -666,8 +684,11 @@ mod tests {
         let mut w2 = ev(70, Op::CondTimedwait, phase::BEGIN, c, 0x3);
         w2.arg = A;
         t.event(1, &w2);
+        // The recorder's encoding of a timeout: the errno, then the mutex.
         w2.time = 100;
         w2.flags = phase::FAIL;
+        w2.arg = crate::sync::ETIMEDOUT;
+        w2.arg2 = A;
         t.event(1, &w2);
         let f = t.finish();
         assert_eq!(
@@ -677,5 +698,61 @@ mod tests {
                 ((1, c, 1, 0x3, 0, None), (30, 1)),
             ]
         );
+    }
+
+    /// A timed-out condition wait as the recorder encodes it: BEGIN with
+    /// the mutex in `arg`, FAIL with the errno in `arg` and the mutex in
+    /// `arg2`.
+    fn timed_out_wait(t: &mut Feed, th: u32, at: u64, cond: u64, mutex: u64) {
+        let mut w = ev(at, Op::CondTimedwait, phase::BEGIN, cond, 0x30);
+        w.arg = mutex;
+        t.event(th, &w);
+        w.time = at + 5;
+        w.flags = phase::FAIL;
+        w.arg = crate::sync::ETIMEDOUT;
+        w.arg2 = mutex;
+        t.event(th, &w);
+    }
+
+    // See issue 29: the errno of a timed-out wait (0x6e) was taken for the
+    // re-acquired mutex.
+    #[test]
+    fn inversion_witnessed_after_condvar_timeouts_is_reported_and_errno_is_never_a_lock() {
+        let c = 0xc0;
+        let mut t = tracker();
+        for (th, first, second, t0) in [(1, A, B, 10), (2, B, A, 100)] {
+            t.event(th, &ev(t0, Op::MutexLock, phase::DONE, first, 0x10));
+            timed_out_wait(&mut t, th, t0 + 1, c, first);
+            // Taken while holding `first` again, after the timeout.
+            t.event(
+                th,
+                &ev(
+                    t0 + 10,
+                    Op::MutexLock,
+                    phase::DONE,
+                    second,
+                    0x20 + th as u64,
+                ),
+            );
+            t.event(th, &ev(t0 + 11, Op::MutexUnlock, phase::DONE, second, 0));
+            t.event(th, &ev(t0 + 12, Op::MutexUnlock, phase::DONE, first, 0));
+        }
+        // Thread 3 is left holding G after a timed-out wait on it.
+        t.event(3, &ev(200, Op::MutexLock, phase::DONE, G, 0x40));
+        timed_out_wait(&mut t, 3, 201, c, G);
+        let f = t.finish();
+        assert_eq!(f.inversions.len(), 1, "{:?}", f.inversions);
+        let i = &f.inversions[0];
+        assert_eq!((i.a, i.b), (A, B));
+        assert_eq!((i.a_then_b.thread, i.a_then_b.acquire_site), (1, 0x21));
+        assert_eq!((i.b_then_a.thread, i.b_then_a.acquire_site), (2, 0x22));
+        let held: Vec<(u32, u64)> = f.open_holds.iter().map(|(t, h)| (*t, h.addr)).collect();
+        assert_eq!(
+            held,
+            [(3, G)],
+            "the mutex of the wait is held again, not the errno"
+        );
+        let errno = crate::sync::ETIMEDOUT;
+        assert!(f.inversions.iter().all(|i| i.a != errno && i.b != errno));
     }
 }

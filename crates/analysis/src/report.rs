@@ -413,6 +413,11 @@ pub struct LockOut {
     pub trylock_failures: u64,
     /// Timed calls that timed out.
     pub timeouts: u64,
+    /// Acquisitions still blocked when the trace ended (a deadlock, a
+    /// program killed while it waited); their wait so far is in
+    /// `wait_ns`. Absent when 0, so that other traces' JSON is unchanged.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub still_waiting: u64,
     /// Acquisitions by a different thread than the previous one.
     pub owner_changes: u64,
     /// Acquisitions at the first attempt / acquisitions.
@@ -755,11 +760,14 @@ pub fn analyze_observed(
     progress: &mut dyn FnMut(u64, u64, u8),
     observe: impl FnMut(&crate::sync::Step<'_>),
 ) -> Result<Report, AnalysisError> {
-    // Hangs and deadlocks are tracked from the raw events of the model's
-    // own pass (on its reading thread), and so is whether the trace has
-    // detailed-mode or imported events.
+    // Hangs and deadlocks are tracked from the steps of the model's own
+    // pass (the same interpretation of the protocol: a second one over
+    // the raw events pushed the errno of a timed-out condition wait as a
+    // held lock), and so is whether the trace has detailed-mode or
+    // imported events.
     let mut scan = crate::hangs::Scan::new(meta);
     let mut detail_events = 0u64;
+    let mut observe = observe;
     let mut model = Model::build_observed(
         path,
         meta,
@@ -767,11 +775,14 @@ pub fn analyze_observed(
             correct_overhead: cfg.correct_overhead,
         },
         &mut |d, t| progress(d, t, 1),
-        &mut |thread, events| {
-            detail_events += events.iter().filter(|e| is_detail_op(e.op)).count() as u64;
-            scan.events(thread, events);
+        |step, si| {
+            // One non-synthetic step per event.
+            if !step.kind.is_synthetic() && is_detail_op(step.event.op) {
+                detail_events += 1;
+            }
+            scan.step(step, si);
+            observe(step);
         },
-        observe,
     )?;
     let hangs = scan.finish();
     let mut r = build_report_with(meta, &mut model, cfg, &hangs);
@@ -1445,6 +1456,10 @@ fn hang_rows(
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 fn share_str(a: u64, b: u64) -> String {
     format!("{:.1}%", ratio(a, b) * 100.0)
 }
@@ -1664,7 +1679,9 @@ fn lock_out(
         e.hold_ns += st.hold_ns;
     };
     for &(s, st) in site_stats {
-        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts == 0 {
+        if st.acquisitions + st.contended + st.trylock_failures + st.timeouts + st.still_waiting
+            == 0
+        {
             continue;
         }
         let raw = names.site(s);
@@ -1691,11 +1708,14 @@ fn lock_out(
             rest.contended = rest.contended.saturating_sub(ps.contended);
             rest.trylock_failures = rest.trylock_failures.saturating_sub(ps.trylock_failures);
             rest.timeouts = rest.timeouts.saturating_sub(ps.timeouts);
+            rest.still_waiting = rest.still_waiting.saturating_sub(ps.still_waiting);
             rest.wait_ns = rest.wait_ns.saturating_sub(ps.wait_ns);
             rest.hold_ns = rest.hold_ns.saturating_sub(ps.hold_ns);
         }
-        if rest.acquisitions + rest.contended + rest.trylock_failures + rest.timeouts > 0 {
-            if rest.contended == 0 {
+        if rest.acquisitions + rest.contended + rest.trylock_failures + rest.timeouts > 0
+            || rest.still_waiting > 0
+        {
+            if rest.contended + rest.still_waiting == 0 {
                 rest.wait_ns = 0;
                 rest.max_wait_ns = 0;
             }
@@ -1719,7 +1739,7 @@ fn lock_out(
     });
     let mut call_paths: Vec<PathOut> = path_stats
         .iter()
-        .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended > 0)
+        .filter(|(s, st)| *s != 0 && st.acquisitions + st.contended + st.still_waiting > 0)
         .map(|&(s, st)| PathOut {
             frames: names.path(o.process, s),
             acquisitions: st.acquisitions,
@@ -1762,6 +1782,7 @@ fn lock_out(
         contended_ratio: ratio(o.contended, o.acquisitions),
         trylock_failures: o.trylock_failures,
         timeouts: o.timeouts,
+        still_waiting: o.still_waiting,
         owner_changes: o.owner_changes,
         first_attempt_ratio: ratio(o.first_attempt, o.acquisitions),
         avg_waiters: o.avg_waiters(),

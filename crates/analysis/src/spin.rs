@@ -997,6 +997,20 @@ fn lockset(
             }
         }
     }
+    // Whether the thread held a pthread lock at each of its events, from
+    // the synchronization layer (one non-synthetic step per event, in each
+    // thread's file order): it decides what a condition wait gives up and
+    // takes back, even after a timeout (whose FAIL carries the errno, not
+    // the mutex, in `arg`).
+    let mut pthread_held: HashMap<u32, Vec<bool>> = HashMap::new();
+    crate::sync::for_each_trace_step(t, false, |s, si| {
+        if !s.kind.is_synthetic() {
+            pthread_held
+                .entry(s.thread)
+                .or_default()
+                .push(!si.held(s.thread).is_empty());
+        }
+    });
     let mut locs: BTreeMap<u64, Loc> = BTreeMap::new();
     let mut any_plain = false;
     let mut accesses: Vec<Acc> = Vec::new();
@@ -1006,7 +1020,7 @@ fn lockset(
         let process = d.threads.get(&tid).map_or(d.main_process, |s| s.process);
         let m = marks.get(&tid);
         let mut spin: Vec<u64> = Vec::new();
-        let mut pthread: Vec<u64> = Vec::new();
+        let pthread = pthread_held.get(&tid).map_or(&[][..], Vec::as_slice);
         for (i, e) in evs.iter().enumerate() {
             if let Some(ch) = m.and_then(|m| m.get(&i)) {
                 for &(a, acq) in ch {
@@ -1020,20 +1034,6 @@ fn lockset(
             }
             let Some(op) = e.op() else { continue };
             match op {
-                Op::CondWait | Op::CondTimedwait => match e.phase() {
-                    phase::BEGIN => {
-                        if let Some(p) = pthread.iter().rposition(|&x| x == e.arg) {
-                            pthread.remove(p);
-                        }
-                    }
-                    _ => pthread.push(e.arg),
-                },
-                op if op.is_acquire() && e.phase() == phase::DONE => pthread.push(e.addr),
-                op if op.is_release() && e.phase() != phase::END => {
-                    if let Some(p) = pthread.iter().rposition(|&x| x == e.addr) {
-                        pthread.remove(p);
-                    }
-                }
                 Op::Read | Op::Write if !lock_addrs.contains(&e.addr) => {
                     any_plain = true;
                     let mut held = spin.clone();
@@ -1050,7 +1050,7 @@ fn lockset(
                         addr: e.addr,
                         write: op == Op::Write,
                         set,
-                        unlocked: spin.is_empty() && pthread.is_empty(),
+                        unlocked: spin.is_empty() && !pthread.get(i).copied().unwrap_or(false),
                         site: e.site,
                         process,
                     });
@@ -1850,6 +1850,42 @@ mod tests {
         assert_eq!(l.protects, vec!["0x500".to_string()]);
         assert_eq!(r.unprotected.len(), 1);
         assert_eq!(r.unprotected[0].data, "0x600");
+    }
+
+    // See issue 29: the errno of a timed-out condition wait (0x6e) was
+    // taken for a held pthread lock, and every later access of the thread
+    // counted as protected.
+    #[test]
+    fn an_access_after_a_timed_out_cond_wait_and_its_unlock_is_unprotected() {
+        let (m, c) = (0x700, 0x800);
+        let wr = |t, a| at(t, Op::Write, 4, a, 0, 0);
+        // The recorder's encoding: BEGIN names the mutex in `arg`; the
+        // timeout's FAIL carries the errno in `arg`, the mutex in `arg2`.
+        let begin = at(51, Op::CondTimedwait, phase::BEGIN, c, m, 0);
+        let timeout = at(
+            60,
+            Op::CondTimedwait,
+            phase::FAIL,
+            c,
+            crate::sync::ETIMEDOUT,
+            m,
+        );
+        let r = run(vec![
+            vec![
+                xchg(40, L, 0, 1),
+                store(41, L, 1, 0),
+                at(50, Op::MutexLock, phase::DONE, m, 0, 0),
+                begin,
+                timeout,
+                at(61, Op::MutexUnlock, phase::DONE, m, 0, 0),
+                wr(62, 0x600),
+            ],
+            vec![wr(5, 0x600), xchg(70, L, 0, 1), store(71, L, 1, 0)],
+        ]);
+        one(&r);
+        assert_eq!(r.unprotected.len(), 1, "{:?}", r.unprotected);
+        assert_eq!(r.unprotected[0].data, "0x600");
+        assert_eq!(r.unprotected[0].sites.len(), 1);
     }
 
     #[test]

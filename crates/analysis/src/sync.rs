@@ -5,10 +5,11 @@
 //! condition wait gives its mutex up and takes it back, what a failed
 //! trylock or a timed-out wait means, or how long a thread computed
 //! between two synchronization calls consumes [`Step`]s from here: the
-//! timing model ([`crate::model`]), the detailed-mode view
+//! timing model ([`crate::model`]), the hang tracker ([`crate::hangs`]),
+//! spin's lockset ([`crate::spin`]), the detailed-mode view
 //! ([`crate::detailed`], which feeds ulcp, lockset and occ) and the
-//! replay. No other module looks at [`phase`] bits or pairs a BEGIN with
-//! its completion. See `docs/sync-layer.md`.
+//! replay. No other module looks at a lock call's [`phase`] bits or
+//! pairs a BEGIN with its completion. See `docs/sync-layer.md`.
 //!
 //! # What a step is
 //! [`SyncInterp::event`] takes one event (events must arrive in global
@@ -19,7 +20,7 @@
 //! [`StepKind::HoldDropped`] steps for other threads when a release proves
 //! their releases were lost. [`SyncInterp::finish`] closes every thread
 //! ([`StepKind::End`], then [`StepKind::HeldAtExit`] for locks still
-//! held).
+//! held, then [`StepKind::StillWaiting`] for a call still blocked).
 //!
 //! Each step carries the [`Segment`] that ends at it: the thread's time
 //! since its previous step, classified (computing, blocked on what,
@@ -426,6 +427,31 @@ pub enum StepKind {
         /// The lock or futex it was queued on, if it was an acquisition.
         queued: Option<(ObjId, Kind)>,
     },
+    /// A call still blocked when its thread ended (synthetic, from
+    /// [`SyncInterp::finish`], after the thread's [`StepKind::End`] and
+    /// [`StepKind::HeldAtExit`] steps): a deadlocked or hung thread, or
+    /// one blocked when the program was killed. Its wait so far ends at
+    /// the thread's end. Emitted for every blocking call, not only lock
+    /// acquisitions; an acquisition's is followed by
+    /// [`StepKind::Abandoned`] (it never got the lock).
+    StillWaiting {
+        /// What it was blocked on.
+        on: BlockedOn,
+        /// The lock, futex word, condition variable, barrier or semaphore
+        /// (none for a join or a GPU wait).
+        obj: Option<(ObjId, Kind)>,
+        /// The BEGIN's `arg`: the joined OS tid for a join, the mutex
+        /// for a condition wait.
+        arg: u64,
+        /// Raw time of the BEGIN, ns.
+        since_ns: u64,
+        /// Wait so far, on the corrected clock, ns.
+        wait_ns: u64,
+        /// Call site of the BEGIN.
+        site: u64,
+        /// Call path id of the BEGIN, 0 if none.
+        stack: u32,
+    },
     /// A completion with no matching start (names the object, if any).
     Unmatched {
         /// The object the completion names.
@@ -457,6 +483,7 @@ impl StepKind {
         matches!(
             self,
             StepKind::Abandoned { .. }
+                | StepKind::StillWaiting { .. }
                 | StepKind::HoldDropped(_)
                 | StepKind::HeldAtExit(_)
                 | StepKind::End
@@ -575,6 +602,10 @@ struct ThreadState {
     unknown_next: bool,
     held: Vec<Section>,
     pending: Pending,
+    /// The last BEGIN: (raw time, site, call path, arg). Kept apart from
+    /// `pending` (which every event reads) because only
+    /// [`StepKind::StillWaiting`] needs it.
+    began: (u64, u64, u32, u64),
     failed: Vec<u32>,
     cost: Cost,
     /// Per-thread lookup cache (class, addr) -> object: a thread uses
@@ -692,6 +723,7 @@ impl SyncInterp {
             unknown_next: false,
             held: Vec::new(),
             pending: Pending::None,
+            began: (0, 0, 0, 0),
             failed: Vec::new(),
             cost,
             cache: Box::new([(0, u8::MAX, 0); CACHE]),
@@ -888,6 +920,9 @@ impl SyncInterp {
             return;
         };
         let ph = e.phase();
+        if ph == phase::BEGIN {
+            self.threads[ti].began = (e.time, e.site, e.stack, e.arg);
+        }
         let completes = self.completes_pending(ti, op, e);
         if !completes
             && !matches!(
@@ -1524,7 +1559,8 @@ impl SyncInterp {
     /// known end) and every section still open: per thread, in the order
     /// threads were declared, an [`StepKind::End`] step, then
     /// [`StepKind::HeldAtExit`] for each open section (innermost first),
-    /// then [`StepKind::Abandoned`] if it was queued on a lock.
+    /// then [`StepKind::StillWaiting`] if it was blocked in a call, then
+    /// [`StepKind::Abandoned`] if it was queued on a lock.
     pub fn finish<'e>(&mut self, default_end: u64, f: &mut impl FnMut(&Step<'e>, &Self)) {
         for ti in 0..self.threads.len() {
             let th = &mut self.threads[ti];
@@ -1545,6 +1581,34 @@ impl SyncInterp {
                 if let Some((s, _, _)) = self.release_hold(ti, s.obj, end) {
                     self.emit_at(ti, end, ev, Segment::NONE, StepKind::HeldAtExit(s), f);
                 }
+            }
+            let still = match self.threads[ti].pending {
+                Pending::Acquire { obj, at, .. } => {
+                    let o = &self.objs[obj as usize];
+                    Some((BlockedOn::Lock, Some((o.id, o.kind)), at))
+                }
+                Pending::Wait { what, obj, at, .. } => {
+                    let o = (obj != u32::MAX).then(|| {
+                        let o = &self.objs[obj as usize];
+                        (o.id, o.kind)
+                    });
+                    Some((what, o, at))
+                }
+                _ => None,
+            };
+            if let Some((on, obj, at)) = still {
+                let th = &self.threads[ti];
+                let (since_ns, site, stack, arg) = th.began;
+                let kind = StepKind::StillWaiting {
+                    on,
+                    obj,
+                    arg,
+                    since_ns,
+                    wait_ns: th.now().saturating_sub(at),
+                    site,
+                    stack,
+                };
+                self.emit_at(ti, end, ev, Segment::NONE, kind, f);
             }
             if let Pending::Acquire { obj, .. } = self.threads[ti].pending {
                 let o = &mut self.objs[obj as usize];
@@ -1586,23 +1650,6 @@ pub fn for_each_step_progress(
     meta: &Meta,
     correct: bool,
     progress: &mut dyn FnMut(u64, u64),
-    f: impl FnMut(&Step<'_>, &SyncInterp),
-) -> Result<SyncInterp, AnalysisError> {
-    for_each_step_tapped(path, meta, correct, progress, &mut |_, _| {}, f)
-}
-
-/// [`for_each_step_progress`], also handing every run of raw events (one
-/// thread's, in the same time order as the steps) to `tap` on the reading
-/// thread, as they are merged. For an analysis of the raw protocol beside
-/// the steps (the report's hang tracker): one read, decode and merge of
-/// the trace serves both, instead of a second pass that cost ~30% of the
-/// report's instructions (issue 9).
-pub fn for_each_step_tapped(
-    path: &Path,
-    meta: &Meta,
-    correct: bool,
-    progress: &mut dyn FnMut(u64, u64),
-    tap: &mut (dyn FnMut(u32, &[Event]) + Send),
     mut f: impl FnMut(&Step<'_>, &SyncInterp),
 ) -> Result<SyncInterp, AnalysisError> {
     let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
@@ -1632,13 +1679,12 @@ pub fn for_each_step_tapped(
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Batch, AnalysisError>>(8);
         let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
         s.spawn(move || {
-            let mut run = || -> Result<(), AnalysisError> {
+            let run = || -> Result<(), AnalysisError> {
                 let mut merge = Merge::new(path, &meta.index)?;
                 let mut batch: Batch = Vec::with_capacity(BATCH + 64);
                 let mut gone = false;
                 merge.run_runs(
                     |thread, buf, a, b| {
-                        tap(thread, &buf[a..b]);
                         batch.extend(buf[a..b].iter().map(|e| (thread, *e)));
                         if batch.len() >= BATCH && !gone {
                             let next = back_rx

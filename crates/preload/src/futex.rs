@@ -101,7 +101,10 @@ unsafe extern "C-unwind" fn syscall_impl(
                                 fp,
                                 u64::from(a3 as u32),
                                 op as u32 as u64,
-                                false,
+                                // Keeps its call path: a wait that never
+                                // returns (a deadlocked Rust Mutex) has no
+                                // other event.
+                                true,
                             )
                         });
                     }

@@ -96,7 +96,13 @@ pub(crate) fn acquire(
     if held {
         // Held by another thread when we looked: the call is about to
         // wait. BEGIN at the attempt, DONE|CONTENDED when it returns.
-        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, false);
+        // The BEGIN carries the call path as a blocked call's (under
+        // `--stacks contended` too): if the wait never ends (a deadlock,
+        // a program killed while it waited), it is the only event of the
+        // call. Walked again for the DONE rather than kept for it: this is
+        // the contended path, and the DONE's path is what the report
+        // attributes the acquisition to, as before.
+        emit(g, op, phase::BEGIN, t0, addr, site, fp, 0, 0, true);
     }
     let rc = g.unguarded(block);
     *ret = Some(rc);
@@ -516,6 +522,9 @@ unsafe fn cond_wait_common(
         None => return wait(),
         Some(mut g) => {
             let t0 = tsc::now();
+            // A condition wait always blocks: its BEGIN keeps the call
+            // path, as a contended lock's does (a wait that never returns
+            // has no other event).
             guarded(|| {
                 emit(
                     &mut g,
@@ -527,7 +536,7 @@ unsafe fn cond_wait_common(
                     fp,
                     m as u64,
                     0,
-                    false,
+                    true,
                 )
             });
         }
@@ -798,20 +807,9 @@ unsafe fn sem_wait_common(
                     return 0;
                 }
                 set_errno(saved);
-                guarded(|| {
-                    emit(
-                        &mut g,
-                        op,
-                        phase::BEGIN,
-                        t0,
-                        s as u64,
-                        site,
-                        fp,
-                        0,
-                        0,
-                        false,
-                    )
-                });
+                // About to block: the BEGIN keeps the call path, as the
+                // lock's does (a wait that never returns has no other).
+                guarded(|| emit(&mut g, op, phase::BEGIN, t0, s as u64, site, fp, 0, 0, true));
             }
         }
         let rc = wait();

@@ -343,7 +343,9 @@ unsafe extern "C-unwind" fn join_impl(
                         fp,
                         u64::from(tid),
                         0,
-                        false,
+                        // Keeps its call path: a join that never returns
+                        // (a deadlock) has no other event.
+                        true,
                     )
                 });
             }

@@ -100,6 +100,11 @@ pub(crate) struct LockStat {
     acquisitions: u64,
     contended: u64,
     wait_ns: u64,
+    /// Acquisitions (or futex waits) whose BEGIN had no completion when
+    /// their thread ended (the drain ends every thread, a killed
+    /// process's at its end): a deadlock, or a program killed while it
+    /// waited. Their wait up to the thread's end is in `wait_ns`.
+    still_waiting: u64,
 }
 
 /// A worker's view of one process: its own cache of the shared tables,
@@ -878,9 +883,21 @@ impl Worker {
         let Some(t) = self.threads.remove(&thread) else {
             return Ok(());
         };
-        if t.run_count > 0 {
-            if let Some(p) = self.procs.get_mut(&t.process) {
+        let end_ns = if end_tsc != 0 {
+            self.segs.ns(end_tsc).max(t.last_ns)
+        } else {
+            t.last_ns
+        };
+        if let Some(p) = self.procs.get_mut(&t.process) {
+            if t.run_count > 0 {
                 p.stats.entry(t.run_addr).or_default().acquisitions += t.run_count;
+            }
+            // A call still blocked when its thread ended: its wait so far
+            // counts, so that a deadlock's locks are in the summary.
+            if let Some((addr, since)) = t.begin {
+                let s = p.stats.entry(addr).or_default();
+                s.still_waiting += 1;
+                s.wait_ns += end_ns.saturating_sub(since);
             }
         }
         self.write_loss(Loss {
@@ -895,11 +912,6 @@ impl Worker {
             events: t.corrupt,
             reason: LossReason::CorruptBuffer,
         })?;
-        let end_ns = if end_tsc != 0 {
-            self.segs.ns(end_tsc).max(t.last_ns)
-        } else {
-            t.last_ns
-        };
         lock(&self.tables).ended.insert(thread, end_ns);
         self.write(Record::ThreadEnd(ThreadEnd { thread, end_ns }))
     }
@@ -987,6 +999,7 @@ pub(crate) fn output_loop<W: Write>(
                     m.acquisitions += s.acquisitions;
                     m.contended += s.contended;
                     m.wait_ns += s.wait_ns;
+                    m.still_waiting += s.still_waiting;
                 }
                 o.done += 1;
             }
@@ -1025,15 +1038,24 @@ impl<W: Write> Output<W> {
                 acquisitions: s.acquisitions,
                 contended: s.contended,
                 wait_ns: s.wait_ns,
+                still_waiting: s.still_waiting,
             });
         }
+        // A lock a thread was still waiting for counts as contended here:
+        // a deadlock's locks are the ones to show.
         top.sort_by(|a, b| {
-            (b.contended, b.wait_ns, b.acquisitions, a.addr).cmp(&(
-                a.contended,
-                a.wait_ns,
-                a.acquisitions,
-                b.addr,
-            ))
+            (
+                b.contended + b.still_waiting,
+                b.wait_ns,
+                b.acquisitions,
+                a.addr,
+            )
+                .cmp(&(
+                    a.contended + a.still_waiting,
+                    a.wait_ns,
+                    a.acquisitions,
+                    b.addr,
+                ))
         });
         top.truncate(10);
         let mut losses: Vec<_> = self.losses.values().copied().collect();

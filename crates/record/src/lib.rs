@@ -161,8 +161,12 @@ pub struct LockSummary {
     pub acquisitions: u64,
     /// Acquisitions that had to wait (for futex words: waits).
     pub contended: u64,
-    /// Total time spent waiting, ns.
+    /// Total time spent waiting, ns (with the waits still open when the
+    /// program ended, up to its end).
     pub wait_ns: u64,
+    /// Acquisitions (for futex words: waits) still blocked when the
+    /// program ended: a deadlock, or a program killed while it waited.
+    pub still_waiting: u64,
 }
 
 /// What a recording produced.

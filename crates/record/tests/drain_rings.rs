@@ -997,3 +997,55 @@ fn a_name_given_to_a_reused_tid_before_its_first_stamp_goes_to_the_new_thread() 
         "threads {with_tid:?}"
     );
 }
+
+/// The closing summary counts a lock acquisition still blocked when the
+/// recording ends (a program killed in a deadlock) with its wait so far,
+/// and reads a timed-out condition wait
+/// as the recorder encodes it (FAIL: the errno in `arg`, the mutex in
+/// `arg2`) without taking the errno for a lock or the wait for a lock
+/// wait.
+#[test]
+fn summary_counts_a_wait_still_open_at_the_end_and_no_errno_as_a_lock() {
+    let dir = temp_dir("open-wait");
+    let out = dir.with_extension("lstrace");
+    let pid = 78;
+    make_proc(&dir, pid, 0, 1, &["/bin/x"]);
+    let (m, c, stuck) = (0x10, 0x30, 0x40);
+    let etimedout = 110;
+    let (mut p, _base) = make_ring(&dir, pid, 6, 0, 64);
+    let t0 = std::time::Instant::now();
+    p.push(head(Op::MutexLock, phase::DONE, m, 0x20), None, &[]);
+    p.push(
+        head(Op::CondTimedwait, phase::BEGIN, c, 0x21),
+        Some((m, 0)),
+        &[],
+    );
+    p.push(
+        head(Op::CondTimedwait, phase::FAIL, c, 0x21),
+        Some((etimedout, m)),
+        &[],
+    );
+    p.push(head(Op::MutexUnlock, phase::DONE, m, 0x22), None, &[]);
+    p.push(head(Op::MutexLock, phase::BEGIN, stuck, 0x23), None, &[]);
+    let outcome = run_drain(&dir, &out, || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    });
+    let elapsed = t0.elapsed().as_nanos() as u64;
+    let lock = |addr: u64| outcome.top_locks.iter().find(|l| l.addr == addr);
+    assert!(lock(etimedout).is_none(), "{:?}", outcome.top_locks);
+    let s = lock(stuck).expect("the lock still waited for");
+    assert_eq!((s.acquisitions, s.contended, s.still_waiting), (0, 0, 1));
+    // Blocked to the end of the recording, at least through most of the
+    // 20 ms sleep (the events were written before the drain started its
+    // clock, which starts the trace: their times are its start).
+    assert!(
+        s.wait_ns >= 10_000_000 && s.wait_ns <= elapsed,
+        "{s:?} in {elapsed} ns"
+    );
+    let m = lock(m).expect("the mutex");
+    assert_eq!((m.acquisitions, m.still_waiting, m.wait_ns), (1, 0, 0));
+    let c = lock(c).expect("the condition variable");
+    assert_eq!((c.still_waiting, c.wait_ns), (0, 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}

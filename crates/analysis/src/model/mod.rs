@@ -25,7 +25,7 @@
 //!
 //! # Layout
 //! This file holds the types and the entry points ([`Model::build`],
-//! [`Model::build_tapped`]); `step.rs` is the state machine (one
+//! [`Model::build_observed`]); `step.rs` is the state machine (one
 //! [`Step`] at a time), `blame.rs` charges waiting time to holders and
 //! hands ownership over, `index.rs` maps threads, sites and objects to
 //! dense indices. The overhead correction is not here: it is applied by
@@ -104,6 +104,9 @@ pub struct SiteStats {
     pub trylock_failures: u64,
     /// Timeouts.
     pub timeouts: u64,
+    /// Waits still blocked when their thread ended (their wait so far is
+    /// in `wait_ns`).
+    pub still_waiting: u64,
     /// Wait time, ns.
     pub wait_ns: u64,
     /// Longest wait, ns.
@@ -166,6 +169,10 @@ pub struct Obj {
     pub timeouts: u64,
     /// Other failed calls (errno other than busy / timed out).
     pub errors: u64,
+    /// Acquisitions (or futex waits) still blocked when their thread
+    /// ended: a deadlock, or a program killed while it waited. Their wait
+    /// so far is in `wait`, as a failed call's is.
+    pub still_waiting: u64,
     /// Acquisitions by a thread other than the previous acquirer.
     pub owner_changes: u64,
     /// Wait per attempt that completed (acquired or failed), ns.
@@ -211,6 +218,7 @@ impl Obj {
             trylock_failures: 0,
             timeouts: 0,
             errors: 0,
+            still_waiting: 0,
             owner_changes: 0,
             wait: Histogram::new(),
             hold: Histogram::new(),
@@ -435,33 +443,22 @@ impl Model {
         cfg: ModelConfig,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model, AnalysisError> {
-        Model::build_tapped(path, meta, cfg, progress, &mut |_, _| {})
+        Model::build_observed(path, meta, cfg, progress, |_, _| {})
     }
 
-    /// [`Model::build`], handing the raw events to `tap` as they are read
-    /// ([`crate::sync::for_each_step_tapped`]).
-    pub fn build_tapped(
-        path: &Path,
-        meta: &Meta,
-        cfg: ModelConfig,
-        progress: &mut dyn FnMut(u64, u64),
-        tap: &mut (dyn FnMut(u32, &[lockscope_format::Event]) + Send),
-    ) -> Result<Model, AnalysisError> {
-        Model::build_observed(path, meta, cfg, progress, tap, |_| {})
-    }
-
-    /// [`Model::build_tapped`], also handing every step to `observe` after
-    /// the model took it (on the interpreter's thread): for a consumer of
-    /// the same steps (the HTML report's timeline) that would otherwise
-    /// read, decode and interpret the whole trace a second time. Generic,
-    /// not `dyn`, so that the plain build pays nothing for it.
+    /// [`Model::build`], also handing every step to `observe` after the
+    /// model took it (on the interpreter's thread, with the interpreter
+    /// for its queries such as [`crate::sync::SyncInterp::held`]): for
+    /// the consumers of the same steps (the hang tracker, the HTML
+    /// report's timeline) that would otherwise read, decode and interpret
+    /// the whole trace a second time. Generic, not `dyn`, so that the
+    /// plain build pays nothing for it.
     pub fn build_observed(
         path: &Path,
         meta: &Meta,
         cfg: ModelConfig,
         progress: &mut dyn FnMut(u64, u64),
-        tap: &mut (dyn FnMut(u32, &[lockscope_format::Event]) + Send),
-        mut observe: impl FnMut(&crate::sync::Step<'_>),
+        mut observe: impl FnMut(&crate::sync::Step<'_>, &crate::sync::SyncInterp),
     ) -> Result<Model, AnalysisError> {
         let mut overhead: Vec<_> = meta.overhead.values().cloned().collect();
         overhead.sort_by_key(|o| o.process);
@@ -480,9 +477,9 @@ impl Model {
         for l in &meta.locks {
             model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
         }
-        let si = crate::sync::for_each_step_tapped(path, meta, correct, progress, tap, |s, _| {
+        let si = crate::sync::for_each_step_progress(path, meta, correct, progress, |s, si| {
             model.step(s);
-            observe(s);
+            observe(s, si);
         })?;
         model.anomalies = si.anomalies;
         for l in &meta.losses {

@@ -249,6 +249,14 @@ impl Model {
                 th.lost = th.lost_recorded.max(th.lost_annotated);
             }
             StepKind::End => self.threads[ti].end = s.time,
+            StepKind::StillWaiting {
+                on: BlockedOn::Lock,
+                obj: Some((id, kind)),
+                wait_ns,
+                site,
+                stack,
+                ..
+            } => self.on_still_waiting(ti, process, s.time, id.addr, kind, site, stack, wait_ns),
             _ => {}
         }
     }
@@ -366,6 +374,53 @@ impl Model {
         ss.timeouts += to;
         ps.trylock_failures += tf;
         ps.timeouts += to;
+    }
+
+    /// An acquisition or futex wait still blocked at its thread's end
+    /// (raw time `t`): its wait so far counts in the lock's wait and
+    /// blame, as a call that failed after waiting does, so that a
+    /// deadlocked lock does not show 0 wait (the thread's own breakdown
+    /// already counts it as lock wait). Not an acquisition, nor a
+    /// contended one: it never got the lock.
+    #[allow(clippy::too_many_arguments)]
+    fn on_still_waiting(
+        &mut self,
+        ti: usize,
+        process: u32,
+        t: u64,
+        addr: u64,
+        kind: Kind,
+        pc: u64,
+        stack: u32,
+        wait_ns: u64,
+    ) {
+        let r = self.resolve(ti, process, kind, addr, pc, t);
+        let (oi, site) = (r.obj, r.site);
+        let o = &mut self.objs[oi as usize];
+        o.settle(t);
+        let mut charges = o
+            .take_waiter(ti as u32)
+            .map(|w| w.charges)
+            .unwrap_or_default();
+        if kind == Kind::Futex {
+            // A futex word has no visible holder, and no wake ended this
+            // wait: nobody to charge.
+            charges = vec![(Culprit::NONE, wait_ns.max(1))];
+        }
+        self.commit_blame(oi, ti as u32, (site, stack), wait_ns, &charges);
+        let o = &mut self.objs[oi as usize];
+        o.wait.record(wait_ns);
+        o.still_waiting += 1;
+        let ss = &mut self.site_stats[r.ss as usize];
+        ss.add_wait(wait_ns);
+        ss.still_waiting += 1;
+        if stack != 0 {
+            let ps = self.by_path.entry((oi, stack)).or_default();
+            ps.add_wait(wait_ns);
+            ps.still_waiting += 1;
+        }
+        let lt = &mut self.lock_threads[r.lt as usize];
+        lt.add_wait(wait_ns);
     }
 
     /// Closes thread `ti`'s section `sec` at raw time `t`, corrected

@@ -291,7 +291,13 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
     );
     // Ranked by time waited (what costs the program), not by how many
     // acquisitions waited.
-    let mut top: Vec<_> = o.top_locks.iter().filter(|l| l.contended > 0).collect();
+    // A lock a thread was still waiting for when the program ended (a
+    // deadlock interrupted with Ctrl-C) made it wait too.
+    let mut top: Vec<_> = o
+        .top_locks
+        .iter()
+        .filter(|l| l.contended + l.still_waiting > 0)
+        .collect();
     top.sort_by(|a, b| {
         (b.wait_ns, b.contended, a.pid, a.addr).cmp(&(a.wait_ns, a.contended, b.pid, b.addr))
     });
@@ -302,7 +308,7 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
         let names = lock_names(&o.output, &top);
         eprintln!("lockscope: locks that made threads wait longest:");
         for (i, l) in top.iter().enumerate() {
-            let what = if l.kind == "FutexWait" || l.kind == "FutexWake" {
+            let mut what = if l.kind == "FutexWait" || l.kind == "FutexWake" {
                 format!("{} waits", thousands(l.contended))
             } else {
                 format!(
@@ -311,6 +317,12 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
                     thousands(l.acquisitions)
                 )
             };
+            if l.still_waiting > 0 {
+                what.push_str(&format!(
+                    ", {} still waiting when the program ended",
+                    thousands(l.still_waiting)
+                ));
+            }
             let name = names
                 .get(&(l.pid, l.addr))
                 .cloned()
