@@ -462,3 +462,107 @@ fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
         "{row}"
     );
 }
+
+const COND: u64 = 0x6000;
+const CMX: u64 = 0x6100;
+
+/// Two threads, 20 rounds of 1000 ns, pass a flag guarded by CMX through
+/// COND. Thread 1's wait returns at 0 (it has the flag), it signals
+/// thread 2 at 390; thread 2's wait returns at 400 and it signals thread
+/// 1 at 990, which returns at 1000. Holdings: thread 1 [0, 390], thread 2
+/// [400, 990] (a wait's return to the same thread's signal, the mutex
+/// released in between). `keeps_working`: thread 1 goes on after its
+/// signal, takes the mutex at 395 and signals again at 800 before it
+/// waits (a worker that handed work on and keeps working): its second
+/// holding [395, 800] overlaps thread 2's.
+fn turns(keeps_working: bool) -> Tb {
+    let mut tb = Tb::new();
+    tb.thread(1, "a", 0, 20_000).thread(2, "b", 0, 20_000);
+    let (a, b) = (1u32, 2u32);
+    for r in 0..20u64 {
+        let t = r * 1000;
+        let last = r == 19;
+        if r == 0 {
+            tb.ev(a, t, Op::MutexLock, DONE, CMX, 0x10);
+            tb.ev(b, t + 297, Op::MutexLock, DONE, CMX, 0x20);
+            tb.ev_full(b, t + 300, Op::CondWait, BEGIN, COND, 0x21, CMX, 0);
+        } else {
+            tb.ev_full(a, t, Op::CondWait, DONE, COND, 0x11, CMX, 0);
+        }
+        tb.ev(a, t + 1, Op::MutexUnlock, DONE, CMX, 0x12);
+        tb.ev(a, t + 389, Op::MutexLock, DONE, CMX, 0x13);
+        tb.ev(a, t + 390, Op::CondSignal, DONE, COND, 0x14);
+        tb.ev(a, t + 391, Op::MutexUnlock, DONE, CMX, 0x15);
+        let wait_at = if keeps_working {
+            tb.ev(a, t + 395, Op::MutexLock, DONE, CMX, 0x16);
+            tb.ev(a, t + 396, Op::MutexUnlock, DONE, CMX, 0x17);
+            tb.ev(a, t + 799, Op::MutexLock, DONE, CMX, 0x18);
+            tb.ev(a, t + 800, Op::CondSignal, DONE, COND, 0x19);
+            tb.ev(a, t + 801, Op::MutexUnlock, DONE, CMX, 0x1a);
+            t + 803
+        } else {
+            t + 392
+        };
+        if !last {
+            tb.ev(a, wait_at, Op::MutexLock, DONE, CMX, 0x1b);
+            tb.ev_full(a, wait_at + 2, Op::CondWait, BEGIN, COND, 0x11, CMX, 0);
+        }
+        tb.ev_full(b, t + 400, Op::CondWait, DONE, COND, 0x21, CMX, 0);
+        tb.ev(b, t + 401, Op::MutexUnlock, DONE, CMX, 0x22);
+        tb.ev(b, t + 989, Op::MutexLock, DONE, CMX, 0x23);
+        tb.ev(b, t + 990, Op::CondSignal, DONE, COND, 0x24);
+        tb.ev(b, t + 991, Op::MutexUnlock, DONE, CMX, 0x25);
+        if !last {
+            tb.ev(b, t + 993, Op::MutexLock, DONE, CMX, 0x26);
+            tb.ev_full(b, t + 995, Op::CondWait, BEGIN, COND, 0x21, CMX, 0);
+        }
+    }
+    tb
+}
+
+#[test]
+fn a_condition_variable_whose_waiters_take_turns_is_a_lock() {
+    let r = report(&turns(false));
+    assert_eq!(r.cond_locks.len(), 1, "{:?}", r.conds);
+    let c = &r.cond_locks[0];
+    assert_eq!(c.address, "0x6000");
+    // 19 waits of thread 1 (from the second round) and 20 of thread 2,
+    // every one ended by the other's signal.
+    assert_eq!((c.waits, c.handoffs), (39, 39));
+    // Thread 1's holdings [t, t+390] from the second round (in the first
+    // it took the mutex with no wait or signal before: no holding),
+    // thread 2's [t+400, t+990] in all 20: never two at once.
+    assert_eq!(c.holdings, 39);
+    assert_eq!(c.holders_at_once, 1.0);
+    assert!(
+        r.verdict
+            .text
+            .contains("condition variable 0x6000 is used as a lock"),
+        "{}",
+        r.verdict.text
+    );
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    assert!(
+        text.contains("39 passed on between its waiters, held by 1.00 threads at a time"),
+        "{text}"
+    );
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["cond_locks"][0]["handoffs"], 39);
+    assert_eq!(v["cond_locks"][0]["holders_at_once"], 1.0);
+}
+
+#[test]
+fn workers_handing_work_to_each_other_through_a_condition_variable_are_not_a_lock() {
+    // The same waits and hand-offs, but thread 1 keeps working after it
+    // signalled: thread 1 holds [t, t+390] and [t+395, t+800], thread 2
+    // [t+400, t+990]; 1,385 ns held in 990 every round but the first.
+    let r = report(&turns(true));
+    let c = &r.conds[0];
+    assert_eq!(c.waits, 39);
+    assert!(r.cond_locks.is_empty(), "{:?}", r.cond_locks);
+    assert!(
+        !r.verdict.text.contains("used as a lock"),
+        "{}",
+        r.verdict.text
+    );
+}

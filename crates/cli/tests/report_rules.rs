@@ -1,0 +1,123 @@
+//! Rules that hold on recorded programs whose behaviour is known: which
+//! condition variables are locks, which advice comes first, and a verdict
+//! that says what the recording can and cannot support. Needs the
+//! preload library (build the workspace first, or set
+//! `LOCKSCOPE_PRELOAD_LIB`).
+
+#[path = "record_util/mod.rs"]
+mod record_util;
+
+use std::path::Path;
+
+use record_util::{build_c, lockscope, ok, record, temp};
+use serde_json::Value;
+
+fn json_report(trace: &Path) -> Value {
+    let a = ["report", trace.to_str().unwrap(), "--json"];
+    serde_json::from_str(&ok(&lockscope(&a, None))).unwrap()
+}
+
+fn cond<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["conds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no condition variable {name}: {}", r["conds"]))
+}
+
+// See issue 28: the rule fired on a bounded queue's `notfull`.
+#[test]
+fn a_bounded_queue_is_not_a_condition_variable_used_as_a_lock() {
+    let dir = temp("rules-queue");
+    let bin = build_c("report/bounded_queue", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("truth-queue items=400 consumed=400"),
+        "{}",
+        run.stdout
+    );
+    let r = json_report(&run.trace_path);
+    // The waits the old rule took for a lock's are there: the producer
+    // waits on `notfull` for the slow consumers, far more than on qlock.
+    let notfull = cond(&r, "notfull");
+    let lock_wait: u64 = r["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["wait_ns"]["total"].as_u64().unwrap())
+        .sum();
+    let w = notfull["wait_ns"]["total"].as_u64().unwrap();
+    assert!(w > lock_wait, "notfull {w} ns, locks {lock_wait} ns");
+    assert_eq!(r["cond_locks"], Value::Array(vec![]), "{}", r["cond_locks"]);
+    let v = r["verdict"]["text"].as_str().unwrap();
+    assert!(!v.contains("used as a lock"), "{v}");
+}
+
+// See issue 28: pbzip2's one long wait for its workers was called a lock.
+#[test]
+fn a_single_completion_wait_is_not_a_condition_variable_used_as_a_lock() {
+    let dir = temp("rules-completion");
+    let bin = build_c("report/completion_wait", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("truth-done waits=1 workers=2"),
+        "{}",
+        run.stdout
+    );
+    let r = json_report(&run.trace_path);
+    let c = cond(&r, "all_done");
+    assert_eq!(c["waits"], 1);
+    // A third of the threads' time: a share the old rule took for a lock.
+    assert!(
+        c["wait_ns"]["total"].as_u64().unwrap() as f64
+            >= 0.2 * r["verdict"]["thread_time_ns"].as_u64().unwrap() as f64,
+        "{c}"
+    );
+    assert_eq!(r["cond_locks"], Value::Array(vec![]), "{}", r["cond_locks"]);
+}
+
+/// gil_like.c's three threads take turns on a flag: the rule fires, and
+/// says on what evidence (hand-offs between waiters, one holder at a
+/// time), in JSON and in text.
+#[test]
+fn a_gil_like_flag_is_a_condition_variable_used_as_a_lock() {
+    let dir = temp("rules-gil");
+    let bin = build_c("report/gil_like", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("rounds=900"), "{}", run.stdout);
+    let r = json_report(&run.trace_path);
+    let cl = r["cond_locks"].as_array().unwrap();
+    assert_eq!(cl.len(), 1, "{cl:?}");
+    let c = &cl[0];
+    assert_eq!(c["name"], "gil_cond");
+    // Waits ended by a worker that waits on it too (all of them unless a
+    // worker ran its 300 rounds without ever waiting).
+    let signalled: u64 = c["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| !b["signaller_tid"].is_null())
+        .map(|b| b["waits"].as_u64().unwrap())
+        .sum();
+    let handoffs = c["handoffs"].as_u64().unwrap();
+    assert!((4..=signalled).contains(&handoffs), "{c}");
+    // The flag excludes: the holdings never overlap (1.00 up to the few
+    // ns between a release of the flag and its signal).
+    let h = c["holders_at_once"].as_f64().unwrap();
+    assert!((1.0..=1.01).contains(&h), "{c}");
+    assert!(c["holdings"].as_u64().unwrap() >= 1, "{c}");
+    let text = ok(&lockscope(
+        &["report", run.trace_path.to_str().unwrap()],
+        None,
+    ));
+    assert!(
+        text.contains(&format!(
+            "{handoffs} passed on between its waiters, held by 1.00 threads at a time"
+        )),
+        "{text}"
+    );
+}
