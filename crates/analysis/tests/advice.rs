@@ -566,3 +566,59 @@ fn workers_handing_work_to_each_other_through_a_condition_variable_are_not_a_loc
         r.verdict.text
     );
 }
+
+// See issue 28: a lock held across a 20 ms sleep got "spin then park"
+// first and "reduce hold" second.
+#[test]
+fn a_lock_held_across_a_long_sleep_gets_reduce_hold_first() {
+    // 25 rounds on a 2-CPU machine: thread 1 holds HOT for 20 ms at
+    // 0x10; threads 2 and 3 ask 100 ns in and get it after it, for 1 us
+    // each. Waiters plus holder exceed the CPUs (spin-then-park fires),
+    // but nearly all of the wait is thread 1's section.
+    const MS: u64 = 1_000_000;
+    let mut tb = Tb::new();
+    tb.header.cpus = 2;
+    for t in 1..=3 {
+        tb.thread(t, "w", 0, 25 * 21 * MS);
+    }
+    for k in 0..25u64 {
+        let b = k * 21 * MS;
+        tb.section(1, b, b + 20 * MS, HOT, 0x10);
+        tb.waited_section(2, b + 100, b + 20 * MS, b + 20 * MS + 1000, HOT, 0x20);
+        tb.waited_section(
+            3,
+            b + 100,
+            b + 20 * MS + 1000,
+            b + 20 * MS + 2000,
+            HOT,
+            0x30,
+        );
+    }
+    let r = report(&tb);
+    let a = of(&r, HOT);
+    assert_eq!(
+        a.iter().map(|x| x.kind).collect::<Vec<_>>(),
+        vec![AdviceKind::ReduceHold, AdviceKind::SpinThenPark],
+        "{a:?}"
+    );
+    // Each round: 19,999,900 + 19,999,900 ns charged to the section at
+    // 0x10, and thread 3's last 1,000 ns to thread 2's section.
+    let section = 25 * 2 * 19_999_900;
+    assert_eq!(a[0].wait_addressed_ns, section);
+    assert_eq!(a[1].wait_addressed_ns, 25 * 1000);
+    assert_eq!(
+        a[1].evidence.get("wait_in_long_section_ns"),
+        Some(section as f64)
+    );
+    assert!(
+        a[1].evidence_text
+            .contains("which no lock algorithm shortens"),
+        "{}",
+        a[1].evidence_text
+    );
+    // The same order in the text report.
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
+    assert!(sec.contains("1. reduce_hold 0x5000:"), "{sec}");
+    assert!(sec.contains("2. spin_then_park 0x5000:"), "{sec}");
+}

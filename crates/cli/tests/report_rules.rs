@@ -121,3 +121,52 @@ fn a_gil_like_flag_is_a_condition_variable_used_as_a_lock() {
         "{text}"
     );
 }
+
+// See issue 28: a lock held across a 20 ms sleep got "spin then park"
+// first and "reduce hold" second.
+#[test]
+fn a_lock_held_across_a_sleep_gets_reduce_hold_first() {
+    let dir = temp("rules-sleep");
+    let bin = build_c("report/hold_across_sleep", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("truth-sleep rounds=30"),
+        "{}",
+        run.stdout
+    );
+    let r = json_report(&run.trace_path);
+    let recs: Vec<&Value> = r["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["lock"] == "slow_lock")
+        .collect();
+    assert!(!recs.is_empty(), "{}", r["recommendations"]);
+    // First: shorten the sleeping section. An algorithm may follow (on a
+    // machine with fewer CPUs than waiters plus holder), never before.
+    assert_eq!(recs[0]["kind"], "reduce_hold", "{recs:?}");
+    assert!(
+        recs[0]["evidence_text"]
+            .as_str()
+            .unwrap()
+            .contains("hold_and_sleep (hold_across_sleep.c:18)"),
+        "{}",
+        recs[0]
+    );
+    // Each of the 30 sections lasts at least its 20 ms sleep.
+    assert!(
+        recs[0]["evidence"]["site_mean_hold_ns"].as_f64().unwrap() >= 20e6,
+        "{}",
+        recs[0]
+    );
+    for x in &recs[1..] {
+        assert!(
+            x["wait_addressed_ns"].as_u64() < recs[0]["wait_addressed_ns"].as_u64(),
+            "{x}"
+        );
+        if x["kind"] == "spin_then_park" || x["kind"] == "queue_lock" {
+            assert!(!x["evidence"]["wait_in_long_section_ns"].is_null(), "{x}");
+        }
+    }
+}
