@@ -355,6 +355,16 @@ pub struct Verdict {
     pub gpu_wait_ns: u64,
     /// The lock with the largest total wait, if any thread waited.
     pub top_lock: Option<VerdictLock>,
+    /// Share of the events that the recorder lost (lost / (recorded +
+    /// lost)); absent when none was, so that complete traces' JSON is
+    /// unchanged. The text then says that the figures are lower bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_share: Option<f64>,
+    /// No thread and no event was recorded: the program never loaded the
+    /// preload library (a statically linked program, which LD_PRELOAD
+    /// cannot reach). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nothing_recorded: bool,
     /// The sentence printed at the top of the text report.
     pub text: String,
 }
@@ -1513,6 +1523,9 @@ fn verdict(r: &Report) -> Verdict {
         join_wait_ns: sum(|t| t.join_wait_ns),
         gpu_wait_ns: sum(|t| t.gpu_wait_ns),
         top_lock: None,
+        lost_share: (r.lost_events > 0)
+            .then(|| ratio(r.lost_events, r.events.saturating_add(r.lost_events))),
+        nothing_recorded: r.threads.is_empty() && r.events == 0 && r.lost_events == 0,
         text: String::new(),
     };
     let all_lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
@@ -1644,6 +1657,32 @@ fn verdict(r: &Report) -> Verdict {
             h.waiting_in,
             h.site
         ));
+    }
+    // Said first, so that no figure is read without it.
+    if v.nothing_recorded {
+        // Not "no thread waited": nothing was seen at all. The recorder
+        // writes a thread's record when its preload library starts in the
+        // process, so zero threads means it never did (a dynamically
+        // linked program with no lock call still has its threads).
+        // `lockscope cc -static` does not link on a system without a
+        // static libgcc_s (Debian's): the hint is to rebuild without
+        // `-static`, with either compiler.
+        text = "nothing was recorded: no thread of the program reached the recorder. A \
+                statically linked program cannot load the preload library (LD_PRELOAD does \
+                not reach it): rebuild it without -static, with your compiler or with \
+                `lockscope cc` (detailed mode)"
+            .to_string();
+    } else if let Some(lost) = v.lost_share {
+        // Lost events drop waits and holds uncounted (the model never
+        // invents a wait for a missing event): every share above can only
+        // be too low, and which lock ranks first may change.
+        text = format!(
+            "{} of {} events were lost ({:.1}%), so these shares are lower bounds and the \
+             ranking is uncertain: {text}",
+            crate::render::count(r.lost_events),
+            crate::render::count(r.events.saturating_add(r.lost_events)),
+            lost * 100.0
+        );
     }
     v.text = text;
     v
