@@ -68,9 +68,52 @@ pub struct TokenScan {
     /// (process, cond) -> its mutex, from the waits on it.
     mutex_of: HashMap<(u32, u64), u64>,
     open: HashMap<u32, Vec<Open>>,
-    /// (process, cond) -> intervals (start, end).
-    done: HashMap<(u32, u64), Vec<(u64, u64)>>,
+    /// (process, cond) -> its holdings so far.
+    done: HashMap<(u32, u64), Acc>,
 }
+
+/// The holdings of one condition variable, summed as they close: memory
+/// stays bounded however many there are (a GIL passes on millions of
+/// times).
+#[derive(Debug, Default)]
+struct Acc {
+    /// Counts and the union of the segments already final.
+    tokens: Tokens,
+    /// The union of the rest, as disjoint segments in time order: a
+    /// holding still open may start before the latest ones end.
+    segs: Vec<(u64, u64)>,
+}
+
+impl Acc {
+    fn add(&mut self, mut s: u64, mut e: u64) {
+        self.tokens.intervals += 1;
+        self.tokens.held_ns += e.saturating_sub(s);
+        // Holdings close in time order: the new one can only overlap the
+        // last segments.
+        while let Some(&(ls, le)) = self.segs.last() {
+            if le < s {
+                break;
+            }
+            s = s.min(ls);
+            e = e.max(le);
+            self.segs.pop();
+        }
+        self.segs.push((s, e));
+    }
+
+    /// Sums up the segments that end before `horizon`, the earliest start
+    /// of a holding still open on this variable: no later holding can
+    /// reach back to them.
+    fn settle(&mut self, horizon: u64) {
+        let n = self.segs.partition_point(|&(_, e)| e < horizon);
+        for (s, e) in self.segs.drain(..n) {
+            self.tokens.union_ns += e - s;
+        }
+    }
+}
+
+/// Segments kept per variable before the final ones are summed up.
+const SETTLE_EVERY: usize = 256;
 
 impl TokenScan {
     /// A scan for the threads of `meta`.
@@ -143,34 +186,41 @@ impl TokenScan {
             }
             Op::CondSignal | Op::CondBroadcast => {
                 let open = self.open.entry(thread).or_default();
-                let i = match open.iter().position(|o| o.cond == e.addr) {
-                    Some(i) => i,
-                    None => {
-                        open.push(Open {
-                            cond: e.addr,
-                            since: None,
-                            released: false,
-                        });
-                        open.len() - 1
-                    }
-                };
-                let o = open[i];
-                // Signalled before releasing the mutex: a hand-off inside
-                // one critical section (a queue), not a token held outside
-                // it.
-                if let (Some(since), true) = (o.since, o.released) {
-                    self.done
-                        .entry((p, e.addr))
-                        .or_default()
-                        .push((since, e.time));
-                }
                 // The next interval starts at its next acquisition of the
                 // mutex (a take without waiting).
-                open[i] = Open {
+                let next = Open {
                     cond: e.addr,
                     since: None,
                     released: false,
                 };
+                let o = match open.iter_mut().find(|o| o.cond == e.addr) {
+                    Some(o) => std::mem::replace(o, next),
+                    None => {
+                        open.push(next);
+                        return;
+                    }
+                };
+                // Signalled before releasing the mutex: a hand-off inside
+                // one critical section (a queue), not a token held outside
+                // it.
+                let (Some(since), true) = (o.since, o.released) else {
+                    return;
+                };
+                let acc = self.done.entry((p, e.addr)).or_default();
+                acc.add(since, e.time);
+                if acc.segs.len() >= SETTLE_EVERY {
+                    let process_of = &self.process_of;
+                    let horizon = self
+                        .open
+                        .iter()
+                        .filter(|(t, _)| process_of.get(t).copied().unwrap_or(0) == p)
+                        .flat_map(|(_, v)| v.iter())
+                        .filter(|o| o.cond == e.addr)
+                        .filter_map(|o| o.since)
+                        .min()
+                        .unwrap_or(e.time);
+                    acc.settle(horizon);
+                }
             }
             Op::ThreadExit => {
                 self.open.remove(&thread);
@@ -179,31 +229,13 @@ impl TokenScan {
         }
     }
 
-    /// The intervals of each (process trace id, condition variable).
+    /// The holdings of each (process trace id, condition variable).
     pub fn finish(self) -> HashMap<(u32, u64), Tokens> {
         self.done
             .into_iter()
-            .map(|(k, mut v)| {
-                v.sort_unstable();
-                let mut t = Tokens::default();
-                let (mut cur_s, mut cur_e) = (0u64, 0u64);
-                let mut any = false;
-                for (s, e) in v {
-                    t.intervals += 1;
-                    t.held_ns += e - s;
-                    if any && s <= cur_e {
-                        cur_e = cur_e.max(e);
-                    } else {
-                        if any {
-                            t.union_ns += cur_e - cur_s;
-                        }
-                        (cur_s, cur_e, any) = (s, e, true);
-                    }
-                }
-                if any {
-                    t.union_ns += cur_e - cur_s;
-                }
-                (k, t)
+            .map(|(k, mut acc)| {
+                acc.settle(u64::MAX);
+                (k, acc.tokens)
             })
             .collect()
     }
@@ -259,6 +291,32 @@ mod tests {
         ]);
         assert_eq!((t.intervals, t.held_ns, t.union_ns), (3, 230, 230));
         assert_eq!(t.holders_at_once(), 1.0);
+    }
+
+    #[test]
+    fn many_holdings_are_summed_in_bounded_memory() {
+        // 10,000 rounds of two threads: thread 1 holds [10k, 10k+6],
+        // thread 2 [10k+4, 10k+9] (2 ns of overlap): 11 ns held in 9.
+        let mut s = TokenScan::with_threads([(1, 1), (2, 1)].into_iter().collect());
+        for k in 0..10_000u64 {
+            let b = k * 10;
+            for (t, e) in [
+                (1, ev(b, Op::CondWait, phase::DONE, C, M)),
+                (1, ev(b + 1, Op::MutexUnlock, phase::DONE, M, 0)),
+                (2, ev(b + 4, Op::CondWait, phase::DONE, C, M)),
+                (2, ev(b + 5, Op::MutexUnlock, phase::DONE, M, 0)),
+                (1, ev(b + 6, Op::CondSignal, phase::DONE, C, 0)),
+                (2, ev(b + 9, Op::CondSignal, phase::DONE, C, 0)),
+            ] {
+                s.events(t, std::slice::from_ref(&e));
+            }
+            assert!(s.done[&(1, C)].segs.len() <= SETTLE_EVERY);
+        }
+        let t = s.finish().remove(&(1, C)).unwrap();
+        assert_eq!(
+            (t.intervals, t.held_ns, t.union_ns),
+            (20_000, 110_000, 90_000)
+        );
     }
 
     #[test]
