@@ -76,6 +76,75 @@ pub const READ_MOSTLY: f64 = 0.9;
 /// protocol (and cannot be swapped by `lockscope run`).
 pub const READ_RARE: f64 = 0.1;
 
+/// A condition variable is shown as a lock ("used as a lock", see
+/// [`cond_is_lock`]) only when at least this many of its waits were
+/// ended by a thread that waits on it too (hand-offs between waiters): a
+/// pattern of turns, not one wait for the end of the work (pbzip2's main
+/// thread waits once, 1.1 s, for its workers). Low, because a real GIL
+/// passes on few times: CPython 3.11's four computing threads in
+/// `gil_threads.py` waited 15-17 times in 60 ms (its switch interval is
+/// 5 ms), 11-13 of them ended by another waiter.
+pub const COND_LOCK_MIN_HANDOFFS: u64 = 4;
+/// ... and only when its token is held by at most 1.1 threads at a time
+/// on average while anyone holds it. A lock's holders never overlap; the
+/// 0.1 is for the few microseconds between a holder's release of the flag
+/// and its signal, in which the next one may already have the flag
+/// (CPython's take_gil retakes a free GIL after a timed-out wait).
+/// Measured: 1.00 for `gil_like.c` (4 recordings, whatever the machine's
+/// load) and for CPython 3.11's GIL (3 recordings); GNU `sort`'s workers,
+/// which hand work to each other through one condition variable, 1.20
+/// with `--parallel=2` and 2.12 with `--parallel=4`.
+pub const COND_LOCK_MAX_HOLDERS: f64 = 1.1;
+
+/// Whether a condition variable is a lock of its own (a GIL): what the
+/// report shows under CONDITION VARIABLES USED AS LOCKS and the verdict
+/// names.
+///
+/// What a GIL does, in events: a thread's wait on the condition variable
+/// returns, it takes the flag, releases the mutex and runs *holding the
+/// flag*, then clears it and signals the next waiter, which takes over.
+/// So a lock built on a condition variable leaves *token intervals*
+/// ([`crate::condlock`]): from a wait's return to the same thread's next
+/// signal of it, with the mutex released in between. It is a lock when
+/// (all of):
+/// - its waits matter: at least [`MIN_WAIT_SHARE`] of the threads' time
+///   and more than the wait on every lock together (`wait_ns`,
+///   `thread_time_ns`, `lock_wait_ns`);
+/// - at least [`COND_LOCK_MIN_HANDOFFS`] of its waits were ended by the
+///   signal of a thread that waits on it too (`passed_between_waiters`):
+///   the waiter takes over what the signaller held, and the signaller
+///   comes back for it. A bounded queue's `notfull` is waited on by
+///   producers and signalled by consumers, who never wait on it; a
+///   completion wait is one wait;
+/// - at most one thread held it at a time (mean holders of its token
+///   intervals while any held it at most [`COND_LOCK_MAX_HOLDERS`]): the
+///   threads take turns. Workers that hand work to each other (`sort`)
+///   wait on and signal one condition variable too, but work at the same
+///   time.
+///
+/// Not taken: the waits' share alone (the rule before: it named a bounded
+/// queue's `notfull`, pbzip2's completion wait and `sort`'s worker
+/// hand-offs), and exclusion measured on the threads' whole time (their
+/// lifetime minus their blocked time, summed, against the wall time):
+/// a runnable thread that the scheduler has not run counts as running
+/// there, and on a loaded 2-CPU machine `gil_like.c`'s three workers,
+/// which take turns by construction, added up to 1.9 threads at once.
+/// The token intervals do not depend on the scheduler: a holder that is
+/// descheduled still holds the flag, and nobody else does.
+pub fn cond_is_lock(
+    wait_ns: u64,
+    thread_time_ns: u64,
+    lock_wait_ns: u64,
+    passed_between_waiters: u64,
+    tokens: &crate::condlock::Tokens,
+) -> bool {
+    (wait_ns as f64) >= MIN_WAIT_SHARE * thread_time_ns as f64
+        && wait_ns > lock_wait_ns
+        && passed_between_waiters >= COND_LOCK_MIN_HANDOFFS
+        && tokens.intervals > 0
+        && tokens.holders_at_once() <= COND_LOCK_MAX_HOLDERS
+}
+
 /// What the recording machine was, from the trace header.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MachineFacts {
@@ -304,13 +373,12 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
             wait_addressed_ns: wait,
             obj: l.obj,
         };
-        if let Some((kind, advice, ev, text, cmd)) = algorithm(report, l, &f, facts) {
-            out.push(mk(kind, advice, ev, text, cmd, f.wait_total));
-        }
+        let algo = algorithm(report, l, &f, facts);
         if let Some((kind, advice, ev, text, wait)) = rwlock(l, &f) {
             out.push(mk(kind, advice, ev, text, None, wait));
         }
         // Reduce hold / split: the holder site charged most of the wait.
+        let mut reduce: Option<(String, u64)> = None;
         let top = blocking
             .iter()
             .filter(|b| !b.site.starts_with("(no holder"))
@@ -357,6 +425,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
                 } else {
                     "that critical section"
                 };
+                reduce = Some((b.site.clone(), b.wait_caused_ns));
                 out.push(mk(
                     AdviceKind::ReduceHold,
                     format!(
@@ -369,6 +438,31 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
                     b.wait_caused_ns,
                 ));
             }
+        }
+        if let Some((kind, advice, mut ev, mut text, cmd)) = algo {
+            // An algorithm changes what each hand-off costs (and, spinning
+            // or not, what waiters take from a running holder); it does
+            // not shorten a section. When a long section is what the
+            // others wait for (the reduce-hold rule fired: a lock held
+            // across a 20 ms sleep), the wait charged to it is that
+            // section's length, and the algorithm addresses the rest only:
+            // so the advice the evidence supports comes first. The
+            // alternative, dropping the algorithm advice, would hide a
+            // real oversubscription behind one long section.
+            let wait = match &reduce {
+                Some((site, in_section)) => {
+                    ev.put("wait_in_long_section_ns", *in_section as f64);
+                    let _ = write!(
+                        text,
+                        "; {} of the wait is the long section at {site}, which no lock \
+                         algorithm shortens (see reduce_hold)",
+                        ns(*in_section)
+                    );
+                    f.wait_total.saturating_sub(*in_section)
+                }
+                None => f.wait_total,
+            };
+            out.push(mk(kind, advice, ev, text, cmd, wait));
         }
     }
     for b in &report.barriers {

@@ -15,6 +15,7 @@
 
 pub mod advice;
 pub mod barriers;
+pub mod condlock;
 pub mod critical;
 pub mod deadwrites;
 pub mod debuginfod;

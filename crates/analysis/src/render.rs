@@ -947,17 +947,20 @@ fn cond_locks(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
         return;
     }
     out.push_str(
-        "\nCONDITION VARIABLES USED AS LOCKS (their waits outweigh every lock's; each wait \
-         charged to the signal that ended it)\n",
+        "\nCONDITION VARIABLES USED AS LOCKS (threads take turns holding a flag they pass on by \
+         signal, as with Python's GIL; each wait charged to the signal that ended it)\n",
     );
     for c in &r.cond_locks {
         let _ = writeln!(
             out,
-            "  {}: {} waits, {} ({} of thread time)",
+            "  {}: {} waits, {} ({} of thread time); {} passed on between its waiters, held by {:.2} \
+             threads at a time",
             lock_label(&c.name, c.pid, several),
             count(c.waits),
             ns(c.wait_ns),
-            pct(c.share_of_thread_time)
+            pct(c.share_of_thread_time),
+            count(c.handoffs),
+            c.holders_at_once
         );
         let mut by: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
         for b in &c.blame {

@@ -5,7 +5,7 @@
 //! [`Report`] is plain data: serialize it with serde for JSON (schema
 //! [`SCHEMA`]), or render it with [`crate::render`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -168,11 +168,10 @@ pub struct Report {
     pub cond_locks: Vec<CondLockOut>,
 }
 
-/// A condition variable whose waits are a lock's waits: at least
-/// [`COND_LOCK_MIN_SHARE`] of the threads' time and more than the wait on
-/// every lock together (a lock built from a flag, a mutex and a condition
-/// variable, like Python's GIL: the waiters wait for the flag's holder,
-/// and the signal is its release).
+/// A condition variable whose waits are a lock's waits (a lock built from
+/// a flag, a mutex and a condition variable, like Python's GIL: the
+/// waiters wait for the flag's holder, and the signal is its release).
+/// The rule: [`crate::advice::cond_is_lock`].
 #[derive(Clone, Debug, Serialize)]
 pub struct CondLockOut {
     /// Address.
@@ -187,6 +186,16 @@ pub struct CondLockOut {
     pub wait_ns: u64,
     /// Of all threads' time.
     pub share_of_thread_time: f64,
+    /// Waits ended by the signal of a thread that waits on it too (the
+    /// token passed between waiters).
+    pub handoffs: u64,
+    /// Token intervals: a thread took it (its wait returned, or it took
+    /// the mutex after its last signal), released the mutex, and later
+    /// signalled (see [`crate::condlock`]).
+    pub holdings: u64,
+    /// Mean number of threads holding the token while any did (1 for a
+    /// lock; at most [`crate::advice::COND_LOCK_MAX_HOLDERS`] here).
+    pub holders_at_once: f64,
     /// Waits charged to the thread and site whose signal ended them.
     pub blame: Vec<CondBlameOut>,
 }
@@ -209,10 +218,10 @@ pub struct CondBlameOut {
     pub waits: u64,
 }
 
-/// A condition variable is a lock of its own when its waits are at least
-/// 1 % of all threads' time (the advice threshold,
-/// [`crate::advice::MIN_WAIT_SHARE`]) and more than the wait on all locks
-/// together.
+/// The least share of all threads' time that a condition variable's waits
+/// must have to be a lock of its own (the advice threshold,
+/// [`crate::advice::MIN_WAIT_SHARE`]; the whole rule:
+/// [`crate::advice::cond_is_lock`]).
 pub const COND_LOCK_MIN_SHARE: f64 = crate::advice::MIN_WAIT_SHARE;
 
 /// A wait still open at the end of the trace.
@@ -346,6 +355,16 @@ pub struct Verdict {
     pub gpu_wait_ns: u64,
     /// The lock with the largest total wait, if any thread waited.
     pub top_lock: Option<VerdictLock>,
+    /// Share of the events that the recorder lost (lost / (recorded +
+    /// lost)); absent when none was, so that complete traces' JSON is
+    /// unchanged. The text then says that the figures are lower bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_share: Option<f64>,
+    /// No thread and no event was recorded: the program never loaded the
+    /// preload library (a statically linked program, which LD_PRELOAD
+    /// cannot reach). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nothing_recorded: bool,
     /// The sentence printed at the top of the text report.
     pub text: String,
 }
@@ -763,9 +782,10 @@ pub fn analyze_observed(
     // Hangs and deadlocks are tracked from the steps of the model's own
     // pass (the same interpretation of the protocol: a second one over
     // the raw events pushed the errno of a timed-out condition wait as a
-    // held lock), and so is whether the trace has detailed-mode or
-    // imported events.
+    // held lock), and so are condition variables' token hand-offs and
+    // whether the trace has detailed-mode or imported events.
     let mut scan = crate::hangs::Scan::new(meta);
+    let mut tokens = crate::condlock::TokenScan::new(meta);
     let mut detail_events = 0u64;
     let mut observe = observe;
     let mut model = Model::build_observed(
@@ -777,15 +797,19 @@ pub fn analyze_observed(
         &mut |d, t| progress(d, t, 1),
         |step, si| {
             // One non-synthetic step per event.
-            if !step.kind.is_synthetic() && is_detail_op(step.event.op) {
-                detail_events += 1;
+            if !step.kind.is_synthetic() {
+                if is_detail_op(step.event.op) {
+                    detail_events += 1;
+                }
+                tokens.event(step.thread, step.event);
             }
             scan.step(step, si);
             observe(step);
         },
     )?;
     let hangs = scan.finish();
-    let mut r = build_report_with(meta, &mut model, cfg, &hangs);
+    let tokens = tokens.finish();
+    let mut r = build_report_scanned(meta, &mut model, cfg, &hangs, &tokens);
     r.detail_events = detail_events;
     Ok(r)
 }
@@ -1150,6 +1174,19 @@ pub fn build_report_with(
     cfg: &ReportConfig,
     hangs: &(crate::hangs::Findings, u64),
 ) -> Report {
+    build_report_scanned(meta, model, cfg, hangs, &HashMap::new())
+}
+
+/// [`build_report_with`] with the condition variables' token hand-offs
+/// ([`crate::condlock::TokenScan`], by process trace id and address):
+/// without them no condition variable is shown as a lock.
+pub fn build_report_scanned(
+    meta: &Meta,
+    model: &mut Model,
+    cfg: &ReportConfig,
+    hangs: &(crate::hangs::Findings, u64),
+    tokens: &HashMap<(u32, u64), crate::condlock::Tokens>,
+) -> Report {
     let model: &Model = model;
     let mut names = Names {
         sym: Symbolizer::for_meta(meta, cfg.symbolize),
@@ -1191,7 +1228,7 @@ pub fn build_report_with(
         &full,
         &crate::advice::MachineFacts::from_header(&meta.header),
     );
-    hang_rows(meta, &mut names, hangs, &mut full);
+    hang_rows(meta, &mut names, hangs, tokens, &mut full);
     full.verdict = verdict(&full);
     filtered_view(full, model, cfg)
 }
@@ -1261,6 +1298,7 @@ fn hang_rows(
     meta: &Meta,
     names: &mut Names,
     (f, last): &(crate::hangs::Findings, u64),
+    tokens: &HashMap<(u32, u64), crate::condlock::Tokens>,
     r: &mut Report,
 ) {
     use crate::hangs::WaitKind;
@@ -1354,12 +1392,34 @@ fn hang_rows(
     let lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
     for c in &r.conds {
         let w = c.wait_ns.total;
-        if (w as f64) < COND_LOCK_MIN_SHARE * thread_time as f64 || w <= lock_wait {
-            continue;
-        }
         let Ok(addr) = u64::from_str_radix(c.address.trim_start_matches("0x"), 16) else {
             continue;
         };
+        // After an exec the same pid is another process trace id: the
+        // image with most hand-offs speaks for the row (as the row sums
+        // them, the rare case of two is not worth a split).
+        let tok = tokens
+            .iter()
+            .filter(|(&(p, a), _)| a == addr && pid_of(meta, p) == c.pid)
+            .map(|(_, t)| t)
+            .max_by_key(|t| (t.intervals, t.held_ns))
+            .cloned()
+            .unwrap_or_default();
+        // Waits ended by a thread that waits on it too: the token passed
+        // between waiters.
+        let of_c = || {
+            f.cond_blame
+                .iter()
+                .filter(move |&&((p, a, ..), _)| a == addr && pid_of(meta, p) == c.pid)
+        };
+        let waiters: HashSet<u32> = of_c().map(|&((_, _, wt, ..), _)| wt).collect();
+        let passed: u64 = of_c()
+            .filter(|&&((.., sig), _)| sig.is_some_and(|(t, _)| waiters.contains(&t)))
+            .map(|&(_, (_, n))| n)
+            .sum();
+        if !crate::advice::cond_is_lock(w, thread_time, lock_wait, passed, &tok) {
+            continue;
+        }
         let mut blame: Vec<CondBlameOut> = Vec::new();
         for &((p, a, wt, ws, wstack, sig), (ns, n)) in &f.cond_blame {
             if a != addr || pid_of(meta, p) != c.pid {
@@ -1407,6 +1467,9 @@ fn hang_rows(
             waits: c.waits,
             wait_ns: w,
             share_of_thread_time: ratio(w, thread_time),
+            handoffs: passed,
+            holdings: tok.intervals,
+            holders_at_once: tok.holders_at_once(),
             blame,
         });
     }
@@ -1476,6 +1539,9 @@ fn verdict(r: &Report) -> Verdict {
         join_wait_ns: sum(|t| t.join_wait_ns),
         gpu_wait_ns: sum(|t| t.gpu_wait_ns),
         top_lock: None,
+        lost_share: (r.lost_events > 0)
+            .then(|| ratio(r.lost_events, r.events.saturating_add(r.lost_events))),
+        nothing_recorded: r.threads.is_empty() && r.events == 0 && r.lost_events == 0,
         text: String::new(),
     };
     let all_lock_wait: u64 = r.locks.iter().map(|l| l.wait_ns.total).sum();
@@ -1607,6 +1673,32 @@ fn verdict(r: &Report) -> Verdict {
             h.waiting_in,
             h.site
         ));
+    }
+    // Said first, so that no figure is read without it.
+    if v.nothing_recorded {
+        // Not "no thread waited": nothing was seen at all. The recorder
+        // writes a thread's record when its preload library starts in the
+        // process, so zero threads means it never did (a dynamically
+        // linked program with no lock call still has its threads).
+        // `lockscope cc -static` does not link on a system without a
+        // static libgcc_s (Debian's): the hint is to rebuild without
+        // `-static`, with either compiler.
+        text = "nothing was recorded: no thread of the program reached the recorder. A \
+                statically linked program cannot load the preload library (LD_PRELOAD does \
+                not reach it): rebuild it without -static, with your compiler or with \
+                `lockscope cc` (detailed mode)"
+            .to_string();
+    } else if let Some(lost) = v.lost_share {
+        // Lost events drop waits and holds uncounted (the model never
+        // invents a wait for a missing event): every share above can only
+        // be too low, and which lock ranks first may change.
+        text = format!(
+            "{} of {} events were lost ({:.1}%), so these shares are lower bounds and the \
+             ranking is uncertain: {text}",
+            crate::render::count(r.lost_events),
+            crate::render::count(r.events.saturating_add(r.lost_events)),
+            lost * 100.0
+        );
     }
     v.text = text;
     v

@@ -462,3 +462,163 @@ fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
         "{row}"
     );
 }
+
+const COND: u64 = 0x6000;
+const CMX: u64 = 0x6100;
+
+/// Two threads, 20 rounds of 1000 ns, pass a flag guarded by CMX through
+/// COND. Thread 1's wait returns at 0 (it has the flag), it signals
+/// thread 2 at 390; thread 2's wait returns at 400 and it signals thread
+/// 1 at 990, which returns at 1000. Holdings: thread 1 [0, 390], thread 2
+/// [400, 990] (a wait's return to the same thread's signal, the mutex
+/// released in between). `keeps_working`: thread 1 goes on after its
+/// signal, takes the mutex at 395 and signals again at 800 before it
+/// waits (a worker that handed work on and keeps working): its second
+/// holding [395, 800] overlaps thread 2's.
+fn turns(keeps_working: bool) -> Tb {
+    let mut tb = Tb::new();
+    tb.thread(1, "a", 0, 20_000).thread(2, "b", 0, 20_000);
+    let (a, b) = (1u32, 2u32);
+    for r in 0..20u64 {
+        let t = r * 1000;
+        let last = r == 19;
+        if r == 0 {
+            tb.ev(a, t, Op::MutexLock, DONE, CMX, 0x10);
+            tb.ev(b, t + 297, Op::MutexLock, DONE, CMX, 0x20);
+            tb.ev_full(b, t + 300, Op::CondWait, BEGIN, COND, 0x21, CMX, 0);
+        } else {
+            tb.ev_full(a, t, Op::CondWait, DONE, COND, 0x11, CMX, 0);
+        }
+        tb.ev(a, t + 1, Op::MutexUnlock, DONE, CMX, 0x12);
+        tb.ev(a, t + 389, Op::MutexLock, DONE, CMX, 0x13);
+        tb.ev(a, t + 390, Op::CondSignal, DONE, COND, 0x14);
+        tb.ev(a, t + 391, Op::MutexUnlock, DONE, CMX, 0x15);
+        let wait_at = if keeps_working {
+            tb.ev(a, t + 395, Op::MutexLock, DONE, CMX, 0x16);
+            tb.ev(a, t + 396, Op::MutexUnlock, DONE, CMX, 0x17);
+            tb.ev(a, t + 799, Op::MutexLock, DONE, CMX, 0x18);
+            tb.ev(a, t + 800, Op::CondSignal, DONE, COND, 0x19);
+            tb.ev(a, t + 801, Op::MutexUnlock, DONE, CMX, 0x1a);
+            t + 803
+        } else {
+            t + 392
+        };
+        if !last {
+            tb.ev(a, wait_at, Op::MutexLock, DONE, CMX, 0x1b);
+            tb.ev_full(a, wait_at + 2, Op::CondWait, BEGIN, COND, 0x11, CMX, 0);
+        }
+        tb.ev_full(b, t + 400, Op::CondWait, DONE, COND, 0x21, CMX, 0);
+        tb.ev(b, t + 401, Op::MutexUnlock, DONE, CMX, 0x22);
+        tb.ev(b, t + 989, Op::MutexLock, DONE, CMX, 0x23);
+        tb.ev(b, t + 990, Op::CondSignal, DONE, COND, 0x24);
+        tb.ev(b, t + 991, Op::MutexUnlock, DONE, CMX, 0x25);
+        if !last {
+            tb.ev(b, t + 993, Op::MutexLock, DONE, CMX, 0x26);
+            tb.ev_full(b, t + 995, Op::CondWait, BEGIN, COND, 0x21, CMX, 0);
+        }
+    }
+    tb
+}
+
+#[test]
+fn a_condition_variable_whose_waiters_take_turns_is_a_lock() {
+    let r = report(&turns(false));
+    assert_eq!(r.cond_locks.len(), 1, "{:?}", r.conds);
+    let c = &r.cond_locks[0];
+    assert_eq!(c.address, "0x6000");
+    // 19 waits of thread 1 (from the second round) and 20 of thread 2,
+    // every one ended by the other's signal.
+    assert_eq!((c.waits, c.handoffs), (39, 39));
+    // Thread 1's holdings [t, t+390] from the second round (in the first
+    // it took the mutex with no wait or signal before: no holding),
+    // thread 2's [t+400, t+990] in all 20: never two at once.
+    assert_eq!(c.holdings, 39);
+    assert_eq!(c.holders_at_once, 1.0);
+    assert!(
+        r.verdict
+            .text
+            .contains("condition variable 0x6000 is used as a lock"),
+        "{}",
+        r.verdict.text
+    );
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    assert!(
+        text.contains("39 passed on between its waiters, held by 1.00 threads at a time"),
+        "{text}"
+    );
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["cond_locks"][0]["handoffs"], 39);
+    assert_eq!(v["cond_locks"][0]["holders_at_once"], 1.0);
+}
+
+#[test]
+fn workers_handing_work_to_each_other_through_a_condition_variable_are_not_a_lock() {
+    // The same waits and hand-offs, but thread 1 keeps working after it
+    // signalled: thread 1 holds [t, t+390] and [t+395, t+800], thread 2
+    // [t+400, t+990]; 1,385 ns held in 990 every round but the first.
+    let r = report(&turns(true));
+    let c = &r.conds[0];
+    assert_eq!(c.waits, 39);
+    assert!(r.cond_locks.is_empty(), "{:?}", r.cond_locks);
+    assert!(
+        !r.verdict.text.contains("used as a lock"),
+        "{}",
+        r.verdict.text
+    );
+}
+
+// See issue 28: a lock held across a 20 ms sleep got "spin then park"
+// first and "reduce hold" second.
+#[test]
+fn a_lock_held_across_a_long_sleep_gets_reduce_hold_first() {
+    // 25 rounds on a 2-CPU machine: thread 1 holds HOT for 20 ms at
+    // 0x10; threads 2 and 3 ask 100 ns in and get it after it, for 1 us
+    // each. Waiters plus holder exceed the CPUs (spin-then-park fires),
+    // but nearly all of the wait is thread 1's section.
+    const MS: u64 = 1_000_000;
+    let mut tb = Tb::new();
+    tb.header.cpus = 2;
+    for t in 1..=3 {
+        tb.thread(t, "w", 0, 25 * 21 * MS);
+    }
+    for k in 0..25u64 {
+        let b = k * 21 * MS;
+        tb.section(1, b, b + 20 * MS, HOT, 0x10);
+        tb.waited_section(2, b + 100, b + 20 * MS, b + 20 * MS + 1000, HOT, 0x20);
+        tb.waited_section(
+            3,
+            b + 100,
+            b + 20 * MS + 1000,
+            b + 20 * MS + 2000,
+            HOT,
+            0x30,
+        );
+    }
+    let r = report(&tb);
+    let a = of(&r, HOT);
+    assert_eq!(
+        a.iter().map(|x| x.kind).collect::<Vec<_>>(),
+        vec![AdviceKind::ReduceHold, AdviceKind::SpinThenPark],
+        "{a:?}"
+    );
+    // Each round: 19,999,900 + 19,999,900 ns charged to the section at
+    // 0x10, and thread 3's last 1,000 ns to thread 2's section.
+    let section = 25 * 2 * 19_999_900;
+    assert_eq!(a[0].wait_addressed_ns, section);
+    assert_eq!(a[1].wait_addressed_ns, 25 * 1000);
+    assert_eq!(
+        a[1].evidence.get("wait_in_long_section_ns"),
+        Some(section as f64)
+    );
+    assert!(
+        a[1].evidence_text
+            .contains("which no lock algorithm shortens"),
+        "{}",
+        a[1].evidence_text
+    );
+    // The same order in the text report.
+    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
+    assert!(sec.contains("1. reduce_hold 0x5000:"), "{sec}");
+    assert!(sec.contains("2. spin_then_park 0x5000:"), "{sec}");
+}
