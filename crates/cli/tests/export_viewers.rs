@@ -124,6 +124,13 @@ fn chromium(url: &str, extra: &[String], home: &Path) -> (String, String) {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            // speedscope draws with WebGL: with no GPU, Chromium 137 and
+            // later create a WebGL context only when software rendering
+            // is allowed explicitly (before, SwiftShader was a silent
+            // fallback; without it the page logs "Failed to create WebGL
+            // context").
+            "--enable-unsafe-swiftshader",
+            "--use-angle=swiftshader",
             "--disable-quic",
             "--no-first-run",
             "--disable-background-networking",
