@@ -1175,10 +1175,11 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
 /// The report's "what it would gain" lines: for the `top` locks with the
 /// most waiting in the recorded run, the predicted
 /// speedup of the program without the lock (with its range) and with its
-/// sections half as long, next to the lock's recorded wait, and the
-/// command that reproduces it. A lock is shown only when its predicted
-/// gain is larger than its range (the model cannot tell a smaller gain
-/// from none); a closing line says how many were left out, and why the
+/// sections half as long (each with its range), next to the lock's
+/// recorded wait, and the command that reproduces it. A lock is shown
+/// only when one of the two gains is larger than its range (the model
+/// cannot tell a smaller gain from none); a closing line says how many
+/// were left out, and why the
 /// trace's predictions are uncertain when they are. Empty when no lock
 /// makes a thread wait in the replay. `trace` is the path as the user
 /// should type it.
@@ -1212,11 +1213,6 @@ pub fn gain_lines(
             },
             &[l],
         );
-        let [lo, hi] = without.range;
-        if without.speedup - 1.0 <= hi - lo {
-            hidden += 1;
-            continue;
-        }
         let half: Vec<(u32, u32)> = p
             .sections
             .iter()
@@ -1224,34 +1220,46 @@ pub fn gain_lines(
             .filter(|(_, s)| s.lock == l)
             .map(|(k, _)| (k as u32, 50))
             .collect();
-        let halved = simulate(
+        let halved = predict(
             p,
             cpus,
+            &b,
             &Scenario {
                 shrink: half,
-                arrival: Some(b.grants[0]),
                 ..Scenario::default()
             },
+            &[],
         );
+        // Shown when either change gains more than the model's range.
+        let significant = |x: &Predicted| x.speedup - 1.0 > x.range[1] - x.range[0];
+        if !significant(&without) && !significant(&halved) {
+            hidden += 1;
+            continue;
+        }
         let name = names.lock(p, l);
         out.push(format!(
-            "  {name} (waited {} in the recorded run): without it {:.2}x faster ({lo:.2}-{hi:.2}{}), \
-             with its critical sections half as long {:.2}x (lockscope whatif {trace} --remove-lock \
-             {name})",
+            "  {name} (waited {} in the recorded run): without it {:.2}x faster ({:.2}-{:.2}{}), \
+             with its critical sections half as long {:.2}x ({:.2}-{:.2}) (lockscope whatif \
+             {trace} --remove-lock {name})",
             ms(waits[l as usize]),
             without.speedup,
+            without.range[0],
+            without.range[1],
             if without.bounded {
                 ", bounded by its recorded wait"
             } else {
                 ""
             },
-            speedup(b.wall(), halved.wall_ns),
+            halved.speedup,
+            halved.range[0],
+            halved.range[1],
         ));
     }
     if hidden > 0 {
         out.push(format!(
-            "  ({hidden} of the {} locks threads waited for most left out: their predicted gain \
-             is smaller than the range of the prediction)",
+            "  ({hidden} of the {} locks threads waited for most left out: neither removing \
+             them nor halving their critical sections gains more than the range of the \
+             prediction)",
             order.len().min(top)
         ));
     }

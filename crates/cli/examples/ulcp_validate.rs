@@ -14,33 +14,13 @@
 //! lockscope --example ulcp_validate [ROUNDS [TRACED_ROUNDS]]` (needs gcc). A benchmark
 //! that prints figures, not a test: timings on a loaded machine vary.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-fn lockscope() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOCKSCOPE") {
-        return p.into();
-    }
-    // target/<profile>/examples/ulcp_validate -> target/<profile>/lockscope
-    let exe = std::env::current_exe().expect("own path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("lockscope"))
-        .expect("target directory")
-}
-
-fn check(what: &str, o: &std::process::Output) {
-    if !o.status.success() {
-        eprintln!(
-            "{what} failed ({}):\n{}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::process::exit(1);
-    }
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{check, lockscope, median};
 
 /// Wall time of one run of the fixture, seconds.
 fn run_once(bin: &Path, threads: u32, rounds: &str, mode: &str, shape: &[String]) -> f64 {
@@ -52,11 +32,6 @@ fn run_once(bin: &Path, threads: u32, rounds: &str, mode: &str, shape: &[String]
         .expect("run fixture");
     check("fixture", &o);
     t.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn whatif(trace: &Path, args: &[&str]) -> serde_json::Value {

@@ -13,33 +13,13 @@
 //! timings on a shared machine vary, and the table says so with the
 //! spread of the timed runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-fn lockscope() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOCKSCOPE") {
-        return p.into();
-    }
-    // target/<profile>/examples/whatif_validate -> target/<profile>/lockscope
-    let exe = std::env::current_exe().expect("own path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("lockscope"))
-        .expect("target directory")
-}
-
-fn check(what: &str, o: &std::process::Output) {
-    if !o.status.success() {
-        eprintln!(
-            "{what} failed ({}):\n{}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::process::exit(1);
-    }
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{check, lockscope, median};
 
 /// How a case's program is recorded.
 #[derive(Clone, Copy, PartialEq)]
@@ -147,11 +127,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The command that runs `bin` with `threads` threads and `args`.
