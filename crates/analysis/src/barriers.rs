@@ -1205,7 +1205,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_hand_made_barrier_one_instance_across_a_spurious_wake_up() {
+    fn hand_made_barrier_one_instance_across_a_spurious_wake_up() {
         let t = hand_made(0x100, Op::CondBroadcast);
         let mut d = Detailed::from_trace(&t, false);
         let r = analyze(&t, &mut d);
@@ -1228,7 +1228,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_hand_made_barrier_counter_is_not_a_dependence() {
+    fn hand_made_barrier_counter_is_not_a_dependence() {
         // t2 wrote CNT before, t1 reads it after, under the barrier's
         // mutex: the barrier's own bookkeeping. Nothing else crosses.
         let t = hand_made(0x300, Op::CondBroadcast);
@@ -1243,7 +1243,7 @@ mod tests {
     /// it. Three threads, two instances; the departure broadcasts are not
     /// instances, and the woken thread's arrival goes on.
     #[test]
-    fn issue13_hand_made_barrier_with_a_departure_phase_broadcast() {
+    fn hand_made_barrier_with_a_departure_phase_broadcast() {
         let b = |time| cond(time, Op::CondBroadcast, phase::DONE);
         let wb = |time| cond(time, Op::CondWait, phase::BEGIN);
         let we = |time| cond(time, Op::CondWait, phase::DONE);
@@ -1378,7 +1378,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_signalled_condition_is_not_a_barrier() {
+    fn signalled_condition_is_not_a_barrier() {
         let t = hand_made(0x100, Op::CondSignal);
         let mut d = Detailed::from_trace(&t, false);
         let r = analyze(&t, &mut d);
@@ -1391,7 +1391,7 @@ mod tests {
     /// redundancy look decidable (it did: every instance came out
     /// redundant).
     #[test]
-    fn issue13_atomics_outside_sections_leave_redundancy_undecided() {
+    fn atomics_outside_sections_leave_redundancy_undecided() {
         let rmw = |time| Event {
             time,
             op: Op::AtomicRmw as u8,

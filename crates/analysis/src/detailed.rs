@@ -928,7 +928,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_coalesced_repeats_count_as_accesses_not_locations() {
+    fn coalesced_repeats_count_as_accesses_not_locations() {
         let rep = |time, a, n, kind| repeat(time, a, 4, n, kind);
         let t = trace(vec![vec![
             lock(10, 0xA),
@@ -1003,7 +1003,7 @@ mod tests {
     }
 
     #[test]
-    fn issue9_condvar_timeout_reopens_section_on_the_mutex() {
+    fn condvar_timeout_reopens_section_on_the_mutex() {
         const M: u64 = 0xA0;
         const C: u64 = 0xC0;
         let cond = |time, flags, arg| Event {

@@ -549,7 +549,7 @@ mod tests {
 
     /// The classic: 1 holds A and waits for B, 2 holds B and waits for A.
     #[test]
-    fn issue10_two_lock_deadlock_is_a_cycle() {
+    fn two_lock_deadlock_is_a_cycle() {
         let mut t = tracker();
         t.event(1, &ev(10, Op::MutexLock, phase::DONE, A, 0x11));
         t.event(2, &ev(11, Op::MutexLock, phase::DONE, B, 0x21));
@@ -572,7 +572,7 @@ mod tests {
     /// 1 takes A then B; later 2 takes B then A: no overlap, no deadlock
     /// this time, but an inversion.
     #[test]
-    fn issue10_inversion_without_deadlock() {
+    fn inversion_without_deadlock() {
         let mut t = tracker();
         for (th, first, second, t0) in [(1, A, B, 10), (2, B, A, 100)] {
             t.event(
@@ -597,7 +597,7 @@ mod tests {
 
     /// The same inversion under a common gate lock G cannot deadlock.
     #[test]
-    fn issue10_gate_lock_and_trylock_make_no_inversion() {
+    fn gate_lock_and_trylock_make_no_inversion() {
         let mut t = tracker();
         for (th, first, second, t0) in [(1, A, B, 10), (2, B, A, 100)] {
             t.event(th, &ev(t0, Op::MutexLock, phase::DONE, G, 0x1));
@@ -620,7 +620,7 @@ mod tests {
 
     /// A thread blocked on a lock held by a thread that joins it.
     #[test]
-    fn issue10_join_closes_a_cycle_and_cond_wait_releases_its_mutex() {
+    fn join_closes_a_cycle_and_cond_wait_releases_its_mutex() {
         let mut t = tracker();
         t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));
         t.event(2, &ev(2, Op::MutexLock, phase::BEGIN, A, 0x2));
@@ -647,7 +647,7 @@ mod tests {
     /// for the writer's mutex, whichever reader the lock's holders list
     /// first.
     #[test]
-    fn issue10_rwlock_readers_close_a_cycle_through_any_of_them() {
+    fn rwlock_readers_close_a_cycle_through_any_of_them() {
         let rw = 0xd0;
         for (r1, r2) in [(2, 3), (3, 2)] {
             let mut t = tracker();
@@ -670,7 +670,7 @@ mod tests {
     /// A condition wait is charged to the thread whose signal ended it;
     /// one that timed out with no signal, to nobody.
     #[test]
-    fn issue10_cond_waits_blamed_on_the_signaller() {
+    fn cond_waits_blamed_on_the_signaller() {
         let c = 0xc0;
         let mut t = tracker();
         t.event(1, &ev(1, Op::MutexLock, phase::DONE, A, 0x1));

@@ -233,7 +233,7 @@ mod tests {
     /// Issue 10: a lock taken 100,020 times of which 20 waited must show
     /// the mean and p99 of those 20 waits, not 0 ns.
     #[test]
-    fn issue10_nonzero_summary_is_over_contended_waits() {
+    fn nonzero_summary_is_over_contended_waits() {
         for uncontended in [230u64, 100_000] {
             let mut h = Histogram::new();
             for _ in 0..uncontended {

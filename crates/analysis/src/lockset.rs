@@ -488,7 +488,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_written_under_lock_read_after_join_is_not_a_race() {
+    fn written_under_lock_read_after_join_is_not_a_race() {
         use lockscope_format::Op;
         let (l, x, init) = (0xA, 0x100, 0x200);
         let worker = |t0: u64| {

@@ -2369,7 +2369,7 @@ mod tests {
     /// prints the same `f (..) in g (..)`; the rows get the first caller
     /// that differs, and a row with a distinct name is left alone.
     #[test]
-    fn issue10_sites_that_print_alike_get_their_distinct_caller() {
+    fn sites_that_print_alike_get_their_distinct_caller() {
         let a = loc(1, &[("drop_gil", 162), ("save", 526), ("listdir", 4187)]);
         let b = loc(2, &[("drop_gil", 162), ("save", 526)]);
         let c = loc(3, &[("drop_gil", 162), ("save", 526), ("stat", 2527)]);

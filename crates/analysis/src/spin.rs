@@ -1623,7 +1623,7 @@ mod tests {
     }
 
     #[test]
-    fn issue12_atomic_flag_release_stamped_after_the_next_hold_is_ordered() {
+    fn atomic_flag_release_stamped_after_the_next_hold_is_ordered() {
         // `atomic_flag::clear` of thread 1 (an atomic store, recorded with
         // the value it found) is stamped after thread 2 acquired and
         // released and thread 3 acquired: the found values still give
@@ -1653,7 +1653,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_coalesced_busy_loads_count_every_repeat() {
+    fn coalesced_busy_loads_count_every_repeat() {
         // The same test-test-and-set run as above, coalesced: thread 2's
         // two busy loads are one load and one repeat; a repeat of another
         // location's read in between counts nothing.
@@ -1712,7 +1712,7 @@ mod tests {
     }
 
     #[test]
-    fn issue12_decoys_are_rejected_with_reasons() {
+    fn decoys_are_rejected_with_reasons() {
         let counter = 0x2000;
         let flag = 0x3000;
         let (next, serving) = (0x4000, 0x4004);
@@ -1902,7 +1902,7 @@ mod tests {
     }
 
     #[test]
-    fn issue12_unrecorded_release_is_named_as_the_reason() {
+    fn unrecorded_release_is_named_as_the_reason() {
         // The plain stores that released it were not recorded at all.
         let r = run(vec![vec![xchg(1, L, 0, 1)], vec![xchg(6, L, 0, 1)]]);
         assert!(r.spinlocks.is_empty());
@@ -1963,7 +1963,7 @@ mod tests {
     }
 
     #[test]
-    fn issue12_lockset_follows_time_not_thread_order() {
+    fn lockset_follows_time_not_thread_order() {
         // Thread 2 initialises the data before anyone else touches it
         // (Eraser's exclusive phase), then both use it under the lock.
         let wr = |t, a| at(t, Op::Write, 4, a, 0, 0);

@@ -734,7 +734,7 @@ mod tests {
     /// (libstdc++ 12, -O2) and of Rust std's Mutex::lock; none inside
     /// libc or a chain that is all runtime.
     #[test]
-    fn issue10_user_view_skips_runtime_frames() {
+    fn user_view_skips_runtime_frames() {
         let cxx = Location {
             module: "app".into(),
             offset: 0x1234,

@@ -15,7 +15,7 @@ const MS: u64 = 1_000_000;
 const SEM: u64 = 0x5e00;
 
 #[test]
-fn issue9_a_trywait_or_an_unblocked_sem_wait_is_not_replayed_as_a_wait() {
+fn a_trywait_or_an_unblocked_sem_wait_is_not_replayed_as_a_wait() {
     let mut tb = Tb::new();
     tb.thread(1, "main", 0, 10 * MS);
     // 3 ms of work, a successful trywait, 3 ms, a failed one (EAGAIN),

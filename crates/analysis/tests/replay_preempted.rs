@@ -33,7 +33,7 @@ fn trace() -> Tb {
 }
 
 #[test]
-fn issue9_preempted_time_is_measured_and_left_out_of_the_unrecorded_prediction() {
+fn preempted_time_is_measured_and_left_out_of_the_unrecorded_prediction() {
     let tb = trace();
     let path = tb.write();
     let meta = input::index(&path, &mut |_, _| {}).unwrap();
@@ -54,7 +54,7 @@ fn issue9_preempted_time_is_measured_and_left_out_of_the_unrecorded_prediction()
 }
 
 #[test]
-fn issue9_preemption_is_capped_by_the_segment_that_ends_at_the_sample() {
+fn preemption_is_capped_by_the_segment_that_ends_at_the_sample() {
     // Thread 1's delay grew by 12 ms between samples 10.1 ms apart (an
     // inconsistent trace): at most the 10 ms segment before the sample is
     // preempted, not the section before it (its share is dropped, not

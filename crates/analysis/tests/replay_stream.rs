@@ -94,7 +94,7 @@ fn assert_same(path: &Path) {
 }
 
 #[test]
-fn issue9_streaming_replay_matches_in_memory_on_recorded_fixtures() {
+fn streaming_replay_matches_in_memory_on_recorded_fixtures() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
     let mut n = 0;
     for e in std::fs::read_dir(&root).unwrap() {
@@ -119,7 +119,7 @@ impl Rng {
 }
 
 #[test]
-fn issue9_streaming_replay_matches_in_memory_on_a_synthetic_trace() {
+fn streaming_replay_matches_in_memory_on_a_synthetic_trace() {
     // 5 threads on 2 CPUs, 3 mutexes and a reader-writer lock, contended
     // (a thread that wants a held lock waits for its release), ~150 000
     // events: dozens of 32 KiB spill blocks per thread.

@@ -392,7 +392,7 @@ fn main() {
         // (contended.c's own look at the lock word) alone and while
         // recorded, what the counting shim saw, and what the trace says.
         // The trace must match the program's own count in the same run
-        // (test issue8_the_trace_counts_the_contention_the_program_itself_saw);
+        // (test the_trace_counts_the_contention_the_program_itself_saw);
         // the gap between "alone" and "recorded" is the recorder's effect
         // on the program.
         println!("| threads | unrecorded s | recorded s | ratio | contended: program alone | shim | program recorded | trace | events lost |");

@@ -635,7 +635,7 @@ impl Guard {
     ///
     /// Why: samples were taken only at lock calls, and the time a thread
     /// was preempted between its last lock call and its end was replayed
-    /// as work (test: `issue9_time_preempted_after_the_last_lock_call_is_measured`).
+    /// as work (test: `time_preempted_after_the_last_lock_call_is_measured`).
     /// A thread never sampled has no baseline and is not sampled here
     /// either. A short thread, sampled at its first lock call less than
     /// 500 us before, is not sampled again: 1000 short threads pay

@@ -7,7 +7,7 @@ use detailed_support::*;
 use std::path::Path;
 
 #[test]
-fn issue13_barriers_redundant_by_context_and_last_arriver() {
+fn barriers_redundant_by_context_and_last_arriver() {
     for c in compilers() {
         let dir = Scratch::new("barriers");
         let bin = dir.path("barrier_phases");
@@ -79,7 +79,7 @@ fn issue13_barriers_redundant_by_context_and_last_arriver() {
 /// judged like the pthread one; `done_cond`, signalled rather than
 /// broadcast, is not taken for a barrier.
 #[test]
-fn issue13_hand_made_barrier_recognised_with_exact_instances() {
+fn hand_made_barrier_recognised_with_exact_instances() {
     for c in compilers() {
         let dir = Scratch::new("handmade_barrier");
         let bin = dir.path("handmade_barrier");

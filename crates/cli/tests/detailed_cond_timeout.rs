@@ -9,7 +9,7 @@ use detailed_support::*;
 const ROUNDS: u64 = 20;
 
 #[test]
-fn issue9_condvar_timeout_reopens_section_on_the_mutex() {
+fn condvar_timeout_reopens_section_on_the_mutex() {
     for c in compilers() {
         let dir = Scratch::new("cond-timeout");
         let bin = dir.path("cond_timeout");

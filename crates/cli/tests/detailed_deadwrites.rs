@@ -11,7 +11,7 @@ fn fname(c: &serde_json::Value) -> String {
 }
 
 #[test]
-fn issue13_deadwrites_exact_bytes_pairs_and_threads() {
+fn deadwrites_exact_bytes_pairs_and_threads() {
     for c in compilers() {
         let dir = Scratch::new("deadwrites");
         let bin = dir.path("deadwrites");

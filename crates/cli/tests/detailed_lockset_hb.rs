@@ -6,7 +6,7 @@ mod detailed_support;
 use detailed_support::*;
 
 #[test]
-fn issue13_variable_written_under_lock_read_after_join_is_not_flagged() {
+fn variable_written_under_lock_read_after_join_is_not_flagged() {
     for c in compilers() {
         let dir = Scratch::new("lockset-hb");
         let bin = dir.path("join_handoff");

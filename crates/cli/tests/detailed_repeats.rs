@@ -8,7 +8,7 @@ use detailed_support::*;
 use lockscope_format::{Op, Trace};
 
 #[test]
-fn issue13_repeats_are_recorded_once_with_a_count_and_deadwrites_agree() {
+fn repeats_are_recorded_once_with_a_count_and_deadwrites_agree() {
     for c in compilers() {
         let l = c.label;
         let dir = Scratch::new("repeats");

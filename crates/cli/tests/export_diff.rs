@@ -38,7 +38,7 @@ fn rec(dir: &Path, name: &str, bin: &Path, args: &[&str]) -> std::path::PathBuf 
 }
 
 #[test]
-fn issue11_diff_same_program_twice_matches_every_lock() {
+fn diff_same_program_twice_matches_every_lock() {
     let dir = temp("i11-diff-same");
     let bin = build_c("report/sleep_hold", &dir);
     let a = rec(&dir, "a", &bin, &[]);
@@ -68,7 +68,7 @@ fn issue11_diff_same_program_twice_matches_every_lock() {
 }
 
 #[test]
-fn issue11_diff_fixed_variant_shows_the_wait_gone() {
+fn diff_fixed_variant_shows_the_wait_gone() {
     let dir = temp("i11-diff-fixed");
     let bin = build_c("export/queue_lock", &dir);
     let a = rec(&dir, "before", &bin, &[]);

@@ -109,7 +109,7 @@ fn self_contained(text: &str) {
 }
 
 #[test]
-fn issue11_html_loads_draws_and_hovers_in_chromium() {
+fn html_loads_draws_and_hovers_in_chromium() {
     let (dir, trace) = record_fixture("i11-html-sleep", "report/sleep_hold", &[]);
     let page = dir.join("report.html");
     let text = html(&trace, &page);
@@ -137,7 +137,7 @@ fn issue11_html_loads_draws_and_hovers_in_chromium() {
 }
 
 #[test]
-fn issue11_html_thread_names_with_markup_stay_text() {
+fn html_thread_names_with_markup_stay_text() {
     let (dir, trace) = record_fixture("i11-html-xss", "export/xss_names", &[]);
     let page = dir.join("report.html");
     let text = html(&trace, &page);

@@ -190,7 +190,7 @@ fn export(trace: &Path) -> Value {
 }
 
 #[test]
-fn issue11_perfetto_sleep_hold_has_the_wait_the_hold_and_the_hand_off() {
+fn perfetto_sleep_hold_has_the_wait_the_hold_and_the_hand_off() {
     let (_dir, trace) = record_fixture("i11-perfetto-sleep", "report/sleep_hold", &[]);
     let c = check(&export(&trace));
     let n = |cat: &str, name: &str| {
@@ -209,7 +209,7 @@ fn issue11_perfetto_sleep_hold_has_the_wait_the_hold_and_the_hand_off() {
 }
 
 #[test]
-fn issue11_perfetto_counts_equal_the_reports() {
+fn perfetto_counts_equal_the_reports() {
     let (_dir, trace) = record_fixture("i11-perfetto-hot", "report/hot_short", &[]);
     let r = report_json(&trace);
     let c = check(&export(&trace));
@@ -396,7 +396,7 @@ fn record_gpu_fixture(dir: &Path) -> std::path::PathBuf {
 /// the nanosecond, sites), hand-off flows and counter samples; the JSON
 /// is the one checked above against the report's ground truth.
 #[test]
-fn issue11_perfetto_proto_reads_with_perfettos_protos_and_equals_the_json() {
+fn perfetto_proto_reads_with_perfettos_protos_and_equals_the_json() {
     for (test, fixture) in [
         ("i11-pfproto-sleep", "report/sleep_hold"),
         ("i11-pfproto-queue", "export/queue_lock"),

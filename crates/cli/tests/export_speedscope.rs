@@ -118,7 +118,7 @@ fn export(trace: &std::path::Path) -> Value {
 }
 
 #[test]
-fn issue11_speedscope_sleep_hold_follows_the_format_with_the_known_states() {
+fn speedscope_sleep_hold_follows_the_format_with_the_known_states() {
     let (_dir, trace) = record_fixture("i11-speedscope-sleep", "report/sleep_hold", &[]);
     let doc = export(&trace);
     let opens = check(&doc);
@@ -146,7 +146,7 @@ fn issue11_speedscope_sleep_hold_follows_the_format_with_the_known_states() {
 }
 
 #[test]
-fn issue11_speedscope_hot_lock_one_hold_frame_per_section() {
+fn speedscope_hot_lock_one_hold_frame_per_section() {
     let (_dir, trace) = record_fixture("i11-speedscope-hot", "report/hot_short", &[]);
     let r = report_json(&trace);
     let doc = export(&trace);
@@ -226,7 +226,7 @@ fn schema_errors(doc: &Value, dir: &std::path::Path) -> Vec<String> {
 /// validator does reject a document that breaks it (a frame without its
 /// name, an event of an unknown type).
 #[test]
-fn issue11_speedscope_valid_against_the_schema_speedscope_ships() {
+fn speedscope_valid_against_the_schema_speedscope_ships() {
     let (dir, trace) = record_fixture("i11-speedscope-schema", "report/sleep_hold", &[]);
     let doc = export(&trace);
     let errors = schema_errors(&doc, &dir);

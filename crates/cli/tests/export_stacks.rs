@@ -38,7 +38,7 @@ fn folded_total(text: &str) -> u64 {
 }
 
 #[test]
-fn issue11_folded_totals_equal_the_report() {
+fn folded_totals_equal_the_report() {
     for (name, rel) in [
         ("i11-folded-sleep", "report/sleep_hold"),
         ("i11-folded-hot", "report/hot_short"),
@@ -118,7 +118,7 @@ fn raw_sums(raw: &str) -> [u64; 3] {
 }
 
 #[test]
-fn issue11_pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
+fn pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
     let go = require_tool("go", "golang-go");
     let (dir, trace) = record_fixture("i11-pprof", "report/sleep_hold", &[]);
     let r = report_json(&trace);
@@ -158,7 +158,7 @@ fn issue11_pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
 /// directory, as `report` and `html` do (an older file there that is not
 /// even a trace is not picked).
 #[test]
-fn issue11_export_without_trace_reads_the_newest_here() {
+fn export_without_trace_reads_the_newest_here() {
     let (dir, trace) = record_fixture("i11-export-newest", "report/sleep_hold", &[]);
     let old = dir.join("old.lstrace");
     std::fs::write(&old, b"not a trace").unwrap();

@@ -230,7 +230,7 @@ fn export(trace: &Path, format: &str, out: &Path) {
 }
 
 #[test]
-fn issue11_exports_open_in_speedscope_app_in_chromium() {
+fn exports_open_in_speedscope_app_in_chromium() {
     let app = speedscope_app();
     let (dir, trace) = record_fixture("i11-viewers-sleep", "report/sleep_hold", &[]);
     let threads = report_json(&trace)["threads"].as_array().unwrap().len();

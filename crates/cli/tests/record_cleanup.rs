@@ -13,7 +13,7 @@ use record_util::*;
 const SESSION_DEADLINE: Duration = Duration::from_secs(20);
 
 #[test]
-fn issue8_session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
+fn session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
     let dir = temp("stale-session");
     let parent = dir.join("shm");
     std::fs::create_dir_all(&parent).unwrap();
@@ -69,7 +69,7 @@ fn issue8_session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
 }
 
 #[test]
-fn issue8_the_session_of_a_live_recorder_is_not_swept() {
+fn the_session_of_a_live_recorder_is_not_swept() {
     let dir = temp("live-session");
     let parent = dir.join("shm");
     std::fs::create_dir_all(&parent).unwrap();

@@ -7,7 +7,7 @@ use record_util::*;
 use std::process::Command;
 
 #[test]
-fn issue8_clock_choice_is_recorded_in_the_trace_header() {
+fn clock_choice_is_recorded_in_the_trace_header() {
     let dir = temp("clock_default");
     let bin = build_c("mutex", &dir);
     let run = record(&dir, &["--quiet"], &bin, &[], b"");
@@ -30,7 +30,7 @@ fn issue8_clock_choice_is_recorded_in_the_trace_header() {
 }
 
 #[test]
-fn issue8_forced_monotonic_clock_is_recorded_and_events_stay_exact() {
+fn forced_monotonic_clock_is_recorded_and_events_stay_exact() {
     let dir = temp("clock_mono");
     let bin = build_c("mutex", &dir);
     let trace_path = dir.join("trace.lstrace");

@@ -15,7 +15,7 @@ use record_util::*;
 /// trace must hold both acquisitions, by the same thread, in order, and
 /// no release: the ground truth the fixture states.
 #[test]
-fn issue8_acquisitions_still_held_when_the_process_ends_are_in_the_trace() {
+fn acquisitions_still_held_when_the_process_ends_are_in_the_trace() {
     let dir = temp("held-at-exit");
     let bin = build_c("held_at_exit", &dir);
     for (mode, code) in [("exit", 0), ("kill", 128 + 9)] {

@@ -13,7 +13,7 @@ use record_util::*;
 use lockscope_format::Op;
 
 #[test]
-fn issue9_time_spent_growing_a_ring_is_counted_as_waiting_for_the_recorder() {
+fn time_spent_growing_a_ring_is_counted_as_waiting_for_the_recorder() {
     let dir = temp("growth");
     let bin = build_c("bench/uncontended", &dir);
     // One thread locking in a tight loop, starting from an 8 KiB ring

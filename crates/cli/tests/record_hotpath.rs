@@ -58,7 +58,7 @@ fn record_uncontended(
 }
 
 #[test]
-fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
+fn a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
     let dir = temp("user-shim");
     let (shim, bin) = shim_and_uncontended(&dir, "lock_count_shim");
     // The user's preload comes after ours (the recorder prepends its own):
@@ -79,7 +79,7 @@ fn issue8_a_users_own_lock_shim_sees_every_pthread_mutex_lock_call() {
 }
 
 #[test]
-fn issue8_sem_post_from_a_signal_handler_inside_a_blocked_lock_is_recorded() {
+fn sem_post_from_a_signal_handler_inside_a_blocked_lock_is_recorded() {
     let dir = temp("signal-nested");
     let bin = build_c("signal_nested", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
@@ -112,7 +112,7 @@ fn issue8_sem_post_from_a_signal_handler_inside_a_blocked_lock_is_recorded() {
 /// of all waiting). The slow shim has a helper thread take the mutex
 /// after our look and hold it 2 ms, deterministically.
 #[test]
-fn issue8_a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
+fn a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
     let _serial = cpu_sensitive();
     let dir = temp("slow-call");
     let (shim, bin) = shim_and_uncontended(&dir, "slow_lock_shim");
@@ -162,7 +162,7 @@ fn issue8_a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
 /// acquisition it was, right after a run-queue delay sample that shows
 /// the time it was preempted.
 #[test]
-fn issue9_a_thread_preempted_in_a_lock_call_is_not_recorded_as_waiting() {
+fn a_thread_preempted_in_a_lock_call_is_not_recorded_as_waiting() {
     let _serial = cpu_sensitive();
     let dir = temp("preempted-call");
     let (shim, bin) = shim_and_uncontended(&dir, "preempted_lock_shim");

@@ -6,7 +6,7 @@ use record_util::*;
 use lockscope_format::{phase, Op};
 
 #[test]
-fn issue13_join_of_an_exited_thread_records_its_tid() {
+fn join_of_an_exited_thread_records_its_tid() {
     let dir = temp("join_exited");
     let bin = build_c("join_exited", &dir);
     let run = record(&dir, &[], &bin, &[], b"");

@@ -35,7 +35,7 @@ fn printed(stdout: &str, key: &str) -> u64 {
 }
 
 #[test]
-fn issue8_fluid_like_load_loses_nothing_in_default_mode() {
+fn fluid_like_load_loses_nothing_in_default_mode() {
     // fluidanimate-like: 2 threads, fine-grained mutexes, millions of
     // acquisitions per second (the previous recorder lost 10-20% of such a
     // run in default mode).
@@ -52,7 +52,7 @@ fn issue8_fluid_like_load_loses_nothing_in_default_mode() {
 }
 
 #[test]
-fn issue8_a_hot_thread_outgrows_a_tiny_first_buffer_without_loss() {
+fn a_hot_thread_outgrows_a_tiny_first_buffer_without_loss() {
     // An 8 KiB first buffer fills in microseconds: the thread must move
     // to larger ones (several growths) and the recorder must follow it
     // from ring to ring in order.
@@ -85,7 +85,7 @@ fn issue8_a_hot_thread_outgrows_a_tiny_first_buffer_without_loss() {
 }
 
 #[test]
-fn issue8_1000_short_threads_are_all_recorded_with_nothing_lost() {
+fn all_1000_short_threads_are_recorded_with_nothing_lost() {
     // Each thread used to get a 4 MiB ring (1.8 ms to create, 4 GB for
     // 1000 threads); now a small one, and the drain batches quiet rings.
     let dir = temp("short-threads");
@@ -106,7 +106,7 @@ fn issue8_1000_short_threads_are_all_recorded_with_nothing_lost() {
 }
 
 #[test]
-fn issue8_full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
+fn full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
     // A container's /dev/shm is often 64 MB; here a 512 KiB tmpfs, too
     // small for the first buffers of the threads alive at once. Needs
     // root (mount); elsewhere there is nothing to test. What must hold:
@@ -168,7 +168,7 @@ fn issue8_full_shm_is_named_and_threads_fall_back_to_smaller_buffers() {
 }
 
 #[test]
-fn issue8_sequential_short_threads_reuse_buffers_and_keep_exact_per_thread_counts() {
+fn sequential_short_threads_reuse_buffers_and_keep_exact_per_thread_counts() {
     // 1000 threads created and joined one after another: new threads take
     // over the buffers of joined ones (no mapping per thread). Every
     // thread must still come out as its own thread with exactly its own
@@ -189,7 +189,7 @@ fn issue8_sequential_short_threads_reuse_buffers_and_keep_exact_per_thread_count
 }
 
 #[test]
-fn issue8_detached_threads_reuse_buffers_and_keep_exact_per_thread_counts() {
+fn detached_threads_reuse_buffers_and_keep_exact_per_thread_counts() {
     // 300 detached threads one after another (a server's thread per
     // connection): nobody joins them, so their buffers are reused only
     // once the kernel says the thread is gone. Same exactness as joined

@@ -9,7 +9,7 @@ use lockscope_format::Op;
 use record_util::*;
 
 #[test]
-fn issue2_on_full_wait_loses_nothing_with_a_tiny_buffer() {
+fn on_full_wait_loses_nothing_with_a_tiny_buffer() {
     let dir = temp("on-full-wait");
     let bin = dir.join("uncontended");
     let st = Command::new("gcc")

@@ -38,7 +38,7 @@ fn contended(dir: &Path) -> PathBuf {
 /// that began after its look). A recorder that missed waits, or took
 /// preemptions for waits, would leave this band.
 #[test]
-fn issue8_the_trace_counts_the_contention_the_program_itself_saw() {
+fn the_trace_counts_the_contention_the_program_itself_saw() {
     let dir = temp("own-contention");
     let bin = contended(&dir);
     let mut seen = Vec::new();
@@ -81,7 +81,7 @@ fn issue8_the_trace_counts_the_contention_the_program_itself_saw() {
 }
 
 #[test]
-fn issue8_no_critical_section_inside_another_on_the_same_mutex() {
+fn no_critical_section_inside_another_on_the_same_mutex() {
     let dir = temp("order");
     let bin = contended(&dir);
     let mut checked = 0usize;

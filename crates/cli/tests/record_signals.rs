@@ -22,7 +22,7 @@ fn printed_count(stdout: &str) -> Option<u32> {
 }
 
 #[test]
-fn issue8_timeout_s_int_reaches_the_program_once() {
+fn timeout_s_int_reaches_the_program_once() {
     let dir = temp("timeout-int");
     let bin = build_c("sigint_count", &dir);
     let out = Command::new("timeout")
@@ -44,7 +44,7 @@ fn issue8_timeout_s_int_reaches_the_program_once() {
 }
 
 #[test]
-fn issue8_kill_int_to_the_process_group_reaches_the_program_once() {
+fn kill_int_to_the_process_group_reaches_the_program_once() {
     let dir = temp("pgrp-int");
     let bin = build_c("sigint_count", &dir);
     // The recorder leads a process group of its own, as a shell job does.

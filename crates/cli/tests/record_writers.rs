@@ -53,7 +53,7 @@ fn record_checked(name: &str, opts: &[&str], args: &[&str]) -> (TempDir, Run, In
 }
 
 #[test]
-fn issue8_three_converter_workers_record_exact_counts_and_one_table_entry_each() {
+fn three_converter_workers_record_exact_counts_and_one_table_entry_each() {
     // --stacks all: every acquisition carries a path, and the four worker
     // threads of the fixture share their call paths across workers.
     let (dir, run, ix) = record_checked(
@@ -74,7 +74,7 @@ fn issue8_three_converter_workers_record_exact_counts_and_one_table_entry_each()
 }
 
 #[test]
-fn issue8_names_given_across_threads_are_kept_with_two_workers() {
+fn names_given_across_threads_are_kept_with_two_workers() {
     // Two workers (the fixture's two threads share the first: a thread
     // goes to the worker with the fewest live threads, and the main
     // thread is not counted; names across workers are tested with
@@ -99,7 +99,7 @@ fn issue8_names_given_across_threads_are_kept_with_two_workers() {
 }
 
 #[test]
-fn issue8_with_several_workers_process_ends_follow_every_event_of_their_process() {
+fn with_several_workers_process_ends_follow_every_event_of_their_process() {
     // fork + exec: three process images, their threads spread over the
     // workers; each ProcessEnd is written after all of its events.
     let (_dir, run, ix) = record_checked("fork_exec", &["--writers", "3"], &[]);
@@ -135,7 +135,7 @@ fn issue8_with_several_workers_process_ends_follow_every_event_of_their_process(
 }
 
 #[test]
-fn issue8_with_several_workers_no_critical_section_lies_inside_another() {
+fn with_several_workers_no_critical_section_lies_inside_another() {
     let dir = temp("writers_order");
     let bin = build_c("bench/contended", &dir);
     let run = record(&dir, &["--writers", "4"], &bin, &["4", "50000"], b"");

@@ -124,7 +124,7 @@ fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
 /// short segment is dropped. The run as recorded still replays to its
 /// recorded wall time.
 #[test]
-fn issue9_the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
+fn the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
     preempted_worker_is_measured("between");
 }
 
@@ -133,7 +133,7 @@ fn issue9_the_preempted_time_of_a_worker_sharing_its_cpu_is_measured() {
 /// taken only at lock calls, and a main thread preempted after joining
 /// its workers replayed 13 % short).
 #[test]
-fn issue9_time_preempted_after_the_last_lock_call_is_measured() {
+fn time_preempted_after_the_last_lock_call_is_measured() {
     preempted_worker_is_measured("tail");
 }
 
@@ -144,7 +144,7 @@ fn issue9_time_preempted_after_the_last_lock_call_is_measured() {
 /// sampled, and the mutex fixture's main thread, preempted after joining
 /// a worker, replayed up to 18 % short on a loaded machine.
 #[test]
-fn issue9_time_a_main_thread_without_lock_calls_was_preempted_is_measured() {
+fn time_a_main_thread_without_lock_calls_was_preempted_is_measured() {
     preempted_worker_is_measured("main");
 }
 
@@ -191,7 +191,7 @@ fn preempted_worker_is_measured(mode: &str) {
 /// while every `sem_trywait` replayed the work before it a second time as
 /// a wait (issue 9); the target is the fixtures' 5 %.
 #[test]
-fn issue9_python3_gil_program_replays_within_5_percent() {
+fn python3_gil_program_replays_within_5_percent() {
     let dir = temp("replay-python3");
     let script = record_util::workspace().join("tests/programs/report/gil_threads.py");
     let python = std::path::Path::new("/usr/bin/python3");

@@ -7,7 +7,7 @@ use record_util::*;
 use std::process::Command;
 
 #[test]
-fn issue14_csv_quotes_a_carriage_return_in_a_thread_name() {
+fn csv_quotes_a_carriage_return_in_a_thread_name() {
     let dir = temp("report-csv");
     let src = workspace().join("tests/programs/report/csv_names.c");
     let bin = dir.join("csv_names");

@@ -180,7 +180,7 @@ fn named_from_debug_info(r: &Value, truth: &HashMap<String, (String, u64)>) -> b
 /// `--no-debuginfod` asks nothing; a server's 404 is remembered as an empty
 /// file and not asked again.
 #[test]
-fn issue10_debuginfod_names_a_stripped_binary() {
+fn debuginfod_names_a_stripped_binary() {
     let dir = temp("issue10-debuginfod");
     build_stripped_locks(&dir);
     std::fs::copy(dir.join("full"), dir.join("prog")).unwrap();
@@ -298,7 +298,7 @@ fn issue10_debuginfod_names_a_stripped_binary() {
 /// only the debug file found by build-id can give. Skipped (saying so) when the
 /// debug file is not installed (scripts/test-packages.txt installs it).
 #[test]
-fn issue10_debian_python3_named_through_python3_dbg() {
+fn debian_python3_named_through_python3_dbg() {
     let py = Path::new("/usr/bin/python3");
     let Ok(real) = std::fs::canonicalize(py) else {
         eprintln!("no /usr/bin/python3: test skipped");
@@ -380,7 +380,7 @@ impl Drop for Child {
 /// http.server serving a directory laid out as debuginfod's URLs), into
 /// the same cache; the report names the user's function and line.
 #[test]
-fn issue10_debuginfod_over_https_through_curl() {
+fn debuginfod_over_https_through_curl() {
     for tool in ["curl", "openssl"] {
         if Command::new(tool).arg("--version").output().is_err() {
             eprintln!("{tool} not installed: https debuginfod test skipped");

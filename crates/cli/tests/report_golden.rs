@@ -171,7 +171,7 @@ fn symbolized_view(report: &Value) -> String {
 /// in `waiter` (its ground truth, checked exactly by report_fixtures.rs);
 /// here the report must name them by symbol, function, file and line.
 #[test]
-fn issue14_golden_symbolized_sleep_hold() {
+fn golden_symbolized_sleep_hold() {
     let dir = scratch_dir("golden-symbolized");
     let bin = build_c("report/sleep_hold", &dir);
     let trace = dir.path().join("trace.lstrace");

@@ -69,7 +69,7 @@ fn json_recs(r: &Value) -> Vec<(String, String)> {
 /// (0x...60c0, never contended) is listed, and `--min-wait 1s` lists none:
 /// the recommendation must stay, the same in text and JSON.
 #[test]
-fn issue10_advice_does_not_depend_on_top_or_format() {
+fn advice_does_not_depend_on_top_or_format() {
     let t = golden("sleep_hold.lstrace");
     let all = json_recs(&json(&t, &[]));
     assert_eq!(
@@ -98,7 +98,7 @@ fn issue10_advice_does_not_depend_on_top_or_format() {
 /// 180.082 ms. Over both attempts the mean would read 90 ms; over the
 /// one wait that happened, mean, max and p99 are all 180.082 ms.
 #[test]
-fn issue10_wait_mean_and_p99_over_contended_waits() {
+fn wait_mean_and_p99_over_contended_waits() {
     let r = json(&golden("sleep_hold.lstrace"), &[]);
     let l = &r["locks"][0];
     assert_eq!(l["address"], "0x5637faf36100");
@@ -120,7 +120,7 @@ fn issue10_wait_mean_and_p99_over_contended_waits() {
 /// Item 8: `report` with no argument reads the newest trace in the
 /// directory and names it on stderr.
 #[test]
-fn issue10_report_without_argument_reads_the_newest_trace() {
+fn report_without_argument_reads_the_newest_trace() {
     let dir = temp("issue10-newest");
     let old = dir.join("lockscope.lstrace");
     let new = dir.join("lockscope-2.lstrace");
@@ -154,7 +154,7 @@ fn issue10_report_without_argument_reads_the_newest_trace() {
 /// how to record a detailed one, instead of printing figures about
 /// critical sections they cannot see.
 #[test]
-fn issue10_detailed_analyses_refuse_timing_traces() {
+fn detailed_analyses_refuse_timing_traces() {
     let t = golden("sleep_hold.lstrace");
     for cmd in ["occ", "ulcp", "lockset"] {
         let o = lockscope(&[cmd, t.to_str().unwrap()], None);
@@ -171,7 +171,7 @@ fn issue10_detailed_analyses_refuse_timing_traces() {
 /// lock are different locks; with several processes the text names each
 /// lock with its pid.
 #[test]
-fn issue10_locks_after_fork_carry_their_pid() {
+fn locks_after_fork_carry_their_pid() {
     let dir = temp("issue10-fork");
     let bin = build_c("fork_exec", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
@@ -200,7 +200,7 @@ fn issue10_locks_after_fork_carry_their_pid() {
 
 /// Item 9: bad input is named in words, each cause once, exit code 2.
 #[test]
-fn issue10_bad_trace_files_are_named_once_with_exit_2() {
+fn bad_trace_files_are_named_once_with_exit_2() {
     let dir = temp("issue10-bad");
     let empty = dir.join("empty.lstrace");
     std::fs::write(&empty, b"").unwrap();
@@ -230,7 +230,7 @@ fn issue10_bad_trace_files_are_named_once_with_exit_2() {
 /// Item 9: traces hold command lines and paths: mode 0600, whether named
 /// with -o or picked by `record` itself.
 #[test]
-fn issue10_trace_files_are_created_private() {
+fn trace_files_are_created_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = temp("issue10-mode");
     for named in [true, false] {
@@ -280,7 +280,7 @@ fn build_cxx_sites_with(dir: &Path, cxx: &str, opt: &str) -> PathBuf {
 /// carries one). Each function runs on its own thread, so a waiter's
 /// thread also gives its function: the two must match.
 #[test]
-fn issue10_blame_waiter_sites_are_user_frames_at_o0_and_o2() {
+fn blame_waiter_sites_are_user_frames_at_o0_and_o2() {
     let dir = temp("issue10-blame-sites");
     for cxx in ["g++", "clang++"] {
         for (opt, stacks) in [("-O0", "contended"), ("-O0", "all"), ("-O2", "contended")] {
@@ -405,7 +405,7 @@ fn sites_of(r: &Value, name: &str) -> Vec<(String, Option<u64>, u64, bool)> {
 /// the header for every site, and only call paths can tell the sites
 /// apart: with `--stacks all` the counts are exact again.
 #[test]
-fn issue10_cxx_std_mutex_sites_are_the_users_functions() {
+fn cxx_std_mutex_sites_are_the_users_functions() {
     let dir = temp("issue10-cxx");
     for (opt, stacks) in [("-O2", "contended"), ("-O0", "all")] {
         let bin = build_cxx_sites(&dir, opt);
@@ -455,7 +455,7 @@ fn issue10_cxx_std_mutex_sites_are_the_users_functions() {
 /// fixture (`*m.lock().unwrap() += 1`), in the sites, in blame and as
 /// the first use, and main's `drop(guard)` (line 61) is the wake blamed.
 #[test]
-fn issue10_rust_std_mutex_sites_are_the_users_lines() {
+fn rust_std_mutex_sites_are_the_users_lines() {
     let dir = temp("issue10-rust");
     let bin = build_rust_with("rust_std_mutex", &dir, &["-O", "-g"]);
     let run = record(&dir, &[], &bin, &[], b"");
@@ -514,7 +514,7 @@ fn issue10_rust_std_mutex_sites_are_the_users_lines() {
 /// 180.082 ms for the lock 0x5637faf36100 at sleep_hold+0x14a0 (symbols
 /// off) while main joined; the shares are of the 642.943 ms of thread time.
 #[test]
-fn issue10_verdict_line_at_the_top() {
+fn verdict_line_at_the_top() {
     let t = golden("sleep_hold.lstrace");
     let text = report(&t, &[]);
     let second = text.lines().nth(1).unwrap();
@@ -535,7 +535,7 @@ fn issue10_verdict_line_at_the_top() {
 /// kept traces and on traces with long C++ and Rust symbol names; --wide
 /// gives the layout of a pipe.
 #[test]
-fn issue10_text_fits_120_columns() {
+fn text_fits_120_columns() {
     let dir = temp("issue10-width");
     let bin = build_cxx_sites(&dir, "-O2");
     let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
@@ -610,7 +610,7 @@ fn issue10_text_fits_120_columns() {
 /// `--frames all` the runtime frames around them too. cxx_sites at -O0
 /// keeps frame pointers, so the recorder walks whole stacks.
 #[test]
-fn issue10_paths_print_user_stacks() {
+fn paths_print_user_stacks() {
     let dir = temp("issue10-paths");
     let bin = build_cxx_sites(&dir, "-O0");
     let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
@@ -667,7 +667,7 @@ fn issue10_paths_print_user_stacks() {
 /// and a note says the binary is stripped and where debug files were
 /// looked for.
 #[test]
-fn issue10_stripped_binary_named_through_its_debug_file() {
+fn stripped_binary_named_through_its_debug_file() {
     let dir = temp("issue10-stripped");
     build_stripped_locks(&dir);
     // Build-id directory: ROOT/.build-id/ab/cdef.debug.
@@ -747,7 +747,7 @@ fn issue10_stripped_binary_named_through_its_debug_file() {
 /// `inversion`, the same code does not deadlock (the threads run one
 /// after the other) but the lock-order inversion is reported.
 #[test]
-fn issue10_deadlock_and_inversion() {
+fn deadlock_and_inversion() {
     let dir = temp("issue10-deadlock");
     let src = record_util::workspace().join("tests/programs/report/deadlock.c");
     let bin = dir.join("deadlock");
@@ -882,7 +882,7 @@ fn issue10_deadlock_and_inversion() {
 /// `futex-rwlock` row covers every wait inside the RwLock's bytes, with
 /// the readers' and writers' lines as sites.
 #[test]
-fn issue10_futex_rows_and_rust_rwlock() {
+fn futex_rows_and_rust_rwlock() {
     let text = report(&golden("rust_std_mutex.lstrace"), &[]);
     let row = text
         .lines()
@@ -952,7 +952,7 @@ fn issue10_futex_rows_and_rust_rwlock() {
 /// signal in drop_gil (line 34) that ended it, the waits at take_gil
 /// (line 25), and the verdict names it.
 #[test]
-fn issue10_condition_variable_used_as_a_lock() {
+fn condition_variable_used_as_a_lock() {
     let dir = temp("issue10-gil");
     let src = record_util::workspace().join("tests/programs/report/gil_like.c");
     let bin = dir.join("gil_like");
@@ -1003,7 +1003,7 @@ fn issue10_condition_variable_used_as_a_lock() {
 /// Item 6 with CPython (when python3 is installed): its GIL is a
 /// condition variable used as a lock; four computing threads wait on it.
 #[test]
-fn issue10_python_gil_is_a_condition_variable_lock() {
+fn python_gil_is_a_condition_variable_lock() {
     let py = match Command::new("python3")
         .arg("-c")
         .arg("import sys; print(sys.executable)")
@@ -1011,7 +1011,7 @@ fn issue10_python_gil_is_a_condition_variable_lock() {
     {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
         _ => {
-            eprintln!("python3 not installed: issue10_python_gil test skipped");
+            eprintln!("python3 not installed: python_gil test skipped");
             return;
         }
     };

@@ -43,7 +43,7 @@ fn lock<'a>(j: &'a Value, symbol: &str) -> &'a Value {
 }
 
 #[test]
-fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
+fn spin_finds_tas_and_ttas_locks_with_exact_counts() {
     for c in compilers() {
         let dir = Scratch::new("spin");
         let bin = dir.path("spinlocks");
@@ -205,7 +205,7 @@ fn issue12_spin_finds_tas_and_ttas_locks_with_exact_counts() {
 }
 
 #[test]
-fn issue12_spin_rejects_counter_flag_and_ticket_lock() {
+fn spin_rejects_counter_flag_and_ticket_lock() {
     for c in compilers() {
         let dir = Scratch::new("spin-decoys");
         let bin = dir.path("decoys");
@@ -248,7 +248,7 @@ fn issue12_spin_rejects_counter_flag_and_ticket_lock() {
 }
 
 #[test]
-fn issue12_spin_warns_about_a_holder_that_sleeps() {
+fn spin_warns_about_a_holder_that_sleeps() {
     for c in compilers() {
         let dir = Scratch::new("spin-sleep");
         let bin = dir.path("sleepy_holder");
@@ -297,7 +297,7 @@ fn issue12_spin_warns_about_a_holder_that_sleeps() {
 }
 
 #[test]
-fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
+fn spin_finds_a_cxx_atomic_flag_lock() {
     for c in compilers() {
         let dir = Scratch::new("spin-cxx");
         let bin = dir.path("cxx_flag");
@@ -338,7 +338,7 @@ fn issue12_spin_finds_a_cxx_atomic_flag_lock() {
 }
 
 #[test]
-fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
+fn spin_takes_a_plain_store_release_when_it_is_recorded() {
     for c in compilers() {
         let dir = Scratch::new("spin-volatile");
         let bin = dir.path("volatile_release");
@@ -387,7 +387,7 @@ fn issue12_spin_takes_a_plain_store_release_when_it_is_recorded() {
 }
 
 #[test]
-fn issue12_report_json_has_the_spinlock_section() {
+fn report_json_has_the_spinlock_section() {
     // gcc only: the section is the same analysis as `spin` (tested with
     // both compilers above); this checks that `report --json` carries it.
     let c = compilers()[0];
@@ -431,7 +431,7 @@ fn issue12_report_json_has_the_spinlock_section() {
 }
 
 #[test]
-fn issue12_atomic_flag_release_is_ordered_in_every_recording() {
+fn atomic_flag_release_is_ordered_in_every_recording() {
     // The clang `std::atomic_flag` fixture was once rejected about one run
     // in ten ("set free by a thread which had not set it busy"): a release
     // by `atomic_flag::clear` (an atomic store) stamped after the next
@@ -527,7 +527,7 @@ fn count(evs: &[&Event], op: Op, kind: u64) -> (u64, u64) {
 }
 
 #[test]
-fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
+fn spin_counts_coalesced_busy_loads_exactly_both_ways() {
     // Coalescing is on by default: a waiter's run of identical busy loads
     // is one load plus one `AccessRepeat`, and `spin` adds the count. The
     // program counts its own busy loads and failed exchanges; the answer
@@ -566,7 +566,7 @@ fn issue13_spin_counts_coalesced_busy_loads_exactly_both_ways() {
 }
 
 #[test]
-fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
+fn spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
     // A test-and-set spinlock spins on the exchange itself: every busy
     // attempt writes the 1 it finds. Such an exchange leaves the word as
     // it was, so the runtime folds a run of them like busy loads (one
@@ -610,7 +610,7 @@ fn issue13_spin_counts_coalesced_failed_exchanges_exactly_both_ways() {
 }
 
 #[test]
-fn issue13_a_test_and_set_lock_spinning_with_pause_is_counted_exactly() {
+fn a_test_and_set_lock_spinning_with_pause_is_counted_exactly() {
     // tas_pause.c spins on the exchange with a pause, as hand-written
     // spinlocks do: thousands of failed exchanges, most of them in runs
     // the runtime coalesces. The answer is the program's own, exactly,

@@ -53,7 +53,7 @@ fn spin_result(trace: &Path) -> Value {
 }
 
 #[test]
-fn issue12_import_of_export_gives_the_same_spin_result() {
+fn import_of_export_gives_the_same_spin_result() {
     for c in compilers() {
         for (fixture, env) in [
             ("spinlocks.c", &[("LOCKSCOPE_ALL_ACCESSES", "1")][..]),
@@ -97,7 +97,7 @@ fn issue12_import_of_export_gives_the_same_spin_result() {
 }
 
 #[test]
-fn issue12_table_ii_example_imports() {
+fn table_ii_example_imports() {
     let dir = Scratch::new("spin-table2");
     let out = dir.path("t.lstrace");
     ok(Command::new(lockscope())
@@ -130,7 +130,7 @@ fn issue12_table_ii_example_imports() {
 }
 
 #[test]
-fn issue12_import_names_file_line_and_column_of_a_bad_row() {
+fn import_names_file_line_and_column_of_a_bad_row() {
     let dir = Scratch::new("spin-bad");
     let csv = dir.path("bad.csv");
     std::fs::write(
@@ -157,7 +157,7 @@ fn issue12_import_names_file_line_and_column_of_a_bad_row() {
 }
 
 #[test]
-fn issue12_import_takes_the_schedule_from_a_second_file() {
+fn import_takes_the_schedule_from_a_second_file() {
     let dir = Scratch::new("spin-sched");
     let trace = dir.path("trace.csv");
     let sched = dir.path("sched.csv");

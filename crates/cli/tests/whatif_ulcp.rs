@@ -9,7 +9,7 @@ use std::process::Command;
 use detailed_support::*;
 
 #[test]
-fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
+fn ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
     for c in compilers() {
         let dir = Scratch::new("whatif_ulcp");
         let bin = dir.path("ulcp_table");
@@ -128,7 +128,7 @@ fn issue9_ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
 }
 
 #[test]
-fn issue9_ulcp_free_refuses_a_timing_mode_trace() {
+fn ulcp_free_refuses_a_timing_mode_trace() {
     let c = compilers()[0];
     let dir = Scratch::new("whatif_ulcp_timing");
     let bin = dir.path("ulcp_table_plain");
@@ -172,7 +172,7 @@ fn issue9_ulcp_free_refuses_a_timing_mode_trace() {
 /// spinning processes). So a recording that predicts no gain is made
 /// again, up to three times; a model that never predicts one fails.
 #[test]
-fn issue9_rwlock_from_read_sets_shares_exactly_the_read_only_sections() {
+fn rwlock_from_read_sets_shares_exactly_the_read_only_sections() {
     let c = compilers()[0];
     let dir = Scratch::new("whatif_rwlock");
     let bin = dir.path("ulcp_table");
@@ -238,7 +238,7 @@ fn issue9_rwlock_from_read_sets_shares_exactly_the_read_only_sections() {
 /// conflicting consecutive pairs `lockscope ulcp` reports (they keep
 /// their order) and the unnecessary ones as ULCPs.
 #[test]
-fn issue9_ulcp_free_keeps_the_conflicts_ulcp_reports() {
+fn ulcp_free_keeps_the_conflicts_ulcp_reports() {
     let c = compilers()[0];
     let dir = Scratch::new("whatif_ulcp_kinds");
     let bin = dir.path("ulcp_kinds");

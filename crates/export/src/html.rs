@@ -660,7 +660,7 @@ mod tests {
     }
 
     #[test]
-    fn issue11_html_one_pass_report_equals_analyze() {
+    fn html_one_pass_report_equals_analyze() {
         let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
         for name in ["sleep_hold.lstrace", "rust_std_mutex.lstrace"] {
             let trace = golden.join(name);
@@ -771,7 +771,7 @@ mod tests {
     }
 
     #[test]
-    fn issue11_html_longest_spans_keep_their_hand_offs_through_trims() {
+    fn html_longest_spans_keep_their_hand_offs_through_trims() {
         // More spans than kept: the page keeps the longest, and a kept
         // wait keeps its hand-off whenever the buffer was trimmed.
         let dir = tempfile::tempdir().unwrap();

@@ -76,7 +76,7 @@ fn generate(rounds: u64) -> (String, Truth, Truth) {
 }
 
 #[test]
-fn issue12_synthetic_hardware_trace_gives_exact_statistics() {
+fn synthetic_hardware_trace_gives_exact_statistics() {
     let (text, ta, tb) = generate(50);
     let p = parse("synthetic.tsv", text.as_bytes()).unwrap();
     let t = import(&[p], &ImportOptions::default()).unwrap();
@@ -158,7 +158,7 @@ fn an_access_on_an_unscheduled_core_names_its_line() {
 }
 
 #[test]
-fn issue12_coalesced_repeats_export_one_row_each_and_spin_agrees() {
+fn coalesced_repeats_export_one_row_each_and_spin_agrees() {
     use lockscope_format::{Event, Op, Trace};
     let ev = |time: u64, op: Op, flags: u8, arg: u64, arg2: u64| Event {
         time,

@@ -139,7 +139,7 @@ pub(crate) struct Tables {
     /// id), oldest first. Kept after a thread ends: the worker converting
     /// the naming thread may be behind the named thread's own, which can
     /// have ended by then (a name was lost that way, one run in a few,
-    /// `issue8_names_given_across_threads_are_kept_with_two_workers`);
+    /// `names_given_across_threads_are_kept_with_two_workers`);
     /// a reused tid is told apart by the name's time.
     by_tid: FastMap<(u32, u32), Vec<(u64, u32)>>,
     /// Names given to a thread whose ring the drain has not opened yet:
@@ -311,7 +311,7 @@ pub(crate) struct WriterResult {
 /// with two slightly different rates, which moved them by up to
 /// (drain latency x rate change): hundreds of ns on a loaded machine, and
 /// a 20 ns critical section came out inside another thread's on the same
-/// mutex (`issue8_no_critical_section_inside_another_on_the_same_mutex`,
+/// mutex (`no_critical_section_inside_another_on_the_same_mutex`,
 /// release build). Picking the segment by tick makes the conversion one
 /// monotone function for all threads. Every segment that covers an event
 /// is known before that event is converted: an event stamped after a

@@ -1543,7 +1543,7 @@ mod tests {
     /// kernel zero) a new 2 MiB buffer per batch. Here the converter never
     /// gives a buffer back.
     #[test]
-    fn issue8_small_batches_do_not_take_the_batch_buffer_along() {
+    fn small_batches_do_not_take_the_batch_buffer_along() {
         let (tx, held) = std::sync::mpsc::channel::<Msg>();
         let (_pool_tx, pool_rx) = std::sync::mpsc::channel::<SlotBuf>();
         let tx = [tx];

@@ -484,7 +484,7 @@ fn wait_handoff_read(base: *mut u8) {
 }
 
 #[test]
-fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
+fn a_recycled_ring_changes_owner_without_mixing_their_events() {
     // One ring, five owners in turn, exactly as the preload library
     // recycles the ring of a joined thread: the owner stamps its exit, the
     // joiner pools the ring, a new thread takes it over once drained
@@ -616,7 +616,7 @@ fn issue8_a_recycled_ring_changes_owner_without_mixing_their_events() {
 }
 
 #[test]
-fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
+fn a_first_ring_under_an_alternative_name_is_drained() {
     // The kernel reused a tid whose ring file still exists (recycled by
     // later threads): the new thread's first ring is `T..-<tid>.1.ring`.
     let dir = temp_dir("altname");
@@ -674,7 +674,7 @@ fn issue8_a_first_ring_under_an_alternative_name_is_drained() {
 /// exactly once, in its thread's order, whichever thread copied it and
 /// whichever worker converted it; events written after that pass follow.
 #[test]
-fn issue8_a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
+fn a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
     let dir = temp_dir("parallel");
     let out = dir.with_extension("lstrace");
     let pid = 4343;
@@ -807,11 +807,11 @@ fn after_a_closed_thread(
 /// thread can be behind the named thread's, which may have ended by the
 /// time the name is converted. The name must still reach the thread it
 /// was given to (it was parked for a thread that never came, and lost:
-/// `issue8_names_given_across_threads_are_kept_with_two_workers`
+/// `names_given_across_threads_are_kept_with_two_workers`
 /// failed one run in a few). Here the lag is made certain: the name is
 /// written after the named thread's ring was closed.
 #[test]
-fn issue8_a_name_converted_after_the_named_thread_ended_is_kept() {
+fn a_name_converted_after_the_named_thread_ended_is_kept() {
     let t = after_a_closed_thread("late_name", 4545, 300, 301, |_, main| {
         let (h2, args) = name_event(301, "late");
         assert!(main.push(h2, Some(args), &[]));
@@ -827,7 +827,7 @@ fn issue8_a_name_converted_after_the_named_thread_ended_is_kept() {
 /// two workers its first child joins it on the first worker and the
 /// second child goes to the second.
 #[test]
-fn issue8_names_given_across_converter_workers_reach_the_thread_named() {
+fn names_given_across_converter_workers_reach_the_thread_named() {
     let dir = temp_dir("cross_names");
     let out = dir.with_extension("lstrace");
     let pid = 4646;

@@ -789,7 +789,7 @@ mod tests {
     }
 
     #[test]
-    fn issue14_a_panic_in_a_hook_still_takes_the_lock() {
+    fn a_panic_in_a_hook_still_takes_the_lock() {
         use_mcs();
         for mut m in [
             // Ours (MCS) ...
@@ -821,7 +821,7 @@ mod tests {
     }
 
     #[test]
-    fn issue14_a_panic_after_the_acquisition_does_not_acquire_twice() {
+    fn a_panic_after_the_acquisition_does_not_acquire_twice() {
         use_mcs();
         let mut m = libc::PTHREAD_MUTEX_INITIALIZER;
         let m = &mut m as *mut pthread_mutex_t;
@@ -838,7 +838,7 @@ mod tests {
     }
 
     #[test]
-    fn issue14_a_panic_in_a_condvar_wait_still_waits_and_relocks() {
+    fn a_panic_in_a_condvar_wait_still_waits_and_relocks() {
         use_mcs();
         let mut m = libc::PTHREAD_MUTEX_INITIALIZER;
         let mut c = libc::PTHREAD_COND_INITIALIZER;
