@@ -83,7 +83,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
     let n = p.threads.len();
     let mut per_thread = vec![0u64; n];
     let mut per_cs: BTreeMap<u32, u64> = BTreeMap::new();
-    let hops = walk(&res, &log, |x, from, t, _| {
+    let hops = walk(&res, &log, |x, from, t| {
         attribute(&log.holds[x], from, t, &mut per_cs);
         per_thread[x] += t - from;
     });
@@ -140,13 +140,12 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
 }
 
 /// Walks the critical path of a logged simulation backwards from the
-/// thread that ends last, calling `visit(thread, from, to, woken_at)` for
-/// each stretch of it (`woken_at`: the stretch begins where another
-/// thread woke this one). Returns the hops between threads.
+/// thread that ends last, calling `visit(thread, from, to)` for each
+/// stretch of it. Returns the hops between threads.
 fn walk(
     res: &crate::replay::SimResult,
     log: &PathLog,
-    mut visit: impl FnMut(usize, u64, u64, Option<u64>),
+    mut visit: impl FnMut(usize, u64, u64),
 ) -> u64 {
     let n = res.ends.len();
     let mut hops = 0u64;
@@ -164,17 +163,17 @@ fn walk(
         // The last wake of x at or before t (strictly before when we just
         // arrived at t through a hop, to make progress).
         let i = wakes.partition_point(|w| w.0 <= t);
-        let (from, next, woken) = match i.checked_sub(1).map(|k| wakes[k]) {
-            Some((tw, waker)) if waker as usize != x => (tw, Some((waker as usize, tw)), Some(tw)),
-            Some((tw, _)) => (tw, Some((x, tw.saturating_sub(1))), None),
+        let (from, next) = match i.checked_sub(1).map(|k| wakes[k]) {
+            Some((tw, waker)) if waker as usize != x => (tw, Some((waker as usize, tw))),
+            Some((tw, _)) => (tw, Some((x, tw.saturating_sub(1)))),
             None => {
                 let start = log.starts[x].min(t);
                 let next = log.spawns[x].map(|(ts, parent)| (parent as usize, ts.min(start)));
-                (start, next, None)
+                (start, next)
             }
         };
         let from = from.min(t);
-        visit(x, from, t, woken.filter(|&w| w == from));
+        visit(x, from, t);
         match next {
             Some((y, ty)) => {
                 if y != x {
@@ -189,17 +188,12 @@ fn walk(
     hops
 }
 
-/// What the critical path of the unchanged replay says about waiting,
-/// for the what-if predictions' bounds and confidence.
+/// What the critical path of the recorded run says about waiting, for
+/// the what-if predictions' confidence.
 #[derive(Clone, Debug, Default)]
 pub struct PathWaits {
     /// Length of the path, ns.
     pub length_ns: u64,
-    /// Per lock ([`Program::locks`]): the waits for it that lie on the
-    /// path (each from the moment the waiter blocked to its grant, plus
-    /// its hand-off latency), ns. Removing the lock can shorten the run
-    /// by at most this much.
-    pub lock_wait_ns: Vec<u64>,
     /// Time on the path spent in waits with no recorded cause (timeouts,
     /// wakes from outside the trace), ns.
     pub unknown_wait_ns: u64,
@@ -209,8 +203,7 @@ pub struct PathWaits {
 /// with the recorder's cost and the preempted time kept and the locks in
 /// their recorded order, which reproduces the recorded timing (within
 /// 0.2 % on the fixtures), on `cpus` CPUs. Not the replay without the
-/// recorder: taking the recorder's cost out moves threads in time, and
-/// waits that appear in that replay were never seen.
+/// recorder: taking the recorder's cost out moves threads in time.
 pub fn path_waits(p: &Program, cpus: u32) -> PathWaits {
     let sc = Scenario {
         keep_overhead: true,
@@ -218,23 +211,9 @@ pub fn path_waits(p: &Program, cpus: u32) -> PathWaits {
     };
     let (res, log) = simulate_logged(p, cpus, &sc, true);
     let log = log.expect("logged");
-    let mut out = PathWaits {
-        lock_wait_ns: vec![0; p.locks.len()],
-        ..PathWaits::default()
-    };
-    walk(&res, &log, |x, from, t, woken| {
+    let mut out = PathWaits::default();
+    walk(&res, &log, |x, from, t| {
         out.length_ns += t - from;
-        if let Some(tw) = woken {
-            let lw = &log.lock_waits[x];
-            let i = lw.partition_point(|w| w.0 < tw);
-            if let Some(&(g, l, since, handoff)) = lw.get(i) {
-                if g == tw {
-                    if let Some(w) = out.lock_wait_ns.get_mut(l as usize) {
-                        *w += tw.saturating_sub(since) + handoff;
-                    }
-                }
-            }
-        }
         // A thread's sleeps are in time order and do not overlap.
         let sl = &log.sleeps[x];
         let first = sl.partition_point(|s| s.1 <= from);

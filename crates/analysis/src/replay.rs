@@ -1551,9 +1551,9 @@ pub struct Scenario {
     /// Add the recorder's overhead back to the work (replay the run as
     /// it was recorded, to compare with the recorded wall time).
     pub keep_overhead: bool,
-    /// PerfPlay's ULCP-free transformation (§4): the locks named here no
-    /// longer exclude; an acquisition waits only for the release of the
-    /// earlier acquisitions of the lock it truly conflicts with.
+    /// PerfPlay's ULCP-free transformation (§4): the sections of the locks
+    /// named here exclude only the sections of their conflict class
+    /// ([`UlcpFree::classes`]; with [`Scenario::arrival`]).
     pub ulcp_free: Option<UlcpFree>,
     /// Record when every acquisition was attempted and released
     /// ([`SimResult::section_times`]).
@@ -1597,21 +1597,18 @@ impl Default for Grant {
     }
 }
 
-/// Per lock turned ULCP-free: per recorded acquisition (by its position
-/// in the lock's recorded order), the earlier acquisitions it must
-/// follow, or (in arrival order) the class of sections it must exclude.
+/// Per lock turned ULCP-free: the conflict class of each recorded
+/// acquisition (by its position in the lock's recorded order).
 #[derive(Clone, Debug, Default)]
 pub struct UlcpFree {
-    /// Lock index -> per turn, the earlier turns it truly conflicts with
-    /// (recorded order).
-    pub deps: HashMap<u32, Vec<Vec<u64>>>,
     /// Lock index -> per turn, its conflict class ([`FREE`]: it conflicts
     /// with no section of another thread and takes no lock). With
-    /// [`Scenario::arrival`], the sections of one class exclude each other
-    /// through a lock of their own, granted in arrival order: the finer
-    /// lock a programmer would write (one lock for the data that really is
-    /// shared), where the recorded order would keep the convoy of the
-    /// recorded run.
+    /// [`Scenario::arrival`] (needed: without it the classes are ignored),
+    /// the sections of one class exclude each other through a lock of
+    /// their own, granted in arrival order: the finer lock a programmer
+    /// would write (one lock for the data that really is shared), where
+    /// PerfPlay's per-pair dependencies in recorded order kept the
+    /// convoy of the recorded run.
     pub classes: HashMap<u32, Vec<u32>>,
 }
 
@@ -1642,15 +1639,8 @@ pub struct SimResult {
     pub section_times: Vec<Vec<(u64, u64)>>,
 }
 
-/// State of a lock under the ULCP-free transformation.
-struct FreeLock {
-    released: Vec<bool>,
-    /// Turn waited for -> threads waiting.
-    waiters: BTreeMap<u64, Vec<u32>>,
-}
-
-/// The state index of a held lock taken outside arrival order of a lock taken outside arrival order (or a
-/// section that takes no lock).
+/// The state index of a lock taken outside arrival order (or of a section
+/// that takes no lock).
 const NO_STATE: u32 = u32::MAX;
 
 /// Why a thread runs its pending acquisition again (arrival order).
@@ -1867,9 +1857,6 @@ pub struct PathLog {
     pub starts: Vec<u64>,
     /// Per thread: critical sections (start, end, section key), by end.
     pub holds: Vec<Vec<(u64, u64, u32)>>,
-    /// Per thread: lock waits (granted at, lock, blocked since, hand-off
-    /// latency after the grant), in time order.
-    pub lock_waits: Vec<Vec<(u64, u32, u64, u64)>>,
     /// Per thread: waits with no recorded cause (start, end), in time
     /// order.
     pub sleeps: Vec<Vec<(u64, u64)>>,
@@ -1897,7 +1884,6 @@ pub fn simulate_logged(
             spawns: vec![None; n],
             starts: vec![u64::MAX; n],
             holds: vec![Vec::new(); n],
-            lock_waits: vec![Vec::new(); n],
             sleeps: vec![Vec::new(); n],
         }),
     };
@@ -1959,18 +1945,6 @@ pub fn simulate_logged(
                 set_bit(m, k);
             }
             rw_changed[*l as usize] = true;
-        }
-    }
-    let mut free: Vec<Option<FreeLock>> = (0..p.locks.len()).map(|_| None).collect();
-    if let Some(u) = &sc.ulcp_free {
-        for (&l, deps) in &u.deps {
-            if let Some(f) = free.get_mut(l as usize) {
-                *f = Some(FreeLock {
-                    released: vec![false; deps.len().max(p.turns[l as usize] as usize)],
-                    waiters: BTreeMap::new(),
-                });
-                rw_changed[l as usize] = true;
-            }
         }
     }
     if sc.record_sections {
@@ -2045,8 +2019,7 @@ pub fn simulate_logged(
                 &mut sim,
                 &mut wake_state,
                 &mut res,
-            ) && !force_free(&mut free, &mut sim, &mut res)
-                && !force_progress(&mut locks, &mut sim, &mut res)
+            ) && !force_progress(&mut locks, &mut sim, &mut res)
             {
                 let Some(&id) = sig_waiters.keys().min() else {
                     break;
@@ -2169,9 +2142,6 @@ pub fn simulate_logged(
                             if let Some(since) = lock_blocked[ti_us].take() {
                                 res.lock_wait[ti_us] += now - since;
                                 res.lock_wait_by_lock[lock as usize] += now - since;
-                                if let Some(lg) = &mut sim.log {
-                                    lg.lock_waits[ti_us].push((now, lock, since, 0));
-                                }
                             }
                             continue;
                         }
@@ -2184,39 +2154,6 @@ pub fn simulate_logged(
                             al.queued_writers += 1;
                         }
                         break;
-                    }
-                    if let Some(fl) = free[lock as usize].as_mut() {
-                        let deps = sc
-                            .ulcp_free
-                            .as_ref()
-                            .and_then(|u| u.deps.get(&lock))
-                            .and_then(|d| d.get(k as usize));
-                        let pending = deps.and_then(|d| {
-                            d.iter()
-                                .copied()
-                                .find(|&j| !fl.released.get(j as usize).copied().unwrap_or(true))
-                        });
-                        if let Some(j) = pending {
-                            fl.waiters.entry(j).or_default().push(ti);
-                            if lock_blocked[ti_us].is_none() {
-                                lock_blocked[ti_us] = Some(now);
-                            }
-                            break;
-                        }
-                        pc[ti_us].next();
-                        held[ti_us].push((lock, k, NO_STATE));
-                        if log {
-                            open[ti_us].push((lock, cs, now));
-                        }
-                        if let Some(since) = lock_blocked[ti_us].take() {
-                            res.lock_wait[ti_us] += now - since + handoff;
-                            res.lock_wait_by_lock[lock as usize] += now - since + handoff;
-                            if handoff > 0 {
-                                sim.at(now + handoff, ti);
-                                break;
-                            }
-                        }
-                        continue;
                     }
                     let l = &mut locks[lock as usize];
                     if l.can_grant(k, shared) {
@@ -2233,9 +2170,6 @@ pub fn simulate_logged(
                         if let Some(since) = lock_blocked[ti_us].take() {
                             res.lock_wait[ti_us] += now - since + handoff;
                             res.lock_wait_by_lock[lock as usize] += now - since + handoff;
-                            if let Some(lg) = &mut sim.log {
-                                lg.lock_waits[ti_us].push((now, lock, since, handoff));
-                            }
                             if handoff > 0 {
                                 sim.at(now + handoff, ti);
                                 break;
@@ -2288,21 +2222,6 @@ pub fn simulate_logged(
                             sim.compute(ti, p.unlock_wake_ns);
                             break;
                         }
-                        continue;
-                    }
-                    if let Some(fl) = free[lock as usize].as_mut() {
-                        let mut woke = false;
-                        if let Some(k) = turn {
-                            if let Some(r) = fl.released.get_mut(k as usize) {
-                                *r = true;
-                            }
-                            for t in fl.waiters.remove(&k).unwrap_or_default() {
-                                sim.at(now, t);
-                                sim.woke(t);
-                                woke = true;
-                            }
-                        }
-                        unlock_woke[ti_us] = woke;
                         continue;
                     }
                     let l = &mut locks[lock as usize];
@@ -2488,24 +2407,6 @@ fn signal(id: u32, done: &mut [u64], waiters: &mut FxHashMap<u32, Vec<(u32, u64)
             sim.woke(w);
         }
     }
-}
-
-/// Breaks a deadlock among ULCP-free locks: the lowest turn waited for
-/// counts as released (its release was lost by the recorder).
-fn force_free(free: &mut [Option<FreeLock>], sim: &mut Sim, res: &mut SimResult) -> bool {
-    for fl in free.iter_mut().flatten() {
-        if let Some((k, ts)) = fl.waiters.pop_first() {
-            if let Some(r) = fl.released.get_mut(k as usize) {
-                *r = true;
-            }
-            res.forced += 1;
-            for t in ts {
-                sim.at(sim.now, t);
-            }
-            return true;
-        }
-    }
-    false
 }
 
 /// Breaks a deadlock: the lock with the lowest waited-for turn skips
