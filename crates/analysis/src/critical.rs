@@ -72,7 +72,20 @@ pub struct CriticalPath {
     pub threads: Vec<ThreadOnPath>,
     /// Locks held on the path or waited for, most time on the path first.
     pub locks: Vec<LockOnPath>,
+    /// Wall time of the recorded run, ns: the figures above are the
+    /// replay's (without the recorder's overhead, on `cpus` CPUs), not the
+    /// recorded ones `report` shows.
+    pub recorded_wall_ns: u64,
+    /// Why the figures differ from `report`'s, when they do by more than
+    /// [`DIFFERS`] (`None`: they agree).
+    pub differs: Option<String>,
 }
+
+/// Relative difference between the replayed and the recorded wall time
+/// (or lock wait) above which the output says its figures are the
+/// replay's: a replay within the recorder's own overhead is the recorded
+/// run for the reader.
+pub const DIFFERS: f64 = 0.05;
 
 /// Computes the critical path of the replayed run (without the
 /// recorder's overhead) on `cpus` CPUs (0: the recording machine's).
@@ -82,9 +95,12 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
     let log = log.expect("logged");
     let n = p.threads.len();
     let mut per_thread = vec![0u64; n];
-    let mut per_cs: BTreeMap<u32, u64> = BTreeMap::new();
+    // Per (section, thread): one return address of an out-of-line lock
+    // call is a section of every caller; the thread's own call paths
+    // tell which caller it was.
+    let mut per_cs: BTreeMap<(u32, u32), u64> = BTreeMap::new();
     let hops = walk(&res, &log, |x, from, t| {
-        attribute(&log.holds[x], from, t, &mut per_cs);
+        attribute(&log.holds[x], from, t, x as u32, &mut per_cs);
         per_thread[x] += t - from;
     });
     let mut sym = Symbolizer::for_meta(meta, symbolize);
@@ -99,20 +115,39 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
     threads.sort_by_key(|x| std::cmp::Reverse(x.ns));
     let mut locks: Vec<LockOnPath> = Vec::new();
     for (l, id) in p.locks.iter().enumerate() {
-        let mut sites: Vec<SiteOnPath> = per_cs
+        // Sites named as `report` names them (the user's frame, not
+        // `__gthread_mutex_lock`); return addresses that name the same
+        // source position are one row.
+        let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+        for (&(cs, x), &ns) in per_cs
             .iter()
-            .filter(|(&cs, _)| p.sections[cs as usize].lock == l as u32)
-            .map(|(&cs, &ns)| SiteOnPath {
-                site: sym.code(id.process, p.sections[cs as usize].site).short(),
-                ns,
-            })
+            .filter(|(&(cs, _), _)| p.sections[cs as usize].lock == l as u32)
+        {
+            let all = p.section_stacks.get(cs as usize).map_or(&[][..], |v| v);
+            let own: Vec<u32> = all.iter().filter(|s| s.0 == x).map(|s| s.1).collect();
+            let stacks: Vec<u32> = if own.is_empty() {
+                all.iter().map(|s| s.1).collect()
+            } else {
+                own
+            };
+            let site = sym.user_site(
+                &meta.stacks,
+                id.process,
+                p.sections[cs as usize].site,
+                &stacks,
+            );
+            *merged.entry(site).or_default() += ns;
+        }
+        let mut sites: Vec<SiteOnPath> = merged
+            .into_iter()
+            .map(|(site, ns)| SiteOnPath { site, ns })
             .collect();
         let held: u64 = sites.iter().map(|s| s.ns).sum();
         let wait = res.lock_wait_by_lock[l];
         if held == 0 && wait == 0 {
             continue;
         }
-        sites.sort_by_key(|s| std::cmp::Reverse(s.ns));
+        sites.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.site.cmp(&b.site)));
         locks.push(LockOnPath {
             lock: sym
                 .data(id.process, id.addr)
@@ -129,14 +164,56 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
             std::cmp::Reverse(l.wait_ns),
         )
     });
+    let length_ns: u64 = per_thread.iter().sum();
+    let recorded_wall_ns = p.recorded_wall();
+    let differs = differs(length_ns, recorded_wall_ns, p, cpus);
     CriticalPath {
         schema: SCHEMA,
         cpus,
-        length_ns: per_thread.iter().sum(),
+        length_ns,
         hops,
         threads,
         locks,
+        recorded_wall_ns,
+        differs,
     }
+}
+
+/// The sentence saying that the figures are the replay's, when the
+/// replayed run is more than [`DIFFERS`] away from the recorded one or
+/// runs on another number of CPUs.
+fn differs(length: u64, recorded: u64, p: &Program, cpus: u32) -> Option<String> {
+    let rel = if recorded == 0 {
+        0.0
+    } else {
+        length as f64 / recorded as f64 - 1.0
+    };
+    let other_cpus = p.cpus != 0 && p.cpus != cpus;
+    if rel.abs() <= DIFFERS && !other_cpus {
+        return None;
+    }
+    let mut why = format!(
+        "these figures come from the replay ({} without the recorder{}), not from the \
+         recorded run of {} that `lockscope report` shows",
+        ms(length),
+        if other_cpus {
+            format!(", on {cpus} CPUs instead of {}", p.cpus)
+        } else {
+            String::new()
+        },
+        ms(recorded)
+    );
+    match (p.overhead_ns, p.preempted_ns) {
+        (0, 0) => {}
+        (o, 0) => why.push_str(&format!("; the recorder's own {} is left out", ms(o))),
+        (o, q) => why.push_str(&format!(
+            "; the recorder's own {} and {} of preemption or waiting for the recorder \
+             are left out",
+            ms(o),
+            ms(q)
+        )),
+    }
+    Some(why)
 }
 
 /// Walks the critical path of a logged simulation backwards from the
@@ -225,7 +302,13 @@ pub fn path_waits(p: &Program, cpus: u32) -> PathWaits {
 }
 
 /// Adds the overlap of [a, b) with each section of `holds` to its key.
-fn attribute(holds: &[(u64, u64, u32)], a: u64, b: u64, per_cs: &mut BTreeMap<u32, u64>) {
+fn attribute(
+    holds: &[(u64, u64, u32)],
+    a: u64,
+    b: u64,
+    thread: u32,
+    per_cs: &mut BTreeMap<(u32, u32), u64>,
+) {
     if b <= a {
         return;
     }
@@ -245,10 +328,13 @@ fn attribute(holds: &[(u64, u64, u32)], a: u64, b: u64, per_cs: &mut BTreeMap<u3
         after = 0;
         let ov = e.min(b).saturating_sub(s.max(a));
         if ov > 0 {
-            *per_cs.entry(cs).or_default() += ov;
+            *per_cs.entry((cs, thread)).or_default() += ov;
         }
     }
 }
+
+/// Columns the text output fits in.
+const WIDTH: usize = 100;
 
 fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
@@ -263,13 +349,20 @@ pub fn render_text(r: &CriticalPath, out: &mut dyn std::io::Write) -> std::io::R
         ms(r.length_ns),
         r.hops
     )?;
+    if let Some(d) = &r.differs {
+        write!(
+            out,
+            "{}",
+            crate::render::fit_lines(&format!("  note: {d}\n"), WIDTH)
+        )?;
+    }
     writeln!(out, "\nthreads on the path")?;
     for t in &r.threads {
         writeln!(
             out,
             "  {:>8}  {:<16} {:>12}  {:5.1} %",
             t.tid,
-            t.name,
+            crate::render::elide(&t.name, 16),
             ms(t.ns),
             pct(t.ns, r.length_ns)
         )?;
@@ -281,19 +374,40 @@ pub fn render_text(r: &CriticalPath, out: &mut dyn std::io::Write) -> std::io::R
     for l in &r.locks {
         writeln!(
             out,
-            "  {:<24} on path {:>12} ({:4.1} %)  waited {:>12}{}",
-            l.lock,
+            "  {:<24} on path {:>12} ({:4.1} %)  waited {:>12}",
+            crate::render::elide(&l.lock, 24),
             ms(l.held_on_path_ns),
             pct(l.held_on_path_ns, r.length_ns),
             ms(l.wait_ns),
-            if l.off_path {
-                "  OFF the critical path: shortening it does not shorten the run"
-            } else {
-                ""
-            }
         )?;
+        if l.off_path {
+            writeln!(
+                out,
+                "      OFF the critical path: shortening it does not shorten the run"
+            )?;
+        }
+        // Site, then its time right-aligned: the row fits WIDTH columns
+        // with the site's middle elided (its start names the function,
+        // its end the file and line).
         for s in l.sites.iter().take(5) {
-            writeln!(out, "      {:<40} {:>12}", s.site, ms(s.ns))?;
+            let t = ms(s.ns);
+            let w = WIDTH - 6 - 1 - t.len().max(12);
+            writeln!(
+                out,
+                "      {:<w$} {:>12}",
+                crate::render::elide(&s.site, w),
+                t
+            )?;
+        }
+        if l.sites.len() > 5 {
+            let rest: u64 = l.sites[5..].iter().map(|s| s.ns).sum();
+            writeln!(
+                out,
+                "      {:<w$} {:>12}",
+                format!("({} more sites)", l.sites.len() - 5),
+                ms(rest),
+                w = WIDTH - 6 - 1 - 12
+            )?;
         }
     }
     Ok(())

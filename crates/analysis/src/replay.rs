@@ -174,6 +174,10 @@ pub enum Action {
     },
 }
 
+/// Most distinct call paths kept per section ([`Program::section_stacks`]):
+/// enough to see whether the callers of one runtime return address agree.
+pub const SECTION_STACKS: usize = 32;
+
 /// A section key: the lock and the call site that opened the section.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SectionKey {
@@ -271,6 +275,15 @@ pub struct Program {
     pub locks: Vec<ObjId>,
     /// Section keys by index.
     pub sections: Vec<SectionKey>,
+    /// Per section: the distinct (thread index, call path) pairs recorded
+    /// at its acquisitions (at most [`SECTION_STACKS`]; empty: none was
+    /// recorded). Only for
+    /// naming the section in the user's code where its return address is
+    /// runtime code (an out-of-line `std::mutex::lock()` is one return
+    /// address for all its callers); kept apart from [`SectionKey`] so
+    /// that the replay's sections do not depend on which acquisitions had
+    /// their call path recorded.
+    pub section_stacks: Vec<Vec<(u32, u32)>>,
     /// Number of signal ids (thread ends are `0..threads.len()`).
     pub signals: u32,
     /// Recording machine's CPUs (0 if unknown).
@@ -519,8 +532,21 @@ impl Builder {
         let n = self.p.sections.len() as u32;
         *self.section_ix.entry(key).or_insert_with(|| {
             self.p.sections.push(key);
+            self.p.section_stacks.push(Vec::new());
             n
         })
+    }
+
+    /// Remembers thread `ti`'s call path `stack` for section `cs`.
+    fn section_stack(&mut self, cs: u32, ti: u32, stack: u32) {
+        if stack == 0 {
+            return;
+        }
+        if let Some(v) = self.p.section_stacks.get_mut(cs as usize) {
+            if v.len() < SECTION_STACKS && !v.contains(&(ti, stack)) {
+                v.push((ti, stack));
+            }
+        }
     }
 
     fn signal_id(&mut self) -> u32 {
@@ -536,6 +562,7 @@ impl Builder {
         let l = self.lock(lock);
         let seq = self.turn(l, shared);
         let cs = self.section(SectionKey { lock: l, site });
+        self.section_stack(cs, ti, s.event.stack);
         self.open[ti as usize].push((l, cs));
         // A woken waiter takes a while to run: the time from the release
         // that let it in to its acquisition, as recorded.

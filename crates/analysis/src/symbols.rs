@@ -674,6 +674,45 @@ impl Symbolizer {
         loc
     }
 
+    /// A section's call site as the user's code has it, the frame choice
+    /// of `report`: the return address's user view (a lock call inlined
+    /// from `<mutex>` names the function it was inlined into), else the
+    /// first user frame of the section's recorded call paths `stacks`
+    /// (an out-of-line `std::mutex::lock()` or Rust std's futex mutex)
+    /// when they agree on one, else the raw location: one return address
+    /// shared by several callers is not any one of them (`report`'s rule
+    /// for a site whose paths disagree).
+    pub fn user_site(
+        &mut self,
+        traces: &HashMap<u32, lockscope_format::StackTrace>,
+        process: u32,
+        pc: u64,
+        stacks: &[u32],
+    ) -> String {
+        let raw = self.code(process, pc);
+        if let Some(v) = raw.user_view() {
+            return v.short();
+        }
+        let mut callers: Vec<String> = Vec::new();
+        for st in stacks.iter().filter_map(|id| traces.get(id)) {
+            let p = if st.process != 0 { st.process } else { process };
+            let user = st
+                .frames
+                .iter()
+                .find_map(|&f| self.code(p, f).user_view())
+                .map(|v| v.short());
+            if let Some(u) = user {
+                if !callers.contains(&u) {
+                    callers.push(u);
+                }
+            }
+        }
+        match callers.len() {
+            1 => callers.pop().unwrap_or_default(),
+            _ => raw.short(),
+        }
+    }
+
     /// Name of a data address (a static lock): the symbol containing it,
     /// with the path inside it that DWARF's types give (`lru_locks[12]`,
     /// `buckets[3].lock`, `_PyRuntime.ceval.gil.mutex`; see
