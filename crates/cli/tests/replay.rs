@@ -207,3 +207,30 @@ fn python3_gil_program_replays_within_5_percent() {
     println!("python3: recorded {rec} ns, replayed {rep} ns");
     assert!((rep / rec - 1.0).abs() < 0.05, "{j:#}");
 }
+
+/// A program that does little but take an uncontended lock spends most of
+/// its recorded time in the recorder: the replay without the recorder
+/// subtracts more than its 5 % accuracy and must say it cannot tell,
+/// while a program that mostly sleeps (tests/programs/replay/sleepy.c)
+/// is not flagged for the recorder.
+// See issue 27, item 5.
+#[test]
+fn a_replay_that_subtracts_more_than_5_percent_for_the_recorder_says_it_cannot_tell() {
+    let dir = temp("replay-recorder-share");
+    let busy = build_c("bench/uncontended", &dir);
+    let run = record(&dir, &[], &busy, &["200000"], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (j, _) = replay_json(&run.trace_path, &[]);
+    let why = j["unrecorded_uncertain"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not flagged: {j:#}"));
+    assert!(why.contains("recorder's measured cost"), "{why}");
+
+    let calm = build_c("replay/sleepy", &dir);
+    let run = record(&dir, &[], &calm, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("turns 40"), "{}", run.stdout);
+    let (j, _) = replay_json(&run.trace_path, &[]);
+    let why = j["unrecorded_uncertain"].as_str().unwrap_or("");
+    assert!(!why.contains("recorder's measured cost"), "{j:#}");
+}
