@@ -224,7 +224,7 @@ fn a_replay_that_subtracts_more_than_5_percent_for_the_recorder_says_it_cannot_t
     let why = j["unrecorded_uncertain"]
         .as_str()
         .unwrap_or_else(|| panic!("not flagged: {j:#}"));
-    assert!(why.contains("recorder's measured cost"), "{why}");
+    assert!(why.contains("recorder's calibrated cost"), "{why}");
 
     let calm = build_c("replay/sleepy", &dir);
     let run = record(&dir, &[], &calm, &[], b"");
@@ -232,5 +232,5 @@ fn a_replay_that_subtracts_more_than_5_percent_for_the_recorder_says_it_cannot_t
     assert!(run.stdout.contains("turns 40"), "{}", run.stdout);
     let (j, _) = replay_json(&run.trace_path, &[]);
     let why = j["unrecorded_uncertain"].as_str().unwrap_or("");
-    assert!(!why.contains("recorder's measured cost"), "{j:#}");
+    assert!(!why.contains("recorder's calibrated cost"), "{j:#}");
 }
