@@ -25,6 +25,17 @@
 //!
 //! [`Guard::call_path`]: crate::thread::Guard::call_path
 //!
+//! # Where the walk starts
+//! In [`cfi_path`]'s own frame (rip, rsp, rbp read with `asm!`), through
+//! the recorder's frames, to the hook whose return address is the call
+//! site; from there on the caller's `rbp` is the one the trampoline saw at
+//! the hook's entry. Starting in the caller's frame directly would need
+//! its stack pointer: the recorder's libraries are built without frame
+//! pointers (Rust's default), so the hook's frame does not give it, and
+//! passing `rsp` from the trampolines would add an argument to every hook
+//! and an instruction to the uncontended path. The recorder's own frames
+//! cost a cached rule each (about ten of them).
+//!
 //! # The unwinder
 //! `framehop` (samply's unwinder) with its `.eh_frame_hdr` binary search
 //! and a per-address rule cache. A hand-written `.eh_frame` evaluator
@@ -42,7 +53,12 @@
 //!   whose path reaches an address in no known module. That cold path
 //!   allocates (the module table, a copy of the object's `.eh_frame_hdr`
 //!   and `.eh_frame`), inside a hook: accepted, because it happens once
-//!   per such object. The copy keeps a later `dlclose` from leaving the
+//!   per such object. Any address in no registered object (that one, or
+//!   code without an object: JIT) first asks the loader whether objects
+//!   were added since (`dl_iterate_phdr`, which takes the loader's lock):
+//!   only a program whose own `dl_iterate_phdr` callback waits for a lock
+//!   that the recording thread holds could deadlock with that.
+//!   The copy keeps a later `dlclose` from leaving the
 //!   unwinder reading unmapped memory (a crash); an unloaded object's
 //!   module stays registered (no return address points into it any more).
 //! - The module table is an immutable snapshot published through an

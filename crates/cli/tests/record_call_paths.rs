@@ -1,5 +1,6 @@
 //! Call paths of programs built the ordinary way: C++ at `-O2` without
-//! frame pointers is unwound with the loaded objects' CFI.
+//! frame pointers, and a library loaded with `dlopen` after the recorder
+//! started, are unwound with the loaded objects' CFI.
 
 #[path = "record_util/mod.rs"]
 mod record_util;
@@ -33,20 +34,9 @@ fn function(frame: &str) -> &str {
     frame.split(" (").next().unwrap_or(frame)
 }
 
-/// The pool recorded once: the folded stacks of its `log_m` waits
-/// (without weights), after checking the run's truth and that every
-/// recorded frame lies in an executable mapping of the process.
-fn log_stacks(dir: &Path, bin: &Path) -> BTreeSet<String> {
-    let what = bin.display().to_string();
-    let run = record(dir, &[], bin, &[], b"");
-    assert_eq!(run.code, 0, "{what}: {}", run.stderr);
-    assert!(
-        run.stdout.contains("truth-jobs count=4000\n"),
-        "{what}: {}",
-        run.stdout
-    );
-    // No frame outside a mapping: every return address of every call path
-    // falls in an executable segment the process had mapped.
+/// No frame outside a mapping: every return address of every call path
+/// falls in an executable segment the process had mapped.
+fn assert_frames_mapped(run: &record_util::Run, what: &str) {
     let t = run.trace();
     let exec: Vec<(u32, u64, u64)> = t
         .records
@@ -71,6 +61,21 @@ fn log_stacks(dir: &Path, bin: &Path) -> BTreeSet<String> {
         }
     }
     assert!(paths > 0, "{what}: no call path recorded");
+}
+
+/// The pool recorded once: the folded stacks of its `log_m` waits
+/// (without weights), after checking the run's truth and that every
+/// recorded frame lies in an executable mapping of the process.
+fn log_stacks(dir: &Path, bin: &Path) -> BTreeSet<String> {
+    let what = bin.display().to_string();
+    let run = record(dir, &[], bin, &[], b"");
+    assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+    assert!(
+        run.stdout.contains("truth-jobs count=4000\n"),
+        "{what}: {}",
+        run.stdout
+    );
+    assert_frames_mapped(&run, &what);
     let a = [
         "export",
         "--format",
@@ -131,4 +136,65 @@ fn call_paths_without_frame_pointers_match_those_with_them() {
         got.push(log_stacks(&sub, &bin));
     }
     assert_eq!(got[0], got[1], "without frame pointers, then with them");
+}
+
+/// A library loaded with `dlopen` after the recorder started (built at
+/// `-O2` without frame pointers) is registered on the first path that
+/// reaches it: its contended waits carry both of its frames, where the
+/// frame-pointer walk gave `lib_contend` alone.
+#[test]
+fn call_paths_reach_into_a_library_loaded_after_start() {
+    let dir = temp("call-paths-dlopen");
+    let progs = workspace().join("tests/programs/stacks");
+    let lib = dir.join("libdl_lib.so");
+    let main = dir.join("dl_main");
+    for (out, src, extra) in [
+        (&lib, "dl_lib.c", &["-shared", "-fPIC"][..]),
+        (&main, "dl_main.c", &["-ldl"][..]),
+    ] {
+        let st = Command::new("gcc")
+            .args(["-O2", "-g", "-pthread", "-o"])
+            .arg(out)
+            .arg(progs.join(src))
+            .args(extra)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "gcc failed on {src}");
+    }
+    let run = record(&dir, &[], &main, &[lib.to_str().unwrap()], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("truth-lib count=2000\n"),
+        "{}",
+        run.stdout
+    );
+    assert_frames_mapped(&run, "dl_main");
+    let a = [
+        "export",
+        "--format",
+        "folded",
+        run.trace_path.to_str().unwrap(),
+    ];
+    let folded = ok(&lockscope(&a, None));
+    let stacks: Vec<&str> = folded
+        .lines()
+        .filter(|l| l.contains(";lock lib_lock "))
+        .collect();
+    assert!(!stacks.is_empty(), "lib_lock never waited:\n{folded}");
+    for l in stacks {
+        let frames: Vec<&str> = l
+            .rsplit_once(' ')
+            .unwrap()
+            .0
+            .split(';')
+            .map(function)
+            .collect();
+        let n = frames.len();
+        assert!(n >= 3, "{l}");
+        assert_eq!(
+            frames[n - 3..],
+            ["lib_worker", "lib_contend", "lock lib_lock"],
+            "{l}"
+        );
+    }
 }
