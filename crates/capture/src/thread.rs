@@ -448,9 +448,10 @@ pub fn thread_started(parent_tid: u32) {
         (*st).stack_hi = quietly(|| thread_stack_top());
     }
     // One more unwind cache per thread, up to the pool's size: allocated
-    // here, at a safe point, never inside a hook.
+    // here, at a safe point, never inside a hook. Not where a path
+    // provider (the detailed runtime's shadow stack) replaces unwinding.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    if process::stacks_mode() != StacksMode::None {
+    if process::stacks_mode() != StacksMode::None && PATH_PROVIDER.load(Ordering::Relaxed) == 0 {
         quietly(crate::unwind::add_cache);
     }
 }
