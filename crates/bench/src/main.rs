@@ -24,14 +24,19 @@
 //!    wall-time and program-time ratios, peak RSS (run it alone: see
 //!    there), buffers reused.
 //!
-//! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes|fluid|threads]...`.
+//! 8. The cost of a call path per event (what a contended event adds
+//!    for its stack): uncontended.c with `--stacks all` against the
+//!    default, built without and with frame pointers.
+//!
+//! Usage: `lockscope-bench-capture [--quick] [drain|uncontended|contended|bytes|fluid|threads|paths]...`.
 //! Needs gcc, and `lockscope` and `liblockscope_preload.so` next to this
 //! binary (build the workspace in release mode first), or LOCKSCOPE_BIN
 //! naming the lockscope binary. `LOCKSCOPE_BASE_BIN=<another build's
 //! lockscope>` also measures that recorder, interleaved in the same run
 //! (lines `before` / `after`): on a shared machine only ratios measured
 //! together mean something. `LSBENCH_PAIRS=N`: pairs per round of the
-//! uncontended loop (default 10M; 5 rounds).
+//! uncontended loop (default 10M; 5 rounds); `LSBENCH_PATH_PAIRS=N`: the
+//! same for section 8 (default 1M).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -439,6 +444,58 @@ fn main() {
                     median(own_rec_f[k].clone()) * 100.0,
                     median(trace_f[k].clone()) * 100.0,
                     median(lost[k].clone()) * 100.0
+                );
+            }
+        }
+    }
+
+    if want("paths") {
+        // The cost of a call path (what a contended event adds for its
+        // stack, by default): uncontended.c recorded with `--stacks all`
+        // (both events of every pair carry a path) against the default
+        // (none do), half the difference per pair. Its paths are short
+        // (main, libc's start, _start) above the recorder's own frames,
+        // which the CFI walk passes through first.
+        let pairs: u64 = std::env::var("LSBENCH_PATH_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        println!(
+            "\n## 8. call path per event (uncontended.c, {pairs} pairs, --stacks all against the default)"
+        );
+        let recs = recorders();
+        let pa = pairs.to_string();
+        for (what, extra) in [
+            ("gcc -O2 -g", &[][..]),
+            (
+                "gcc -O2 -g -fno-omit-frame-pointer",
+                &["-fno-omit-frame-pointer"][..],
+            ),
+        ] {
+            let bin = tmp.join("uncontended-paths");
+            gcc(&progs.join("bench/uncontended.c"), &bin, extra);
+            let mut per = vec![Vec::new(); recs.len()];
+            let mut frames = vec![0.0; recs.len()];
+            for _ in 0..reps {
+                for (k, (_, lb)) in recs.iter().enumerate() {
+                    let r0 = run_recorded_with(lb, &tmp, &bin, &[&pa], &["--quiet"]);
+                    let base = field(&r0.stdout, "ns_per_pair").unwrap_or(f64::NAN);
+                    let r =
+                        run_recorded_with(lb, &tmp, &bin, &[&pa], &["--quiet", "--stacks", "all"]);
+                    let all = field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN);
+                    per[k].push((all - base) / 2.0);
+                    let t = Trace::open(&r.trace).expect("trace");
+                    let p = t.call_paths();
+                    frames[k] =
+                        p.values().map(|f| f.len()).sum::<usize>() as f64 / p.len().max(1) as f64;
+                }
+            }
+            for (k, (label, _)) in recs.iter().enumerate() {
+                println!(
+                    "{what}: {label}: +{:.0} ns per event with a call path ({:.1} frames per distinct path; runs: {})",
+                    median(per[k].clone()),
+                    frames[k],
+                    per[k].iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ")
                 );
             }
         }

@@ -16,6 +16,9 @@
 //!   emit API ([`thread::recorder`]) used by every hook.
 //! - [`process`]: once-per-image work: session start ([`process::init`]),
 //!   fork child, maps snapshots, exit.
+//! - `unwind` (x86-64 Linux): call paths from the loaded objects' CFI
+//!   (`.eh_frame`) for [`thread::Guard::call_path`], so that code built
+//!   without frame pointers gets whole paths.
 //!
 //! # Design constraints (HaLock's lesson: the recorder must not disturb
 //! what it measures; figures in docs/figures.md)
@@ -39,3 +42,5 @@ pub mod ring;
 pub mod session;
 pub mod thread;
 pub mod tsc;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod unwind;

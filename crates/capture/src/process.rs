@@ -912,6 +912,12 @@ unsafe fn init_inner() -> bool {
             let m = StacksMode::parse(core::ffi::CStr::from_ptr(st).to_bytes());
             STACKS.store(m as u8, Ordering::Relaxed);
         }
+        // The objects loaded now, registered for CFI unwinding while
+        // allocating is safe (a constructor), read in place: no copy.
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if stacks_mode() != StacksMode::None {
+            thread::quietly(crate::unwind::prepare);
+        }
         // Only on the main thread: a runtime may initialise us lazily from
         // another thread, whose stack must not bound the main thread's walks.
         if libc::gettid() == libc::getpid() {
@@ -978,6 +984,8 @@ pub fn after_fork_child() {
     unsafe {
         let ring = thread::ring_header_addr();
         let (old_tid, stack_hi) = thread::reset_after_fork();
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        crate::unwind::after_fork_child();
         // The forking thread is the child's main thread (tid == pid). If it
         // was not the parent's main thread, its stack is a thread stack:
         // its bounds, not the parent main thread's, limit call-path walks

@@ -447,6 +447,13 @@ pub fn thread_started(parent_tid: u32) {
         (*st).parent_tid = parent_tid;
         (*st).stack_hi = quietly(|| thread_stack_top());
     }
+    // One more unwind cache per thread, up to the pool's size: allocated
+    // here, at a safe point, never inside a hook. Not where a path
+    // provider (the detailed runtime's shadow stack) replaces unwinding.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    if process::stacks_mode() != StacksMode::None && PATH_PROVIDER.load(Ordering::Relaxed) == 0 {
+        quietly(crate::unwind::add_cache);
+    }
 }
 
 /// A supplier of call paths: fills `out` with return addresses, innermost
@@ -757,14 +764,20 @@ impl Guard {
     }
 
     /// Fills `out` with the call path of the hooked call: `site` first,
-    /// then either what the registered [`PathProvider`] supplies, or a
-    /// frame-pointer walk starting at `fp` (the caller's frame pointer, as
-    /// seen at the hook's entry). Returns the number of frames.
+    /// then either what the registered [`PathProvider`] supplies, or the
+    /// frames above the site. Those come from the loaded objects' CFI on
+    /// x86-64 Linux (the `unwind` module says why CFI for every frame),
+    /// else from a frame-pointer walk starting at `fp` (the caller's frame
+    /// pointer, as seen at the hook's entry; the CFI walk also starts the
+    /// caller's frame with it). Returns the number of frames.
     ///
-    /// The walk never faults: every frame address must lie between the
-    /// current stack pointer and the top of this thread's stack, be
-    /// 8-aligned and strictly increasing, so a binary built without frame
-    /// pointers yields a short (possibly bogus) path instead of a crash.
+    /// Neither walk faults: stack reads stay between the current stack
+    /// pointer and the top of this thread's stack. The CFI walk emits only
+    /// return addresses inside a loaded object's executable segment; the
+    /// frame-pointer walk (the fallback: no unwind cache free, no CFI for
+    /// the recorder's own frames) requires frame addresses 8-aligned and
+    /// strictly increasing, so a binary built without frame pointers
+    /// yields a short (possibly bogus) path instead of a crash.
     pub fn call_path(&mut self, site: u64, fp: u64, out: &mut [u64; MAX_FRAMES]) -> usize {
         out[0] = site;
         let prov = PATH_PROVIDER.load(Ordering::Acquire);
@@ -776,6 +789,19 @@ impl Guard {
             return 1 + n.min(MAX_FRAMES - 1);
         }
         let hi = self.st().stack_hi;
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // A panic inside the unwinder turns it off; the hook goes on
+            // with the frame-pointer walk (and the program with it).
+            let rest = &mut out[1..];
+            match std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+                crate::unwind::cfi_path(site, fp, hi, rest)
+            })) {
+                Ok(Some(n)) => return 1 + n,
+                Ok(None) => {}
+                Err(_) => crate::unwind::break_off(),
+            }
+        }
         // The lowest address we may read: our own frame. Everything between
         // it and the stack top is live stack, hence mapped.
         let marker = 0u8;
