@@ -29,6 +29,19 @@ fn sample() -> (Header, Vec<Record>, Vec<Event>) {
             start_ns: 0,
             argv: vec!["demo".into()],
             exe: "/tmp/demo".into(),
+            swapped_lock: String::new(),
+        }),
+        // An image run under `lockscope run --lock mcs --wait spin`: its
+        // trailing field round-trips too.
+        Record::Process(Process {
+            id: 2,
+            pid: 101,
+            parent: 1,
+            exec_generation: 0,
+            start_ns: 3,
+            argv: vec!["demo".into()],
+            exe: "/tmp/demo".into(),
+            swapped_lock: "mcs, spin".into(),
         }),
         Record::Thread(Thread {
             id: 1,
