@@ -986,7 +986,13 @@ pub(crate) fn measure_hook_costs() {
     let r = thread::with_scratch_ring(|| {
         // A stand-in mutex: glibc's word layout (lock word at 0, owner at
         // 8), so that the hooks' looks read what they read in a real one.
-        let mut m: pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
+        // Error-checking, not normal: under `lockscope run` the swap
+        // library would take a normal one for one of its own and read the
+        // stand-in's word as its algorithm's state (an HMCS tree pointer
+        // of 1: a crash); it leaves error-checking ones to glibc, so the
+        // looks still ask it (the figure includes that call) and then read
+        // glibc's words, which the kind does not change.
+        let mut m: pthread_mutex_t = libc::PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
         let mp = &mut m as *mut pthread_mutex_t;
         // SAFETY: the lock word of the local mutex above, 4-aligned.
         let word = unsafe { &*(mp as *const AtomicU32) };
