@@ -189,7 +189,10 @@ fn flipped_byte_is_detected_with_its_record_offset() {
 #[test]
 fn newer_major_version_is_refused_readably() {
     let mut bytes = write_sample();
+    // Version 2.0: major (u16 LE) at 8, minor at 10.
     bytes[8] = 2;
+    bytes[10] = 0;
+    bytes[11] = 0;
     let e = Trace::read(&bytes[..]).unwrap_err();
     let msg = e.to_string();
     assert!(
