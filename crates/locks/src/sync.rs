@@ -90,7 +90,7 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
 #[cfg(not(loom))]
 #[inline]
 unsafe fn futex(addr: *mut u32, op: i32, val: u32) {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
     // SAFETY: the Linux x86-64 system call convention: number in rax,
     // arguments in rdi, rsi, rdx, r10; the kernel clobbers rcx and r11
     // and returns in rax. The caller's contract makes the arguments valid
@@ -109,9 +109,10 @@ unsafe fn futex(addr: *mut u32, op: i32, val: u32) {
             options(nostack),
         );
     }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    // SAFETY: the caller's contract; the recorder's preload (the reason
-    // for the raw call above) exists only on x86-64.
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    // SAFETY: the caller's contract. The recorder's preload (the reason
+    // for the raw call above) exists only on x86-64, and Miri runs no
+    // inline assembly but models libc's futex call.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
