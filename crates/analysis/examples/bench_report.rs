@@ -78,6 +78,7 @@ fn generate(path: &Path, events: u64, threads: u32) -> u64 {
         pid: 1000,
         argv: vec!["synthetic-bench".into()],
         exe: "/nonexistent".into(),
+        swapped_lock: String::new(),
         ..Process::default()
     }))
     .unwrap();

@@ -455,7 +455,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         let futex = l.kind.starts_with("futex");
         let unknown = |v: String| dash(futex, v);
         row.extend([
-            l.kind.to_string(),
+            l.kind_label(),
             unknown(count(l.acquisitions)),
             count(l.contended),
             unknown(pct(l.contended_ratio)),
@@ -488,7 +488,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             out,
             "\n  #{} {} {} at {}{}, first used at {}{}; sites:",
             i + 1,
-            l.kind,
+            l.kind_label(),
             l.name.as_deref().unwrap_or("(no symbol)"),
             l.address,
             if several {

@@ -414,6 +414,17 @@ pub struct LockOut {
     pub exec_generation: u32,
     /// mutex | rwlock | spin | futex.
     pub kind: &'static str,
+    /// A mutex of a process run under `lockscope run --lock ALG`: the
+    /// algorithm that replaced it (`ttas`, `mcs, spin`). Absent otherwise,
+    /// so that other traces' JSON is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swapped_lock: Option<String>,
+    /// The exec generation that pairs this lock with the same program's
+    /// in another recording: `exec_generation` less the images of
+    /// `lockscope run` itself before it (a swapped run's program is the
+    /// exec of `run`'s child, a plain run's is the first image).
+    #[serde(skip)]
+    pub program_generation: u32,
     /// Symbol of a static lock, else null.
     pub name: Option<String>,
     /// Where it was first used (`function (file:line)` or module+offset).
@@ -468,6 +479,17 @@ pub struct LockOut {
     /// A futex word waited on from Rust std's futex RwLock.
     #[serde(skip)]
     pub(crate) rust_rwlock: bool,
+}
+
+impl LockOut {
+    /// The kind as the text outputs show it: `mutex (ttas)` for a mutex
+    /// that `lockscope run --lock ttas` replaced, else the kind.
+    pub fn kind_label(&self) -> String {
+        match &self.swapped_lock {
+            Some(alg) => format!("{} ({alg})", self.kind),
+            None => self.kind.to_string(),
+        }
+    }
 }
 
 /// One acquisition site of one lock.
@@ -1148,6 +1170,37 @@ fn gen_of(meta: &Meta, process: u32) -> u32 {
     meta.processes
         .get(&process)
         .map_or(0, |p| p.exec_generation)
+}
+
+/// The lock algorithm that replaced the pthread mutexes of `process`
+/// (`lockscope run --lock`), if any.
+fn swapped_lock_of(meta: &Meta, process: u32) -> Option<String> {
+    meta.processes
+        .get(&process)
+        .map(|p| p.swapped_lock.clone())
+        .filter(|s| !s.is_empty())
+}
+
+/// [`LockOut::program_generation`] of `process`: its exec generation, not
+/// counting the images of `lockscope run` before it.
+fn program_generation_of(meta: &Meta, process: u32) -> u32 {
+    let Some(p) = meta.processes.get(&process) else {
+        return 0;
+    };
+    let launchers = meta
+        .processes
+        .values()
+        .filter(|q| q.pid == p.pid && q.exec_generation < p.exec_generation)
+        .filter(|q| is_lockscope_run(q))
+        .count() as u32;
+    p.exec_generation.saturating_sub(launchers)
+}
+
+/// An image of lockscope's own `run` subcommand (the fork child that
+/// execs the program with the swap library).
+fn is_lockscope_run(p: &lockscope_format::Process) -> bool {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    base(&p.exe) == "lockscope" && p.argv.get(1).is_some_and(|a| a == "run")
 }
 
 fn is_lock(k: Kind) -> bool {
@@ -1866,6 +1919,10 @@ fn lock_out(
         pid: pid_of(meta, o.process),
         exec_generation: gen_of(meta, o.process),
         kind: o.kind.name(),
+        swapped_lock: (o.kind == Kind::Mutex)
+            .then(|| swapped_lock_of(meta, o.process))
+            .flatten(),
+        program_generation: program_generation_of(meta, o.process),
         name,
         first_use,
         acquisitions: o.acquisitions,

@@ -181,6 +181,20 @@ pub fn set_cost_probe(f: fn()) {
     COST_PROBE.store(f as usize, Ordering::Release);
 }
 
+/// Names the lock algorithm that replaced the process's pthread mutexes
+/// (see [`set_lock_namer`]); 0 when none is registered.
+static LOCK_NAMER: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers `f`, which writes the name of the lock algorithm that
+/// replaced the process's pthread mutexes into its buffer (NUL-padded,
+/// all zero for glibc's). The process file's header is given it before it
+/// is published, so that the recorder reads it with the process's first
+/// record (the preload library asks `lockscope run`'s swap library).
+/// Register it before calling [`init`].
+pub fn set_lock_namer(f: fn(&mut [u8; crate::session::SWAPPED_LOCK_BYTES])) {
+    LOCK_NAMER.store(f as usize, Ordering::Release);
+}
+
 /// Replaces the recorder's cost per acquisition and per release (clock
 /// units) in the process header, which the analysis subtracts from the
 /// program's work. `open_process` stores a first figure from a loop of
@@ -547,6 +561,14 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
         }
         (*h).acquire_cost_ticks.store(acq, Ordering::Relaxed);
         (*h).release_cost_ticks.store(rel, Ordering::Relaxed);
+        let namer = LOCK_NAMER.load(Ordering::Acquire);
+        if namer != 0 {
+            // SAFETY: only set_lock_namer stores here, from a fn pointer
+            // of this type.
+            let f: fn(&mut [u8; crate::session::SWAPPED_LOCK_BYTES]) =
+                core::mem::transmute::<usize, _>(namer);
+            f(&mut (*h).swapped_lock);
+        }
         core::sync::atomic::fence(Ordering::Release);
         core::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
         PID.store(pid, Ordering::Relaxed);

@@ -228,7 +228,15 @@ pub struct ProcessHeader {
     /// New threads that created a fresh ring although rings waited in the
     /// free list (none of them was drained yet).
     pub pool_not_ready: AtomicU32,
+    /// The lock algorithm that replaced the process's pthread mutexes
+    /// (`lockscope run --lock ALG`: `ttas`, `mcs, spin`), NUL-padded text;
+    /// all zero when they are glibc's. Written before `magic` is
+    /// published (see `process::set_lock_namer`).
+    pub swapped_lock: [u8; SWAPPED_LOCK_BYTES],
 }
+
+/// Size of [`ProcessHeader::swapped_lock`].
+pub const SWAPPED_LOCK_BYTES: usize = 32;
 
 const _: () = assert!(core::mem::size_of::<ProcessHeader>() <= HEADER_BYTES);
 

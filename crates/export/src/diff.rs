@@ -3,9 +3,13 @@
 //! algorithm. Locks are matched by what stays the same between runs,
 //! never by address (ASLR moves everything): a lock's symbol, else the
 //! place it was first used (`function (file:line)`), with its kind and
-//! the exec generation of its process; several unnamed locks first used
-//! at the same place are one row (their sums). Sites are matched by their
-//! user frame name.
+//! the exec generation of its process (not counting `lockscope run`'s own
+//! image: a swapped run's program is the exec of `run`'s child); several
+//! unnamed locks first used at the same place are one row (their sums).
+//! A mutex that `lockscope run --lock ALG` replaced keeps its kind
+//! (`mutex`), so that it pairs with the plain run's, and carries its
+//! algorithm (`swapped_lock_a`/`_b`). Sites are matched by their user
+//! frame name.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +70,13 @@ pub struct LockDiff {
     pub lock: String,
     /// mutex | rwlock | spin | futex.
     pub kind: String,
+    /// The algorithm that replaced this mutex in A (`lockscope run
+    /// --lock`); absent when glibc's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swapped_lock_a: Option<String>,
+    /// The same in B.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swapped_lock_b: Option<String>,
     /// Present in A.
     pub in_a: bool,
     /// Present in B.
@@ -107,6 +118,7 @@ struct Acc {
     contended: u64,
     wait: u64,
     hold: u64,
+    swapped_lock: Option<String>,
     sites: BTreeMap<String, (u64, u64, u64)>,
 }
 
@@ -115,8 +127,8 @@ fn key_of(l: &lockscope_analysis::report::LockOut) -> (String, String) {
         Some(n) => n.clone(),
         None => format!("first use at {}", l.first_use),
     };
-    let name = if l.exec_generation > 0 {
-        format!("{name} (exec {})", l.exec_generation)
+    let name = if l.program_generation > 0 {
+        format!("{name} (exec {})", l.program_generation)
     } else {
         name
     };
@@ -131,6 +143,9 @@ fn locks_of(r: &Report) -> BTreeMap<(String, String), Acc> {
         a.contended += l.contended;
         a.wait += l.wait_ns.total;
         a.hold += l.hold_ns.total;
+        if a.swapped_lock.is_none() {
+            a.swapped_lock.clone_from(&l.swapped_lock);
+        }
         for s in &l.sites {
             let e = a.sites.entry(s.name.clone()).or_default();
             e.0 += s.acquisitions;
@@ -189,6 +204,8 @@ pub fn diff(a: &Report, b: &Report) -> Diff {
             LockDiff {
                 lock: k.0.clone(),
                 kind: k.1.clone(),
+                swapped_lock_a: x.swapped_lock.clone(),
+                swapped_lock_b: y.swapped_lock.clone(),
                 in_a: la.contains_key(k),
                 in_b: lb.contains_key(k),
                 acquisitions: c(x.acq, y.acq),
@@ -209,8 +226,9 @@ pub fn diff(a: &Report, b: &Report) -> Diff {
     let wait_b: u64 = b.locks.iter().map(|l| l.wait_ns.total).sum();
     let verdict = match locks.first() {
         Some(l) if l.wait_ns.before > 0.0 || l.wait_ns.after > 0.0 => format!(
-            "{} wait {}, program {}",
+            "{}{} wait {}, program {}",
             l.lock,
+            swap_mark(l),
             l.wait_ns.short(),
             wall.short()
         ),
@@ -225,6 +243,20 @@ pub fn diff(a: &Report, b: &Report) -> Diff {
         locks,
         verdict,
     }
+}
+
+/// ` [pthread -> ttas]` for a mutex whose algorithm differs between the
+/// runs, else nothing (two plain runs print as before).
+fn swap_mark(l: &LockDiff) -> String {
+    if l.swapped_lock_a == l.swapped_lock_b {
+        return String::new();
+    }
+    let alg = |s: &Option<String>| s.clone().unwrap_or_else(|| "pthread".into());
+    format!(
+        " [{} -> {}]",
+        alg(&l.swapped_lock_a),
+        alg(&l.swapped_lock_b)
+    )
 }
 
 fn ms(ns: f64) -> String {
@@ -274,7 +306,7 @@ pub fn text(d: &Diff) -> String {
         let _ = writeln!(
             s,
             "{:<32} {:>10} {:>30} {:>30} {:>16}",
-            format!("{}{mark}", l.lock),
+            format!("{}{}{mark}", l.lock, swap_mark(l)),
             format!("{}", l.acquisitions.short()),
             span(&l.wait_ns),
             span(&l.hold_ns),

@@ -185,7 +185,8 @@ fn report_data(r: &Report) -> Value {
         .map(|l| {
             json!([
                 stacks::lock_label(l.name.as_deref(), &l.address),
-                l.kind,
+                // `mutex (ttas)` for a mutex `lockscope run` replaced.
+                l.kind_label(),
                 l.pid,
                 l.acquisitions,
                 l.contended,

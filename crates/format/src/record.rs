@@ -88,6 +88,11 @@ pub struct Process {
     pub argv: Vec<String>,
     /// Executable path.
     pub exe: String,
+    /// The lock algorithm that replaced the image's pthread mutexes
+    /// (`lockscope run --lock ALG`: `ttas`, `mcs, spin`), empty when they
+    /// are glibc's. A trailing field (format 1.1), written only when not
+    /// empty: other traces are byte for byte what 1.0 wrote.
+    pub swapped_lock: String,
 }
 
 /// End of a process image.
@@ -452,6 +457,9 @@ impl Record {
                 put_varint(out, p.start_ns);
                 put_strings(out, &p.argv);
                 put_str(out, &p.exe);
+                if !p.swapped_lock.is_empty() {
+                    put_str(out, &p.swapped_lock);
+                }
                 kind::PROCESS
             }
             Record::ProcessEnd(p) => {
@@ -560,6 +568,11 @@ impl Record {
                 start_ns: c.varint("process start")?,
                 argv: get_strings(c, "process argv")?,
                 exe: c.string("process exe")?,
+                swapped_lock: if c.is_empty() {
+                    String::new()
+                } else {
+                    c.string("process swapped lock")?
+                },
             }),
             kind::PROCESS_END => Record::ProcessEnd(ProcessEnd {
                 process: c.varint_u32("process-end process")?,

@@ -29,6 +29,19 @@ fn sample() -> (Header, Vec<Record>, Vec<Event>) {
             start_ns: 0,
             argv: vec!["demo".into()],
             exe: "/tmp/demo".into(),
+            swapped_lock: String::new(),
+        }),
+        // An image run under `lockscope run --lock mcs --wait spin`: its
+        // trailing field round-trips too.
+        Record::Process(Process {
+            id: 2,
+            pid: 101,
+            parent: 1,
+            exec_generation: 0,
+            start_ns: 3,
+            argv: vec!["demo".into()],
+            exe: "/tmp/demo".into(),
+            swapped_lock: "mcs, spin".into(),
         }),
         Record::Thread(Thread {
             id: 1,
@@ -176,7 +189,10 @@ fn flipped_byte_is_detected_with_its_record_offset() {
 #[test]
 fn newer_major_version_is_refused_readably() {
     let mut bytes = write_sample();
+    // Version 2.0: major (u16 LE) at 8, minor at 10.
     bytes[8] = 2;
+    bytes[10] = 0;
+    bytes[11] = 0;
     let e = Trace::read(&bytes[..]).unwrap_err();
     let msg = e.to_string();
     assert!(

@@ -263,6 +263,7 @@ pub fn import(files: &[Parsed], opts: &ImportOptions) -> Result<Trace, HwtraceEr
         start_ns: 0,
         argv: files.iter().map(|f| f.file.clone()).collect(),
         exe: files.first().map_or_else(String::new, |f| f.file.clone()),
+        swapped_lock: String::new(),
     }));
     let mut events = 0u64;
     for th in &threads {

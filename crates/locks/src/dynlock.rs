@@ -34,6 +34,8 @@ pub struct LockOps {
     pub try_lock_until: unsafe fn(*const u8, std::time::Instant) -> bool,
     /// Releases.
     pub unlock: unsafe fn(*const u8),
+    /// Whether an acquisition now would wait ([`RawLock::is_locked`]).
+    pub is_locked: unsafe fn(*const u8) -> bool,
     /// Frees what the lock allocated (HMCS trees) and leaves all zeroes, a
     /// fresh unlocked lock. The lock must be unlocked and unused.
     pub reset: unsafe fn(*mut u8),
@@ -69,6 +71,13 @@ unsafe fn op_unlock<L: RawLock>(p: *const u8) {
     unsafe { (*(p as *const L)).unlock() }
 }
 /// # Safety
+/// As `op_lock`.
+unsafe fn op_is_locked<L: RawLock>(p: *const u8) -> bool {
+    // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
+    // against L's size and alignment in `table`), the caller's contract.
+    unsafe { (*(p as *const L)).is_locked() }
+}
+/// # Safety
 /// As `op_lock`, and the lock is unlocked and unused.
 unsafe fn op_reset<L: RawLock>(p: *mut u8) {
     // SAFETY: `p` points to a live lock of type `L` (STATE_BYTES, STATE_ALIGN: checked
@@ -92,6 +101,7 @@ const fn table<L: RawLock>(wait: WaitPolicy) -> LockOps {
         try_lock: op_try_lock::<L>,
         try_lock_until: op_try_lock_until::<L>,
         unlock: op_unlock::<L>,
+        is_locked: op_is_locked::<L>,
         reset: op_reset::<L>,
     }
 }
@@ -158,6 +168,13 @@ impl DynLock {
     pub fn try_lock(&self) -> bool {
         // SAFETY: as above.
         unsafe { (self.ops.try_lock)(self.p()) }
+    }
+    /// Whether an acquisition now would wait (a hint, see
+    /// [`RawLock::is_locked`](crate::RawLock::is_locked)).
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { (self.ops.is_locked)(self.p()) }
     }
     /// Acquires unless `deadline` passes first.
     pub fn try_lock_until(&self, deadline: std::time::Instant) -> bool {

@@ -146,6 +146,11 @@ unsafe impl<W: Wait> RawLock for Tas<W> {
     }
 
     #[inline]
+    fn is_locked(&self) -> bool {
+        self.word.load(Ordering::Relaxed) != FREE
+    }
+
+    #[inline]
     fn try_lock(&self) -> bool {
         self.word
             .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
@@ -222,6 +227,11 @@ unsafe impl<W: Wait> RawLock for Ttas<W> {
     }
 
     #[inline]
+    fn is_locked(&self) -> bool {
+        self.word.load(Ordering::Relaxed) != FREE
+    }
+
+    #[inline]
     fn try_lock(&self) -> bool {
         self.word.load(Ordering::Relaxed) == FREE
             && self
@@ -283,6 +293,13 @@ unsafe impl<W: Wait> RawLock for Ticket<W> {
     #[inline]
     fn lock(&self) {
         self.lock_ticket();
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        // Tickets taken but not all served: held (the holder's is one).
+        self.next.load(Ordering::Relaxed) & TICKET_MASK
+            != self.serving.load(Ordering::Relaxed) & TICKET_MASK
     }
 
     #[inline]
@@ -354,6 +371,11 @@ unsafe impl<W: Wait> RawLock for Mcs<W> {
     #[inline]
     fn lock(&self) {
         self.lock_pred();
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        !self.tail.load(Ordering::Relaxed).is_null()
     }
 
     #[inline]
@@ -442,6 +464,12 @@ unsafe impl<W: Wait> RawLock for Clh<W> {
     #[inline]
     fn lock(&self) {
         self.lock_pred();
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        // Idle is a null tail (this variant swings it back on release).
+        !self.tail.load(Ordering::Relaxed).is_null()
     }
 
     #[inline]

@@ -488,6 +488,15 @@ unsafe impl<K: Kind, W: Wait> RawLock for TreeLock<K, W> {
     }
 
     #[inline]
+    fn is_locked(&self) -> bool {
+        // Free iff the root MCS lock is (as `try_lock` decides); a lock
+        // never locked has no tree yet, and asking must not build one.
+        let t = self.tree.load(Ordering::Acquire);
+        // SAFETY: published trees live as long as the lock.
+        !t.is_null() && !unsafe { &*t }.root().tail.load(Ordering::Relaxed).is_null()
+    }
+
+    #[inline]
     fn try_lock(&self) -> bool {
         // The lock is free iff the root MCS lock is: enqueue directly at the
         // root if its queue is empty (as the fast path does).

@@ -292,6 +292,14 @@ pub unsafe trait RawLock: Send + Sync + Default {
     /// The lock is held (by this thread or one that handed it over).
     unsafe fn unlock(&self);
 
+    /// Whether an acquisition now would wait: the lock is held (or, for
+    /// queue locks, has a queue). A relaxed snapshot, stale as soon as it
+    /// is read: a hint, never a synchronization. `lockscope record` reads
+    /// it (through the swap library) to tell, before a swapped mutex's
+    /// lock call, that the call is about to wait, as it reads a glibc
+    /// mutex's word.
+    fn is_locked(&self) -> bool;
+
     /// Acquires the lock unless `deadline` passes first. Queue locks cannot
     /// leave their queue once in it, so a timed acquisition polls
     /// `try_lock` with growing sleeps (up to 1 ms) instead of queueing: it

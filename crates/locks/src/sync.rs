@@ -40,14 +40,13 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
         loom::thread::yield_now();
     }
     #[cfg(not(loom))]
-    // SAFETY: FUTEX_WAIT reads the aligned u32 behind a live reference.
+    // SAFETY: FUTEX_WAIT reads the aligned u32 behind a live reference;
+    // the timeout is null (no timeout).
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
+        futex(
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             expected,
-            std::ptr::null::<libc::timespec>(),
         );
     }
 }
@@ -60,11 +59,67 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
     #[cfg(not(loom))]
     // SAFETY: FUTEX_WAKE only uses the address as a key.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
+        futex(
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            n,
+            n as u32,
+        );
+    }
+}
+
+/// The futex system call with a null timeout, made with the `syscall`
+/// instruction itself rather than through libc's `syscall` function.
+///
+/// Why: `lockscope record` interposes libc's `syscall` to see the futex
+/// sleeps of locks it cannot otherwise see (Rust std). Under `lockscope
+/// run --lock ALG`, recorded, these locks replace the program's pthread
+/// mutexes, and the recorder already records each mutex call from its
+/// attempt to its return, spinning and sleeping included. Through libc,
+/// every sleep was recorded a second time as a separate `futex` lock (a
+/// second row per mutex, named after this function), and every wake, made
+/// inside the recorder's unlock hook, reached its `syscall` hook while the
+/// recorder was busy and was counted as an event lost "from a signal
+/// handler" (7,500-9,800 per run). The alternative, teaching the recorder
+/// to ignore calls from this library's address range, would keep both
+/// libraries coupled through their stacking order for no gain: these
+/// sleeps belong to the mutex call, never to the program.
+///
+/// # Safety
+/// `addr` is an aligned `u32` that stays live during the call; `op` is a
+/// FUTEX_WAIT or FUTEX_WAKE operation (the fourth argument is null).
+#[cfg(not(loom))]
+#[inline]
+unsafe fn futex(addr: *mut u32, op: i32, val: u32) {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+    // SAFETY: the Linux x86-64 system call convention: number in rax,
+    // arguments in rdi, rsi, rdx, r10; the kernel clobbers rcx and r11
+    // and returns in rax. The caller's contract makes the arguments valid
+    // for futex(2); no stack is used.
+    unsafe {
+        let _ret: isize;
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_futex as isize => _ret,
+            in("rdi") addr,
+            in("rsi") op as isize,
+            in("rdx") val as usize,
+            in("r10") 0usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    // SAFETY: the caller's contract. The recorder's preload (the reason
+    // for the raw call above) exists only on x86-64, and Miri runs no
+    // inline assembly but models libc's futex call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr,
+            op,
+            val,
+            std::ptr::null::<libc::timespec>(),
         );
     }
 }

@@ -198,3 +198,47 @@ fn lock_api_mutex_collects_the_same_values_as_std() {
     got.sort_unstable();
     assert_eq!(got, expected);
 }
+
+#[test]
+fn is_locked_says_whether_the_lock_is_held_under_every_algorithm() {
+    // `lockscope record` reads it to tell, before a swapped mutex's lock
+    // call, that the call will wait: it must follow lock and unlock
+    // exactly on one thread, and see a lock held by another thread.
+    for alg in Algorithm::ALL {
+        for w in WaitPolicy::ALL {
+            let l = Arc::new(DynLock::new(alg, w));
+            assert!(!l.is_locked(), "{alg} {w}: a fresh lock looks held");
+            let mut rng = Rng(7);
+            let mut held = false;
+            for step in 0..500 {
+                if held && rng.next() & 1 == 0 {
+                    // SAFETY: held by this thread.
+                    unsafe { l.unlock() };
+                    held = false;
+                } else if !held {
+                    if rng.next() & 1 == 0 {
+                        l.lock();
+                    } else {
+                        assert!(l.try_lock());
+                    }
+                    held = true;
+                }
+                assert_eq!(l.is_locked(), held, "{alg} {w} step {step}");
+            }
+            if held {
+                // SAFETY: held by this thread.
+                unsafe { l.unlock() };
+            }
+            let other = Arc::clone(&l);
+            std::thread::spawn(move || other.lock()).join().unwrap();
+            assert!(
+                l.is_locked(),
+                "{alg} {w}: held by another thread, looks free"
+            );
+            // SAFETY: the other thread's acquisition is released here
+            // (every algorithm allows unlocking from another thread).
+            unsafe { l.unlock() };
+            assert!(!l.is_locked(), "{alg} {w}: released, looks held");
+        }
+    }
+}

@@ -47,6 +47,8 @@ mod procs;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod real;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod swap;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod threads;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -68,8 +70,20 @@ extern "C" fn constructor() {
     // A panic here must not take the program down: recording simply
     // stays off.
     lockscope_capture::process::set_cost_probe(probe_costs);
+    find_swap();
     let _ = std::panic::catch_unwind(lockscope_capture::process::init);
 }
+
+/// Finds `lockscope run`'s swap library, if loaded, and has the process
+/// header name its lock (see `swap`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn find_swap() {
+    swap::find();
+    lockscope_capture::process::set_lock_namer(swap::lock_name);
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn find_swap() {}
 
 /// The cost probe `process::init` runs once recording is on; a panic in
 /// it leaves the first (lower) cost figures in place.
@@ -103,5 +117,6 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 /// statically and cannot rely on the constructor being linked in.
 pub fn init() -> bool {
     lockscope_capture::process::set_cost_probe(probe_costs);
+    find_swap();
     lockscope_capture::process::init()
 }

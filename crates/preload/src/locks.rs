@@ -156,8 +156,14 @@ pub(crate) fn acquire(
 /// (`int __lock` at 0) is non-zero and the owner (`int __owner` at 8, set
 /// by glibc for every kind) is not the caller. A recursive or
 /// error-checking mutex the caller already holds does not wait.
+/// A mutex that `lockscope run` replaced has its algorithm's words
+/// instead: the swap library answers for it.
 #[inline(always)]
 unsafe fn mutex_held(m: *mut pthread_mutex_t, me: u32) -> bool {
+    // SAFETY: the caller passes the program's mutex.
+    if let Some(busy) = unsafe { crate::swap::mutex_busy(m) } {
+        return busy;
+    }
     let p = m as *const core::sync::atomic::AtomicI32;
     // SAFETY: the caller passes the program's mutex, at least 40 bytes.
     let (lock, owner) = unsafe {
@@ -372,6 +378,12 @@ unsafe fn never_told<T>(_: *mut T) -> bool {
 /// program passes to `pthread_mutex_unlock`).
 #[inline(always)]
 unsafe fn mutex_has_waiters(m: *mut pthread_mutex_t) -> bool {
+    // A mutex that `lockscope run` replaced: its algorithm's words do not
+    // say whether a waiter sleeps, so never (like rwlocks and spinlocks).
+    // SAFETY: the caller passes the program's initialised mutex.
+    if unsafe { crate::swap::mutex_busy(m) }.is_some() {
+        return false;
+    }
     // SAFETY: `m` is the program's initialised glibc mutex (contract): its
     // `int __lock` at offset 0 and `int __kind` at 16 lie inside the 40-byte
     // object and are 4-aligned; read with relaxed atomic loads, since other
@@ -974,7 +986,13 @@ pub(crate) fn measure_hook_costs() {
     let r = thread::with_scratch_ring(|| {
         // A stand-in mutex: glibc's word layout (lock word at 0, owner at
         // 8), so that the hooks' looks read what they read in a real one.
-        let mut m: pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
+        // Error-checking, not normal: under `lockscope run` the swap
+        // library would take a normal one for one of its own and read the
+        // stand-in's word as its algorithm's state (an HMCS tree pointer
+        // of 1: a crash); it leaves error-checking ones to glibc, so the
+        // looks still ask it (the figure includes that call) and then read
+        // glibc's words, which the kind does not change.
+        let mut m: pthread_mutex_t = libc::PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
         let mp = &mut m as *mut pthread_mutex_t;
         // SAFETY: the lock word of the local mutex above, 4-aligned.
         let word = unsafe { &*(mp as *const AtomicU32) };

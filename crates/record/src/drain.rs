@@ -941,6 +941,14 @@ impl Drainer {
             self.proc_index.get(&(ppid, pgen))
         }
         .map_or(0, |&i| self.procs[i].id);
+        // SAFETY: a plain field of the mapped header, written before
+        // magic like those above.
+        let swapped = unsafe { std::ptr::read_volatile(&h.swapped_lock) };
+        let n = swapped
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(swapped.len());
+        let swapped_lock = String::from_utf8_lossy(&swapped[..n]).into_owned();
         let id = self.procs.len() as u32 + 1;
         let start_ns = self.clock.ns(start_tsc);
         self.send(Msg::Rec(Record::Process(Process {
@@ -951,6 +959,7 @@ impl Drainer {
             start_ns,
             argv,
             exe,
+            swapped_lock,
         })));
         self.proc_index.insert((pid, gen), self.procs.len());
         self.procs.push(Proc {

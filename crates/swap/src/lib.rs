@@ -725,6 +725,59 @@ pub(crate) unsafe fn ours_for_cond(m: *mut pthread_mutex_t) -> Option<&'static L
     unsafe { ours(m) }
 }
 
+// ------------------------------------------------------ for the recorder
+
+/// The lock that replaces the pthread mutexes, as a NUL-terminated name
+/// (`ttas`, or `ttas, spin` with the busy-waiting policy), or null when
+/// they are glibc's (`--lock pthread`, or a configuration that could not
+/// be read). `lockscope record`'s preload library, loaded in front of
+/// this one, asks it (`dlsym`) to name the mutexes it records with their
+/// algorithm.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn lockscope_swap_lock_name() -> *const libc::c_char {
+    macro_rules! names {
+        ($($alg:ident => $name:literal),*) => {
+            match current_ops().map(|o| (o.algorithm, o.wait)) {
+                None => std::ptr::null(),
+                $(
+                    Some((Algorithm::$alg, WaitPolicy::SpinThenPark)) => concat!($name, "\0").as_ptr().cast(),
+                    Some((Algorithm::$alg, WaitPolicy::Spin)) => concat!($name, ", spin\0").as_ptr().cast(),
+                )*
+            }
+        };
+    }
+    // Spelled out rather than formatted: no allocation, and a string that
+    // lives as long as the library.
+    names!(Tas => "tas", Ttas => "ttas", Ticket => "ticket", Mcs => "mcs", Clh => "clh",
+        Cmcs => "cmcs", Hmcs => "hmcs", Ahmcs => "ahmcs")
+}
+
+/// Whether a lock call on `m` now would wait: 1 if `m` is one of our
+/// mutexes and is held (or has a queue), 0 if it is ours and free, -1 if
+/// it is not ours (glibc's: its own words tell). The recorder reads it
+/// before each mutex lock call, as it reads a glibc mutex's lock word:
+/// our algorithms keep other state there (a queue tail, tickets), which
+/// read as glibc's would say "held" for every acquisition of a ticket or
+/// CLH lock.
+///
+/// # Safety
+/// `m` points to a readable `pthread_mutex_t` (the one the program passes
+/// to `pthread_mutex_lock`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn lockscope_swap_mutex_busy(m: *mut pthread_mutex_t) -> c_int {
+    if m.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller's contract; `o` is the table of the algorithm
+    // whose state `m` holds, and is_locked only loads its atomics.
+    unsafe {
+        match ours(m) {
+            Some(o) => c_int::from((o.is_locked)(m as *const u8)),
+            None => -1,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

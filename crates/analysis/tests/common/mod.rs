@@ -43,6 +43,7 @@ impl Tb {
             start_ns: 0,
             argv: vec!["./synthetic".into()],
             exe: "/nonexistent/synthetic".into(),
+            swapped_lock: String::new(),
         })];
         Tb {
             header,

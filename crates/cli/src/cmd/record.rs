@@ -305,7 +305,7 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
     if top.is_empty() {
         eprintln!("lockscope: no contended lock acquisition was seen");
     } else {
-        let names = lock_names(&o.output, &top);
+        let (names, swapped) = lock_names(&o.output, &top);
         eprintln!("lockscope: locks that made threads wait longest:");
         for (i, l) in top.iter().enumerate() {
             let mut what = if l.kind == "FutexWait" || l.kind == "FutexWake" {
@@ -327,10 +327,15 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
                 .get(&(l.pid, l.addr))
                 .cloned()
                 .unwrap_or_else(|| format!("{:#x}", l.addr));
+            // A mutex replaced by `lockscope run --lock ALG` is named with
+            // its algorithm, as in the report.
+            let kind = match swapped.get(&l.pid) {
+                Some(alg) if l.kind.starts_with("Mutex") => format!("mutex ({alg})"),
+                _ => kind_name(l.kind).to_string(),
+            };
             eprintln!(
-                "  {}. {name} ({}, pid {}): {} waiting, {what}",
+                "  {}. {name} ({kind}, pid {}): {} waiting, {what}",
                 i + 1,
-                kind_name(l.kind),
                 l.pid,
                 secs(l.wait_ns)
             );
@@ -410,16 +415,23 @@ fn kind_name(op: &str) -> &'static str {
 /// from the trace just written; none for a trace over 256 MB (the
 /// summary must not take longer than the recording) or when a binary
 /// cannot be read: the address is printed instead.
+/// Names of the locks from the trace's symbols, and by pid the lock
+/// algorithm that replaced the mutexes of its newest image (`lockscope run
+/// --lock`).
 fn lock_names(
     trace: &Path,
     locks: &[&lockscope_record::LockSummary],
-) -> std::collections::HashMap<(u32, u64), String> {
+) -> (
+    std::collections::HashMap<(u32, u64), String>,
+    std::collections::HashMap<u32, String>,
+) {
     let mut out = std::collections::HashMap::new();
+    let mut swapped = std::collections::HashMap::new();
     if std::fs::metadata(trace).map_or(true, |m| m.len() > 256 << 20) {
-        return out;
+        return (out, swapped);
     }
     let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
-        return out;
+        return (out, swapped);
     };
     let mut sym = lockscope_analysis::symbols::Symbolizer::for_meta(&meta, true);
     for l in locks {
@@ -433,6 +445,11 @@ fn lock_names(
         if let Some(name) = process.and_then(|p| sym.data(p, l.addr)) {
             out.insert((l.pid, l.addr), name);
         }
+        if let Some(p) = process.and_then(|p| meta.processes.get(&p)) {
+            if !p.swapped_lock.is_empty() {
+                swapped.insert(l.pid, p.swapped_lock.clone());
+            }
+        }
     }
-    out
+    (out, swapped)
 }
