@@ -1151,7 +1151,10 @@ fn gen_of(meta: &Meta, process: u32) -> u32 {
 }
 
 fn is_lock(k: Kind) -> bool {
-    matches!(k, Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex)
+    matches!(
+        k,
+        Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex | Kind::SemLock
+    )
 }
 
 /// Turns a finished model into the report, in three stages:
