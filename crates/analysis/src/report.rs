@@ -1241,9 +1241,18 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
     let mut locks = lock_rows(meta, model, names);
     let mut blame = blame_rows(meta, model, names);
     merge_rust_rwlocks(&mut locks, &mut blame);
+    let futex_conds = split_futex_condvars(&mut locks, &mut blame);
     let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
-    let threads = thread_rows(meta, model);
-    let (conds, barriers, semaphores) = object_rows(meta, model, names);
+    let mut threads = thread_rows(meta, model);
+    let (mut conds, barriers, semaphores) = object_rows(meta, model, names);
+    if !futex_conds.is_empty() {
+        conds.extend(
+            futex_conds
+                .into_iter()
+                .map(|l| futex_cond_out(l, &mut threads)),
+        );
+        conds.sort_by_key(|c| std::cmp::Reverse(c.wait_ns.total));
+    }
     let overhead = overhead_out(model, cfg);
     let mut notes: Vec<String> = names
         .sym
@@ -1744,17 +1753,15 @@ fn lock_out(
 ) -> LockOut {
     let o = &model.objs[i as usize];
     let (name, first_use) = names.obj_name(i);
+    // A futex word's role, from the runtime code that waits on it.
+    let role = if o.kind == Kind::Futex {
+        futex_role(names, o.process, site_stats, path_stats)
+    } else {
+        FutexRole::Unknown
+    };
     // Rust std's RwLock is two futex words (readers wait on the state,
-    // writers on `writer_notify` 4 bytes after it): found by the wait's
-    // own return address, in std's RwLock code.
-    let rust_rwlock = o.kind == Kind::Futex
-        && site_stats.iter().any(|&(s, _)| {
-            names.site(s).frames.iter().any(|f| {
-                f.function
-                    .as_deref()
-                    .is_some_and(|n| n.contains("sync::rwlock::futex::RwLock"))
-            })
-        });
+    // writers on `writer_notify` 4 bytes after it): merged into one row.
+    let rust_rwlock = role == FutexRole::RwLock;
     // Sites by their user frame (see `Location::user_view`). Several
     // return addresses can be the same source line (and a site without
     // line info is its module+offset): merged by that.
@@ -1868,7 +1875,11 @@ fn lock_out(
         address: format!("{:#x}", o.addr),
         pid: pid_of(meta, o.process),
         exec_generation: gen_of(meta, o.process),
-        kind: o.kind.name(),
+        kind: if o.kind == Kind::Futex {
+            role.kind()
+        } else {
+            o.kind.name()
+        },
         name,
         first_use,
         acquisitions: o.acquisitions,
@@ -1891,6 +1902,156 @@ fn lock_out(
         threads,
         obj: i,
         rust_rwlock,
+    }
+}
+
+/// What a futex word is, told by the runtime code that waits on it (the
+/// recorder sees only `syscall(SYS_futex, ...)`: Rust's `std::sync`,
+/// parking_lot and glibc's internal locks bypass pthreads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FutexRole {
+    Mutex,
+    RwLock,
+    Condvar,
+    Once,
+    ParkingLot,
+    GlibcInternal,
+    Unknown,
+}
+
+impl FutexRole {
+    /// The `kind` of its row.
+    fn kind(self) -> &'static str {
+        match self {
+            FutexRole::Mutex => "futex-mutex",
+            FutexRole::RwLock => "futex-rwlock",
+            FutexRole::Condvar => "futex-condvar",
+            FutexRole::Once => "futex-once",
+            FutexRole::ParkingLot => "futex-parking-lot",
+            FutexRole::GlibcInternal => "futex-glibc",
+            FutexRole::Unknown => "futex",
+        }
+    }
+
+    /// The role a function name reveals, if any. Rust std 1.8x names
+    /// (`std::sys::sync::mutex::futex::Mutex::lock_contended`,
+    /// `...::rwlock::futex::RwLock::read_contended` / `write_contended`,
+    /// `...::condvar::futex::Condvar::wait...`, `...::once::futex::Once::call`,
+    /// checked on a program built here); older std paths (`sys::unix::locks`)
+    /// and parking_lot's (`parking_lot::raw_mutex`, `raw_rwlock`,
+    /// `condvar`, `once`, or only its thread parker) the same way.
+    fn of_function(f: &str) -> Option<FutexRole> {
+        const TABLE: &[(&str, FutexRole)] = &[
+            ("futex::Condvar", FutexRole::Condvar),
+            ("futex_condvar::Condvar", FutexRole::Condvar),
+            ("parking_lot::condvar", FutexRole::Condvar),
+            ("futex::RwLock", FutexRole::RwLock),
+            ("futex_rwlock::RwLock", FutexRole::RwLock),
+            ("parking_lot::raw_rwlock", FutexRole::RwLock),
+            ("futex::Mutex", FutexRole::Mutex),
+            ("futex_mutex::Mutex", FutexRole::Mutex),
+            ("parking_lot::raw_mutex", FutexRole::Mutex),
+            ("parking_lot::raw_fair_mutex", FutexRole::Mutex),
+            ("futex::Once", FutexRole::Once),
+            ("parking_lot::once", FutexRole::Once),
+            ("parking_lot_core", FutexRole::ParkingLot),
+            ("__lll_lock_wait", FutexRole::GlibcInternal),
+        ];
+        TABLE.iter().find(|(p, _)| f.contains(p)).map(|&(_, r)| r)
+    }
+}
+
+/// The role of a futex word: the innermost function of a known role on
+/// the waits' own return addresses (with their inlining chains) and call
+/// paths. Innermost, because a `Condvar::wait` re-takes its mutex after
+/// the wake: that wait, on the mutex word, is `Mutex::lock_contended`
+/// called from `Condvar::wait`, and is the mutex's. Where several waits
+/// disagree (a word reused), the one with the most waits wins.
+fn futex_role(names: &mut Names, process: u32, sites: &Stats, paths: &Stats) -> FutexRole {
+    let mut votes: Vec<(FutexRole, u64)> = Vec::new();
+    let mut vote = |r: FutexRole, n: u64| match votes.iter_mut().find(|v| v.0 == r) {
+        Some(v) => v.1 += n,
+        None => votes.push((r, n)),
+    };
+    let first = |frames: &[crate::symbols::Frame]| {
+        frames
+            .iter()
+            .filter_map(|f| f.function.as_deref())
+            .find_map(FutexRole::of_function)
+    };
+    for &(s, st) in sites {
+        if let Some(r) = first(&names.site(s).frames) {
+            vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
+        }
+    }
+    for &(stack, st) in paths {
+        let pcs = names
+            .meta
+            .stacks
+            .get(&stack)
+            .map(|s| s.frames.clone())
+            .unwrap_or_default();
+        for pc in pcs.into_iter().take(8) {
+            if let Some(r) = first(&names.code(process, pc).frames) {
+                vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
+                break;
+            }
+        }
+    }
+    votes
+        .into_iter()
+        .max_by_key(|&(r, n)| (n, std::cmp::Reverse(r as u8)))
+        .map_or(FutexRole::Unknown, |(r, _)| r)
+}
+
+/// Takes the futex words that are condition variables (Rust's `Condvar`,
+/// parking_lot's) out of the locks, with their blame rows: a condition
+/// wait waits for an event, not for a lock, and a barrier built on a
+/// Condvar is not lock contention that shortening a critical section
+/// would cure. Returned to be listed with the condition variables.
+fn split_futex_condvars(locks: &mut Vec<LockOut>, blame: &mut Vec<BlameOut>) -> Vec<LockOut> {
+    let kind = FutexRole::Condvar.kind();
+    let (conds, kept): (Vec<LockOut>, Vec<LockOut>) = std::mem::take(locks)
+        .into_iter()
+        .partition(|l| l.kind == kind);
+    *locks = kept;
+    blame.retain(|b| !conds.iter().any(|c| c.obj == b.obj));
+    conds
+}
+
+/// A futex condition variable's row among the condition variables, and
+/// its waits moved from the threads' lock time to their free time
+/// (blocked on a condition variable), where the interpreter counted them
+/// as lock waits: it cannot tell a futex word's role, which the symbols
+/// tell only here.
+fn futex_cond_out(l: LockOut, threads: &mut [ThreadOut]) -> CondOut {
+    for lt in &l.threads {
+        if let Some(t) = threads.iter_mut().find(|t| t.thread == lt.thread) {
+            let w = lt.wait_ns.min(t.lock_ns);
+            t.lock_ns -= w;
+            t.free_ns += w;
+            t.cond_wait_ns += w;
+        }
+    }
+    CondOut {
+        name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+        address: l.address,
+        pid: l.pid,
+        waits: l.contended,
+        timeouts: l.timeouts,
+        signals: l.wakes,
+        broadcasts: 0,
+        wait_ns: l.wait_ns,
+        threads: l
+            .threads
+            .iter()
+            .map(|t| ObjThreadOut {
+                tid: t.tid,
+                waits: t.contended,
+                wait_ns: t.wait_ns,
+                thread: t.thread,
+            })
+            .collect(),
     }
 }
 

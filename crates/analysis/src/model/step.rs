@@ -528,10 +528,21 @@ impl Model {
             ss.trylock_failures += 1;
         }
         ss.add_wait(wait);
-        if e.stack != 0 && failed.is_none() {
+        // Failed waits (EAGAIN: the word changed before the thread could
+        // sleep) keep their call path too: it is what names their site
+        // when the return address is the runtime's futex wrapper. Without
+        // it they were a row of their own, `futex_wait [no user frame]`,
+        // beside the same user line's waits that slept.
+        if e.stack != 0 {
             let ps = self.by_path.entry((fi, e.stack)).or_default();
-            ps.acquisitions += 1;
-            ps.contended += 1;
+            if failed.is_none() {
+                ps.acquisitions += 1;
+                ps.contended += 1;
+            } else if timed_out {
+                ps.timeouts += 1;
+            } else {
+                ps.trylock_failures += 1;
+            }
             ps.add_wait(wait);
         }
     }
