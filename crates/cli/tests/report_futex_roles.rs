@@ -130,3 +130,38 @@ fn futex_wait_sites_are_user_frames() {
         }
     }
 }
+
+// A cargo release build has its symbols but no DWARF: the note names the
+// Cargo.toml setting, not a -dbgsym package of a "stripped" binary.
+#[test]
+fn a_rust_build_without_debug_info_is_told_the_cargo_setting() {
+    let dir = temp("futex-nodebug");
+    // What cargo's release profile does: no debug info, and the std
+    // library's stripped too.
+    let bin = build_rust_with(
+        "report/rust_sync_roles",
+        &dir,
+        &["-O", "-C", "strip=debuginfo"],
+    );
+    let run = record(&dir, &[], &bin, &[], b"");
+    let t = run.trace_path.to_str().unwrap();
+    let r: Value = serde_json::from_str(&ok(&lockscope(&["report", t, "--json"], None))).unwrap();
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| n.contains("rust_sync_roles:"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{:#}", r["notes"]);
+    assert!(
+        notes[0].contains("debug = \"line-tables-only\""),
+        "{}",
+        notes[0]
+    );
+    assert!(
+        !notes[0].contains("stripped") && !notes[0].contains("dbgsym"),
+        "{}",
+        notes[0]
+    );
+}
