@@ -403,8 +403,9 @@ pub struct OverheadOut {
     pub share_of_thread_time: f64,
 }
 
-/// One lock.
-#[derive(Clone, Debug, Serialize)]
+/// One lock. Serialized by hand ([`LockJson`]): what a futex word does
+/// not show is null there.
+#[derive(Clone, Debug)]
 pub struct LockOut {
     /// Address, `0x...`.
     pub address: String,
@@ -424,7 +425,6 @@ pub struct LockOut {
     pub contended: u64,
     /// Reader-writer locks: acquisitions in read (shared) mode. Absent
     /// (not null) for other kinds, so their JSON is unchanged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub read_acquisitions: Option<u64>,
     /// contended / acquisitions.
     pub contended_ratio: f64,
@@ -435,7 +435,6 @@ pub struct LockOut {
     /// Acquisitions still blocked when the trace ended (a deadlock, a
     /// program killed while it waited); their wait so far is in
     /// `wait_ns`. Absent when 0, so that other traces' JSON is unchanged.
-    #[serde(skip_serializing_if = "is_zero")]
     pub still_waiting: u64,
     /// Acquisitions by a different thread than the previous one.
     pub owner_changes: u64,
@@ -463,10 +462,8 @@ pub struct LockOut {
     pub threads: Vec<LockThreadOut>,
     /// Index of the lock in the model (joins blame rows and advice to the
     /// lock without comparing display strings).
-    #[serde(skip)]
     pub(crate) obj: u32,
     /// A futex word waited on from Rust std's futex RwLock.
-    #[serde(skip)]
     pub(crate) rust_rwlock: bool,
 }
 
@@ -522,6 +519,131 @@ pub struct PathOut {
     pub contended: u64,
     /// Wait, ns.
     pub wait_ns: u64,
+}
+
+impl LockOut {
+    /// A futex word (Rust `std::sync`, parking_lot, glibc-internal
+    /// locks): only its waits and wakes are seen, never its acquisitions
+    /// or holds, which are null in JSON, empty in CSV and "-" in text and
+    /// HTML.
+    pub fn futex_only(&self) -> bool {
+        self.kind.starts_with("futex")
+    }
+}
+
+/// [`LockOut`] as JSON, in its field order: the figures a futex word does
+/// not show are null (they were 0, or waits that returned woken counted
+/// as acquisitions: "acquisitions 37 < contended 57" after two words were
+/// merged).
+#[derive(Serialize)]
+struct LockJson<'a> {
+    address: &'a str,
+    pid: u32,
+    exec_generation: u32,
+    kind: &'static str,
+    name: &'a Option<String>,
+    first_use: &'a str,
+    acquisitions: Option<u64>,
+    contended: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_acquisitions: Option<u64>,
+    contended_ratio: Option<f64>,
+    trylock_failures: u64,
+    timeouts: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    still_waiting: u64,
+    owner_changes: Option<u64>,
+    first_attempt_ratio: Option<f64>,
+    avg_waiters: Option<f64>,
+    wait_ns: &'a Summary,
+    hold_ns: Option<&'a Summary>,
+    slow_unlocks: Option<u64>,
+    unlock_ns: Option<u64>,
+    wakes: u64,
+    sites: &'a [SiteOut],
+    call_paths: Vec<PathJson<'a>>,
+    threads: Vec<LockThreadJson<'a>>,
+}
+
+/// A [`PathOut`] of a lock, its acquisitions null for a futex word.
+#[derive(Serialize)]
+struct PathJson<'a> {
+    frames: &'a [String],
+    acquisitions: Option<u64>,
+    contended: u64,
+    wait_ns: u64,
+}
+
+/// A [`LockThreadOut`], its acquisitions and hold null for a futex word.
+#[derive(Serialize)]
+struct LockThreadJson<'a> {
+    tid: u32,
+    name: &'a str,
+    acquisitions: Option<u64>,
+    contended: u64,
+    trylock_failures: u64,
+    timeouts: u64,
+    wait_ns: u64,
+    max_wait_ns: u64,
+    hold_ns: Option<u64>,
+}
+
+impl Serialize for LockOut {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let seen = !self.futex_only();
+        let v = |x: u64| seen.then_some(x);
+        let f = |x: f64| seen.then_some(x);
+        LockJson {
+            address: &self.address,
+            pid: self.pid,
+            exec_generation: self.exec_generation,
+            kind: self.kind,
+            name: &self.name,
+            first_use: &self.first_use,
+            acquisitions: v(self.acquisitions),
+            contended: self.contended,
+            read_acquisitions: self.read_acquisitions,
+            contended_ratio: f(self.contended_ratio),
+            trylock_failures: self.trylock_failures,
+            timeouts: self.timeouts,
+            still_waiting: self.still_waiting,
+            owner_changes: v(self.owner_changes),
+            first_attempt_ratio: f(self.first_attempt_ratio),
+            avg_waiters: f(self.avg_waiters),
+            wait_ns: &self.wait_ns,
+            hold_ns: seen.then_some(&self.hold_ns),
+            slow_unlocks: v(self.slow_unlocks),
+            unlock_ns: v(self.unlock_ns),
+            wakes: self.wakes,
+            sites: &self.sites,
+            call_paths: self
+                .call_paths
+                .iter()
+                .map(|p| PathJson {
+                    frames: &p.frames,
+                    acquisitions: v(p.acquisitions),
+                    contended: p.contended,
+                    wait_ns: p.wait_ns,
+                })
+                .collect(),
+            threads: self
+                .threads
+                .iter()
+                .map(|t| LockThreadJson {
+                    tid: t.tid,
+                    name: &t.name,
+                    acquisitions: v(t.acquisitions),
+                    contended: t.contended,
+                    trylock_failures: t.trylock_failures,
+                    timeouts: t.timeouts,
+                    wait_ns: t.wait_ns,
+                    max_wait_ns: t.max_wait_ns,
+                    hold_ns: v(t.hold_ns),
+                })
+                .collect(),
+        }
+        .serialize(s)
+    }
 }
 
 /// One thread's use of one lock.

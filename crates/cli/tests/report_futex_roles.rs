@@ -165,3 +165,49 @@ fn a_rust_build_without_debug_info_is_told_the_cargo_setting() {
         notes[0]
     );
 }
+
+// A futex word's acquisitions and holds are not seen: null in JSON and
+// empty in CSV, never a number (they were 0, or woken waits counted as
+// acquisitions, fewer than the contended ones after a merge).
+#[test]
+fn unseen_futex_lock_numbers_are_null_in_json() {
+    let r = record_roles("futex-null");
+    let j = &r.json;
+    let ls = rows(j, "locks", object(&r.stdout, "mutex"));
+    assert_eq!(ls.len(), 1, "{:#}", j["locks"]);
+    let l = ls[0];
+    for k in [
+        "acquisitions",
+        "contended_ratio",
+        "owner_changes",
+        "first_attempt_ratio",
+        "avg_waiters",
+        "hold_ns",
+    ] {
+        assert!(l[k].is_null(), "{k}: {l}");
+    }
+    assert!(
+        u(&l["contended"]) >= 1 && u(&l["wait_ns"]["total"]) > 0,
+        "{l}"
+    );
+    for t in l["threads"].as_array().unwrap() {
+        assert!(t["acquisitions"].is_null() && t["hold_ns"].is_null(), "{t}");
+    }
+    let csv = ok(&lockscope(
+        &["report", r.trace.to_str().unwrap(), "--csv"],
+        None,
+    ));
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let addr = l["address"].as_str().unwrap();
+    let row: Vec<&str> = lines
+        .find(|x| x.starts_with(addr))
+        .expect("the mutex in the CSV")
+        .split(',')
+        .collect();
+    for k in ["acquisitions", "hold_total_ns", "owner_changes"] {
+        assert_eq!(row[col(k)], "", "{k}: {row:?}");
+    }
+    assert_eq!(row[col("contended")], l["contended"].to_string());
+}
