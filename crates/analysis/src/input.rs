@@ -62,6 +62,10 @@ pub struct Meta {
     pub file_bytes: u64,
     /// The chunk index (for [`Merge`] and random access).
     pub index: TraceIndex,
+    /// Semaphores used as locks, decided over the whole trace
+    /// ([`crate::sync::SemLockFinder`]); the interpreter reports them as
+    /// locks of kind `semaphore-lock`.
+    pub semaphore_locks: Vec<crate::sync::ObjId>,
 }
 
 /// Reads a trace's records (not its events) and indexes its event chunks.
@@ -149,8 +153,41 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
             _ => {}
         }
     }
+    m.semaphore_locks = semaphore_locks(path, &m)?;
     progress(file_bytes, file_bytes);
     Ok(m)
+}
+
+/// The trace's semaphores used as locks. A second, time-ordered pass over
+/// the events, made only when the trace has a semaphore at all (its Lock
+/// record names the op that first used it), so that traces without
+/// semaphores pay nothing. The alternative, deciding as the interpreter
+/// goes, would have to report a semaphore's first acquisitions before
+/// knowing whether a later post from another thread makes it a signal.
+fn semaphore_locks(path: &Path, m: &Meta) -> Result<Vec<crate::sync::ObjId>, AnalysisError> {
+    use lockscope_format::Op;
+    let has_sem = m.locks.iter().any(|l| {
+        matches!(
+            Op::from_u8(l.first_op),
+            Some(Op::SemWait | Op::SemTrywait | Op::SemTimedwait | Op::SemPost)
+        )
+    });
+    if !has_sem || m.events == 0 {
+        return Ok(Vec::new());
+    }
+    let process: HashMap<u32, u32> = m.threads.values().map(|t| (t.id, t.process)).collect();
+    let mut finder = crate::sync::SemLockFinder::default();
+    let mut merge = Merge::new(path, &m.index)?;
+    merge.run_runs(
+        |thread, buf, a, b| {
+            let p = process.get(&thread).copied().unwrap_or(0);
+            for e in &buf[a..b] {
+                finder.event(p, thread, e);
+            }
+        },
+        &mut |_, _| {},
+    )?;
+    Ok(finder.finish())
 }
 
 impl Meta {

@@ -1088,28 +1088,31 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
             row("address,pid,kind,name,first_use,acquisitions,contended,contended_ratio,trylock_failures,timeouts,owner_changes,first_attempt_ratio,avg_waiters,wait_total_ns,wait_mean_ns,wait_max_ns,wait_p99_ns,hold_total_ns,hold_mean_ns,hold_max_ns,hold_p99_ns"
                 .split(',').map(String::from).collect());
             for l in &r.locks {
+                // What a futex word does not show is an empty cell (as
+                // JSON's null), not a 0 that reads as measured.
+                let seen = |v: String| if l.futex_only() { String::new() } else { v };
                 row(vec![
                     l.address.clone(),
                     s(&l.pid),
                     l.kind.into(),
                     l.name.clone().unwrap_or_default(),
                     l.first_use.clone(),
-                    s(&l.acquisitions),
+                    seen(s(&l.acquisitions)),
                     s(&l.contended),
-                    format!("{:.6}", l.contended_ratio),
+                    seen(format!("{:.6}", l.contended_ratio)),
                     s(&l.trylock_failures),
                     s(&l.timeouts),
-                    s(&l.owner_changes),
-                    format!("{:.6}", l.first_attempt_ratio),
-                    format!("{:.6}", l.avg_waiters),
+                    seen(s(&l.owner_changes)),
+                    seen(format!("{:.6}", l.first_attempt_ratio)),
+                    seen(format!("{:.6}", l.avg_waiters)),
                     s(&l.wait_ns.total),
                     format!("{:.1}", l.wait_ns.mean),
                     s(&l.wait_ns.max),
                     s(&l.wait_ns.p99),
-                    s(&l.hold_ns.total),
-                    format!("{:.1}", l.hold_ns.mean),
-                    s(&l.hold_ns.max),
-                    s(&l.hold_ns.p99),
+                    seen(s(&l.hold_ns.total)),
+                    seen(format!("{:.1}", l.hold_ns.mean)),
+                    seen(s(&l.hold_ns.max)),
+                    seen(s(&l.hold_ns.p99)),
                 ]);
             }
         }

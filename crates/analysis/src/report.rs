@@ -403,8 +403,9 @@ pub struct OverheadOut {
     pub share_of_thread_time: f64,
 }
 
-/// One lock.
-#[derive(Clone, Debug, Serialize)]
+/// One lock. Serialized by hand ([`LockJson`]): what a futex word does
+/// not show is null there.
+#[derive(Clone, Debug)]
 pub struct LockOut {
     /// Address, `0x...`.
     pub address: String,
@@ -417,13 +418,12 @@ pub struct LockOut {
     /// A mutex of a process run under `lockscope run --lock ALG`: the
     /// algorithm that replaced it (`ttas`, `mcs, spin`). Absent otherwise,
     /// so that other traces' JSON is unchanged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub swapped_lock: Option<String>,
     /// The exec generation that pairs this lock with the same program's
     /// in another recording: `exec_generation` less the images of
     /// `lockscope run` itself before it (a swapped run's program is the
-    /// exec of `run`'s child, a plain run's is the first image).
-    #[serde(skip)]
+    /// exec of `run`'s child, a plain run's is the first image). Not in
+    /// the JSON.
     pub program_generation: u32,
     /// Symbol of a static lock, else null.
     pub name: Option<String>,
@@ -435,7 +435,6 @@ pub struct LockOut {
     pub contended: u64,
     /// Reader-writer locks: acquisitions in read (shared) mode. Absent
     /// (not null) for other kinds, so their JSON is unchanged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub read_acquisitions: Option<u64>,
     /// contended / acquisitions.
     pub contended_ratio: f64,
@@ -446,7 +445,6 @@ pub struct LockOut {
     /// Acquisitions still blocked when the trace ended (a deadlock, a
     /// program killed while it waited); their wait so far is in
     /// `wait_ns`. Absent when 0, so that other traces' JSON is unchanged.
-    #[serde(skip_serializing_if = "is_zero")]
     pub still_waiting: u64,
     /// Acquisitions by a different thread than the previous one.
     pub owner_changes: u64,
@@ -474,10 +472,8 @@ pub struct LockOut {
     pub threads: Vec<LockThreadOut>,
     /// Index of the lock in the model (joins blame rows and advice to the
     /// lock without comparing display strings).
-    #[serde(skip)]
     pub(crate) obj: u32,
     /// A futex word waited on from Rust std's futex RwLock.
-    #[serde(skip)]
     pub(crate) rust_rwlock: bool,
 }
 
@@ -544,6 +540,134 @@ pub struct PathOut {
     pub contended: u64,
     /// Wait, ns.
     pub wait_ns: u64,
+}
+
+impl LockOut {
+    /// A futex word (Rust `std::sync`, parking_lot, glibc-internal
+    /// locks): only its waits and wakes are seen, never its acquisitions
+    /// or holds, which are null in JSON, empty in CSV and "-" in text and
+    /// HTML.
+    pub fn futex_only(&self) -> bool {
+        self.kind.starts_with("futex")
+    }
+}
+
+/// [`LockOut`] as JSON, in its field order: the figures a futex word does
+/// not show are null (they were 0, or waits that returned woken counted
+/// as acquisitions: "acquisitions 37 < contended 57" after two words were
+/// merged).
+#[derive(Serialize)]
+struct LockJson<'a> {
+    address: &'a str,
+    pid: u32,
+    exec_generation: u32,
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swapped_lock: &'a Option<String>,
+    name: &'a Option<String>,
+    first_use: &'a str,
+    acquisitions: Option<u64>,
+    contended: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_acquisitions: Option<u64>,
+    contended_ratio: Option<f64>,
+    trylock_failures: u64,
+    timeouts: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    still_waiting: u64,
+    owner_changes: Option<u64>,
+    first_attempt_ratio: Option<f64>,
+    avg_waiters: Option<f64>,
+    wait_ns: &'a Summary,
+    hold_ns: Option<&'a Summary>,
+    slow_unlocks: Option<u64>,
+    unlock_ns: Option<u64>,
+    wakes: u64,
+    sites: &'a [SiteOut],
+    call_paths: Vec<PathJson<'a>>,
+    threads: Vec<LockThreadJson<'a>>,
+}
+
+/// A [`PathOut`] of a lock, its acquisitions null for a futex word.
+#[derive(Serialize)]
+struct PathJson<'a> {
+    frames: &'a [String],
+    acquisitions: Option<u64>,
+    contended: u64,
+    wait_ns: u64,
+}
+
+/// A [`LockThreadOut`], its acquisitions and hold null for a futex word.
+#[derive(Serialize)]
+struct LockThreadJson<'a> {
+    tid: u32,
+    name: &'a str,
+    acquisitions: Option<u64>,
+    contended: u64,
+    trylock_failures: u64,
+    timeouts: u64,
+    wait_ns: u64,
+    max_wait_ns: u64,
+    hold_ns: Option<u64>,
+}
+
+impl Serialize for LockOut {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let seen = !self.futex_only();
+        let v = |x: u64| seen.then_some(x);
+        let f = |x: f64| seen.then_some(x);
+        LockJson {
+            address: &self.address,
+            pid: self.pid,
+            exec_generation: self.exec_generation,
+            kind: self.kind,
+            swapped_lock: &self.swapped_lock,
+            name: &self.name,
+            first_use: &self.first_use,
+            acquisitions: v(self.acquisitions),
+            contended: self.contended,
+            read_acquisitions: self.read_acquisitions,
+            contended_ratio: f(self.contended_ratio),
+            trylock_failures: self.trylock_failures,
+            timeouts: self.timeouts,
+            still_waiting: self.still_waiting,
+            owner_changes: v(self.owner_changes),
+            first_attempt_ratio: f(self.first_attempt_ratio),
+            avg_waiters: f(self.avg_waiters),
+            wait_ns: &self.wait_ns,
+            hold_ns: seen.then_some(&self.hold_ns),
+            slow_unlocks: v(self.slow_unlocks),
+            unlock_ns: v(self.unlock_ns),
+            wakes: self.wakes,
+            sites: &self.sites,
+            call_paths: self
+                .call_paths
+                .iter()
+                .map(|p| PathJson {
+                    frames: &p.frames,
+                    acquisitions: v(p.acquisitions),
+                    contended: p.contended,
+                    wait_ns: p.wait_ns,
+                })
+                .collect(),
+            threads: self
+                .threads
+                .iter()
+                .map(|t| LockThreadJson {
+                    tid: t.tid,
+                    name: &t.name,
+                    acquisitions: v(t.acquisitions),
+                    contended: t.contended,
+                    trylock_failures: t.trylock_failures,
+                    timeouts: t.timeouts,
+                    wait_ns: t.wait_ns,
+                    max_wait_ns: t.max_wait_ns,
+                    hold_ns: v(t.hold_ns),
+                })
+                .collect(),
+        }
+        .serialize(s)
+    }
 }
 
 /// One thread's use of one lock.
@@ -1204,7 +1328,10 @@ fn is_lockscope_run(p: &lockscope_format::Process) -> bool {
 }
 
 fn is_lock(k: Kind) -> bool {
-    matches!(k, Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex)
+    matches!(
+        k,
+        Kind::Mutex | Kind::Rwlock | Kind::Spin | Kind::Futex | Kind::SemLock
+    )
 }
 
 /// Turns a finished model into the report, in three stages:
@@ -1291,9 +1418,18 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
     let mut locks = lock_rows(meta, model, names);
     let mut blame = blame_rows(meta, model, names);
     merge_rust_rwlocks(&mut locks, &mut blame);
+    let futex_conds = split_futex_condvars(&mut locks, &mut blame);
     let (blame_matrix, blocking_sites) = aggregate_blame(&blame);
-    let threads = thread_rows(meta, model);
-    let (conds, barriers, semaphores) = object_rows(meta, model, names);
+    let mut threads = thread_rows(meta, model);
+    let (mut conds, barriers, semaphores) = object_rows(meta, model, names);
+    if !futex_conds.is_empty() {
+        conds.extend(
+            futex_conds
+                .into_iter()
+                .map(|l| futex_cond_out(l, &mut threads)),
+        );
+        conds.sort_by_key(|c| std::cmp::Reverse(c.wait_ns.total));
+    }
     let overhead = overhead_out(model, cfg);
     let mut notes: Vec<String> = names
         .sym
@@ -1794,17 +1930,15 @@ fn lock_out(
 ) -> LockOut {
     let o = &model.objs[i as usize];
     let (name, first_use) = names.obj_name(i);
+    // A futex word's role, from the runtime code that waits on it.
+    let role = if o.kind == Kind::Futex {
+        futex_role(names, o.process, site_stats, path_stats)
+    } else {
+        FutexRole::Unknown
+    };
     // Rust std's RwLock is two futex words (readers wait on the state,
-    // writers on `writer_notify` 4 bytes after it): found by the wait's
-    // own return address, in std's RwLock code.
-    let rust_rwlock = o.kind == Kind::Futex
-        && site_stats.iter().any(|&(s, _)| {
-            names.site(s).frames.iter().any(|f| {
-                f.function
-                    .as_deref()
-                    .is_some_and(|n| n.contains("sync::rwlock::futex::RwLock"))
-            })
-        });
+    // writers on `writer_notify` 4 bytes after it): merged into one row.
+    let rust_rwlock = role == FutexRole::RwLock;
     // Sites by their user frame (see `Location::user_view`). Several
     // return addresses can be the same source line (and a site without
     // line info is its module+offset): merged by that.
@@ -1918,7 +2052,11 @@ fn lock_out(
         address: format!("{:#x}", o.addr),
         pid: pid_of(meta, o.process),
         exec_generation: gen_of(meta, o.process),
-        kind: o.kind.name(),
+        kind: if o.kind == Kind::Futex {
+            role.kind()
+        } else {
+            o.kind.name()
+        },
         swapped_lock: (o.kind == Kind::Mutex)
             .then(|| swapped_lock_of(meta, o.process))
             .flatten(),
@@ -1945,6 +2083,156 @@ fn lock_out(
         threads,
         obj: i,
         rust_rwlock,
+    }
+}
+
+/// What a futex word is, told by the runtime code that waits on it (the
+/// recorder sees only `syscall(SYS_futex, ...)`: Rust's `std::sync`,
+/// parking_lot and glibc's internal locks bypass pthreads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FutexRole {
+    Mutex,
+    RwLock,
+    Condvar,
+    Once,
+    ParkingLot,
+    GlibcInternal,
+    Unknown,
+}
+
+impl FutexRole {
+    /// The `kind` of its row.
+    fn kind(self) -> &'static str {
+        match self {
+            FutexRole::Mutex => "futex-mutex",
+            FutexRole::RwLock => "futex-rwlock",
+            FutexRole::Condvar => "futex-condvar",
+            FutexRole::Once => "futex-once",
+            FutexRole::ParkingLot => "futex-parking-lot",
+            FutexRole::GlibcInternal => "futex-glibc",
+            FutexRole::Unknown => "futex",
+        }
+    }
+
+    /// The role a function name reveals, if any. Rust std 1.8x names
+    /// (`std::sys::sync::mutex::futex::Mutex::lock_contended`,
+    /// `...::rwlock::futex::RwLock::read_contended` / `write_contended`,
+    /// `...::condvar::futex::Condvar::wait...`, `...::once::futex::Once::call`,
+    /// checked on a program built here); older std paths (`sys::unix::locks`)
+    /// and parking_lot's (`parking_lot::raw_mutex`, `raw_rwlock`,
+    /// `condvar`, `once`, or only its thread parker) the same way.
+    fn of_function(f: &str) -> Option<FutexRole> {
+        const TABLE: &[(&str, FutexRole)] = &[
+            ("futex::Condvar", FutexRole::Condvar),
+            ("futex_condvar::Condvar", FutexRole::Condvar),
+            ("parking_lot::condvar", FutexRole::Condvar),
+            ("futex::RwLock", FutexRole::RwLock),
+            ("futex_rwlock::RwLock", FutexRole::RwLock),
+            ("parking_lot::raw_rwlock", FutexRole::RwLock),
+            ("futex::Mutex", FutexRole::Mutex),
+            ("futex_mutex::Mutex", FutexRole::Mutex),
+            ("parking_lot::raw_mutex", FutexRole::Mutex),
+            ("parking_lot::raw_fair_mutex", FutexRole::Mutex),
+            ("futex::Once", FutexRole::Once),
+            ("parking_lot::once", FutexRole::Once),
+            ("parking_lot_core", FutexRole::ParkingLot),
+            ("__lll_lock_wait", FutexRole::GlibcInternal),
+        ];
+        TABLE.iter().find(|(p, _)| f.contains(p)).map(|&(_, r)| r)
+    }
+}
+
+/// The role of a futex word: the innermost function of a known role on
+/// the waits' own return addresses (with their inlining chains) and call
+/// paths. Innermost, because a `Condvar::wait` re-takes its mutex after
+/// the wake: that wait, on the mutex word, is `Mutex::lock_contended`
+/// called from `Condvar::wait`, and is the mutex's. Where several waits
+/// disagree (a word reused), the one with the most waits wins.
+fn futex_role(names: &mut Names, process: u32, sites: &Stats, paths: &Stats) -> FutexRole {
+    let mut votes: Vec<(FutexRole, u64)> = Vec::new();
+    let mut vote = |r: FutexRole, n: u64| match votes.iter_mut().find(|v| v.0 == r) {
+        Some(v) => v.1 += n,
+        None => votes.push((r, n)),
+    };
+    let first = |frames: &[crate::symbols::Frame]| {
+        frames
+            .iter()
+            .filter_map(|f| f.function.as_deref())
+            .find_map(FutexRole::of_function)
+    };
+    for &(s, st) in sites {
+        if let Some(r) = first(&names.site(s).frames) {
+            vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
+        }
+    }
+    for &(stack, st) in paths {
+        let pcs = names
+            .meta
+            .stacks
+            .get(&stack)
+            .map(|s| s.frames.clone())
+            .unwrap_or_default();
+        for pc in pcs.into_iter().take(8) {
+            if let Some(r) = first(&names.code(process, pc).frames) {
+                vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
+                break;
+            }
+        }
+    }
+    votes
+        .into_iter()
+        .max_by_key(|&(r, n)| (n, std::cmp::Reverse(r as u8)))
+        .map_or(FutexRole::Unknown, |(r, _)| r)
+}
+
+/// Takes the futex words that are condition variables (Rust's `Condvar`,
+/// parking_lot's) out of the locks, with their blame rows: a condition
+/// wait waits for an event, not for a lock, and a barrier built on a
+/// Condvar is not lock contention that shortening a critical section
+/// would cure. Returned to be listed with the condition variables.
+fn split_futex_condvars(locks: &mut Vec<LockOut>, blame: &mut Vec<BlameOut>) -> Vec<LockOut> {
+    let kind = FutexRole::Condvar.kind();
+    let (conds, kept): (Vec<LockOut>, Vec<LockOut>) = std::mem::take(locks)
+        .into_iter()
+        .partition(|l| l.kind == kind);
+    *locks = kept;
+    blame.retain(|b| !conds.iter().any(|c| c.obj == b.obj));
+    conds
+}
+
+/// A futex condition variable's row among the condition variables, and
+/// its waits moved from the threads' lock time to their free time
+/// (blocked on a condition variable), where the interpreter counted them
+/// as lock waits: it cannot tell a futex word's role, which the symbols
+/// tell only here.
+fn futex_cond_out(l: LockOut, threads: &mut [ThreadOut]) -> CondOut {
+    for lt in &l.threads {
+        if let Some(t) = threads.iter_mut().find(|t| t.thread == lt.thread) {
+            let w = lt.wait_ns.min(t.lock_ns);
+            t.lock_ns -= w;
+            t.free_ns += w;
+            t.cond_wait_ns += w;
+        }
+    }
+    CondOut {
+        name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+        address: l.address,
+        pid: l.pid,
+        waits: l.contended,
+        timeouts: l.timeouts,
+        signals: l.wakes,
+        broadcasts: 0,
+        wait_ns: l.wait_ns,
+        threads: l
+            .threads
+            .iter()
+            .map(|t| ObjThreadOut {
+                tid: t.tid,
+                waits: t.contended,
+                wait_ns: t.wait_ns,
+                thread: t.thread,
+            })
+            .collect(),
     }
 }
 

@@ -340,14 +340,29 @@ impl Module {
         // Not for the C and C++ runtimes: their frames are skipped unless
         // `--frames all`, and a note per runtime library is noise.
         let quiet = is_runtime_module(base_name(path));
+        // A Rust program built by cargo's release profile has its symbols
+        // but no DWARF: not stripped, and no distribution debug package
+        // exists for it; the fix is in its Cargo.toml. Told by rustc's
+        // `.comment` entry (every rustc-linked ELF has one), or, where
+        // that section was removed, a symbol only Rust's std defines.
+        let rust = !has_dwarf && is_rust_binary(&file, &symbols);
         let mut note = (!quiet && !has_dwarf && debug.path.is_none() && !debug.looked.is_empty())
             .then(|| {
-                format!(
-                    "{path}: no debug info (stripped) and no separate debug file found \
+                if rust {
+                    format!(
+                        "{path}: a Rust build without debug info (cargo's release profile \
+                         has none): add `debug = \"line-tables-only\"` to `[profile.release]` \
+                         in Cargo.toml (or build with `-C debuginfo=line-tables-only`) for \
+                         file and line of each site"
+                    )
+                } else {
+                    format!(
+                        "{path}: no debug info (stripped) and no separate debug file found \
                  (looked for {}); install its debug package (-dbgsym / -dbg) for \
                  function names and lines",
-                    debug.looked.join(", ")
-                )
+                        debug.looked.join(", ")
+                    )
+                }
             });
         if !debug.fetch_errors.is_empty() {
             let why = format!("debuginfod failed: {}", debug.fetch_errors.join("; "));
@@ -391,6 +406,19 @@ impl Module {
         let inside = va - start < (*size).max(1);
         inside.then(|| (demangle(name), va - start))
     }
+}
+
+/// Was this ELF file linked by rustc?
+fn is_rust_binary(file: &object::File<'_>, symbols: &[(u64, u64, String)]) -> bool {
+    use object::ObjectSection;
+    let comment = file
+        .section_by_name(".comment")
+        .and_then(|s| s.data().ok())
+        .is_some_and(|d| d.windows(13).any(|w| w == b"rustc version"));
+    comment
+        || symbols
+            .iter()
+            .any(|s| s.2.contains("rust_begin_unwind") || s.2.starts_with("__rust_"))
 }
 
 /// Where a stripped module's debug file was found, and where it was

@@ -437,6 +437,63 @@ fn semaphore_wait_post_and_failed_trywait() {
     );
 }
 
+// A semaphore whose count stays in {0, 1} and that its taker posts is a
+// lock: its waits and posts become acquisitions and releases.
+#[test]
+fn a_semaphore_posted_by_its_taker_is_interpreted_as_a_lock() {
+    check(
+        "semaphore-lock",
+        vec![
+            vec![
+                e(10, Op::SemWait, DONE, S),
+                e(20, Op::SemPost, DONE, S),
+                ev(31, Op::SemTrywait, FAIL, S, EAGAIN, 0),
+                e(32, Op::SemTimedwait, BEGIN, S),
+                e(41, Op::SemTimedwait, CONT, S),
+                e(50, Op::SemPost, DONE, S),
+            ],
+            vec![e(30, Op::SemWait, DONE, S), e(40, Op::SemPost, DONE, S)],
+        ],
+        &[
+            "1 @10 acquired 50 Exclusive via Lock first | holds 50",
+            "1 @20 released 50",
+            "2 @30 acquired 50 Exclusive via Lock first | holds 50",
+            "1 @31 failed 50 errno 11 try wait 0",
+            "1 @32 begin 50",
+            "2 @40 released 50",
+            "1 @41 acquired 50 Exclusive via Timedlock waited 9 | holds 50",
+            "1 @50 released 50",
+            "1 @50 end",
+            "2 @50 end",
+        ],
+    );
+}
+
+// One post from a thread that did not take it (a hand-off) keeps a
+// semaphore a semaphore for the whole trace, its earlier uses included.
+#[test]
+fn a_semaphore_posted_by_another_thread_stays_a_semaphore() {
+    check(
+        "semaphore-handoff",
+        vec![
+            vec![
+                e(10, Op::SemWait, DONE, S),
+                e(20, Op::SemPost, DONE, S),
+                e(30, Op::SemWait, DONE, S),
+            ],
+            vec![e(40, Op::SemPost, DONE, S)],
+        ],
+        &[
+            "1 @10 sem end 50",
+            "1 @20 post 50",
+            "1 @30 sem end 50",
+            "2 @40 post 50",
+            "1 @40 end",
+            "2 @40 end",
+        ],
+    );
+}
+
 #[test]
 fn barrier_round_names_its_last_arriver() {
     check(

@@ -467,7 +467,7 @@ fn rust_std_mutex_sites_are_the_users_lines() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["kind"] == "futex" && l["contended"].as_u64() == Some(3))
+        .find(|l| l["kind"] == "futex-mutex" && l["contended"].as_u64() == Some(3))
         .expect("the std mutex: 3 contended waits");
     let sites = futex["sites"].as_array().unwrap();
     assert_eq!(sites.len(), 1, "{sites:?}");

@@ -183,18 +183,20 @@ fn report_data(r: &Report) -> Value {
         .locks
         .iter()
         .map(|l| {
+            // Unseen for a futex word: null, shown "-" (not 0).
+            let seen = !l.futex_only();
             json!([
                 stacks::lock_label(l.name.as_deref(), &l.address),
                 // `mutex (ttas)` for a mutex `lockscope run` replaced.
                 l.kind_label(),
                 l.pid,
-                l.acquisitions,
+                seen.then_some(l.acquisitions),
                 l.contended,
-                l.contended_ratio,
+                seen.then_some(l.contended_ratio),
                 l.wait_ns.total,
                 l.wait_ns.max,
-                l.hold_ns.total,
-                l.owner_changes,
+                seen.then_some(l.hold_ns.total),
+                seen.then_some(l.owner_changes),
                 l.sites.first().map_or("", |s| s.name.as_str()),
             ])
         })

@@ -109,7 +109,7 @@ ops! {
     SemWait = 20,
     /// `sem_trywait`.
     SemTrywait = 21,
-    /// `sem_timedwait`.
+    /// `sem_timedwait` and `sem_clockwait`.
     SemTimedwait = 22,
     /// `sem_post`.
     SemPost = 23,

@@ -413,9 +413,13 @@ impl Model {
         site: u64,
     ) {
         if let Some(kind) = Op::from_u8(first_op).and_then(Kind::of) {
-            let s = self.site(process, site);
-            self.obj(process, kind, addr, s, first_ns);
+            self.declare(process, kind, addr, first_ns, site);
         }
+    }
+
+    fn declare(&mut self, process: u32, kind: Kind, addr: u64, first_ns: u64, site: u64) {
+        let s = self.site(process, site);
+        self.obj(process, kind, addr, s, first_ns);
     }
 
     /// Sets a thread's end (from ThreadEnd / ProcessEnd / footer).
@@ -475,7 +479,17 @@ impl Model {
             model.add_thread(t.id, t.process, t.tid, name, t.start_ns);
         }
         for l in &meta.locks {
-            model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
+            let id = crate::sync::ObjId {
+                process: l.process,
+                addr: l.addr,
+            };
+            if meta.semaphore_locks.binary_search(&id).is_ok() {
+                // Declared as the lock the interpreter makes of it, not as
+                // a semaphore: an empty row in the semaphores table else.
+                model.declare(l.process, Kind::SemLock, l.addr, l.first_ns, l.first_site);
+            } else {
+                model.add_lock_info(l.process, l.addr, l.first_op, l.first_ns, l.first_site);
+            }
         }
         let si = crate::sync::for_each_step_progress(path, meta, correct, progress, |s, si| {
             model.step(s);

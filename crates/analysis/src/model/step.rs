@@ -55,7 +55,7 @@ impl Model {
                 o.take_waiter(ti as u32);
             }
             StepKind::AcquireBegin { .. } => {
-                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let kind = crate::sync::lock_kind(op);
                 let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
                 let o = &mut self.objs[r.obj as usize];
                 o.settle(e.time);
@@ -91,17 +91,17 @@ impl Model {
             StepKind::Released(section) => {
                 // Resolved as at an unlock call, so that a lock first seen
                 // here is named after this call site.
-                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let kind = crate::sync::lock_kind(op);
                 self.resolve(ti, process, kind, e.addr, e.site, e.time);
                 self.release_hold(ti, process, &section, e.time, s.clock);
             }
             StepKind::UnmatchedRelease { .. } => {
-                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let kind = crate::sync::lock_kind(op);
                 let oi = self.resolve(ti, process, kind, e.addr, e.site, e.time).obj;
                 self.objs[oi as usize].settle(e.time);
             }
             StepKind::ReleaseEnd { lock, unlock_ns } => {
-                let kind = op.and_then(Kind::of).unwrap_or(Kind::Mutex);
+                let kind = crate::sync::lock_kind(op);
                 let oi = self.known_obj(lock.process, kind, lock.addr, s.time);
                 let o = &mut self.objs[oi as usize];
                 o.slow_unlocks += 1;
@@ -274,7 +274,7 @@ impl Model {
         first_attempt: bool,
     ) {
         let e = s.event;
-        let kind = e.op().and_then(Kind::of).unwrap_or(Kind::Mutex);
+        let kind = crate::sync::lock_kind(e.op());
         let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
         let (oi, site) = (r.obj, r.site);
         self.objs[oi as usize].settle(e.time);
@@ -333,7 +333,7 @@ impl Model {
         is_try: bool,
     ) {
         let e = s.event;
-        let kind = e.op().and_then(Kind::of).unwrap_or(Kind::Mutex);
+        let kind = crate::sync::lock_kind(e.op());
         let r = self.resolve(ti, process, kind, e.addr, e.site, e.time);
         let (oi, site) = (r.obj, r.site);
         self.objs[oi as usize].settle(e.time);
@@ -528,10 +528,21 @@ impl Model {
             ss.trylock_failures += 1;
         }
         ss.add_wait(wait);
-        if e.stack != 0 && failed.is_none() {
+        // Failed waits (EAGAIN: the word changed before the thread could
+        // sleep) keep their call path too: it is what names their site
+        // when the return address is the runtime's futex wrapper. Without
+        // it they were a row of their own, `futex_wait [no user frame]`,
+        // beside the same user line's waits that slept.
+        if e.stack != 0 {
             let ps = self.by_path.entry((fi, e.stack)).or_default();
-            ps.acquisitions += 1;
-            ps.contended += 1;
+            if failed.is_none() {
+                ps.acquisitions += 1;
+                ps.contended += 1;
+            } else if timed_out {
+                ps.timeouts += 1;
+            } else {
+                ps.trylock_failures += 1;
+            }
             ps.add_wait(wait);
         }
     }

@@ -253,7 +253,7 @@
       th.addEventListener('click', function () {
         var asc = th.getAttribute('data-asc') !== '1';
         th.setAttribute('data-asc', asc ? '1' : '0');
-        rows.sort(function (a, b) { var x = a[i], y = b[i]; var r = (typeof x === 'number') ? x - y : String(x).localeCompare(String(y)); return asc ? r : -r; });
+        rows.sort(function (a, b) { var x = a[i], y = b[i]; var r = (x === null || y === null) ? (x === null) - (y === null) : (typeof x === 'number') ? x - y : String(x).localeCompare(String(y)); return asc ? r : -r; });
         fill();
       });
       thead.appendChild(th);
@@ -265,7 +265,7 @@
       rows.forEach(function (r) {
         var tr = el('tr');
         r.forEach(function (v, i) {
-          var f = fmt[i], s = f === 'ns' ? ms(v) : f === '%' ? pct(v) : String(v);
+          var f = fmt[i], s = v === null ? '-' : f === 'ns' ? ms(v) : f === '%' ? pct(v) : String(v);
           tr.appendChild(el('td', { 'class': f === 't' ? 't' : '' }, s));
         });
         body.appendChild(tr);
