@@ -88,6 +88,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
         per_thread[x] += t - from;
     });
     let mut sym = Symbolizer::for_meta(meta, symbolize);
+    let lock_names = crate::locknames::LockNames::new(meta, &mut sym);
     let mut threads: Vec<ThreadOnPath> = (0..n)
         .filter(|&i| per_thread[i] > 0)
         .map(|i| ThreadOnPath {
@@ -114,9 +115,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
         }
         sites.sort_by_key(|s| std::cmp::Reverse(s.ns));
         locks.push(LockOnPath {
-            lock: sym
-                .data(id.process, id.addr)
-                .unwrap_or_else(|| format!("{:#x}", id.addr)),
+            lock: lock_names.label(&mut sym, id.process, id.addr),
             held_on_path_ns: held,
             wait_ns: wait,
             off_path: held == 0,

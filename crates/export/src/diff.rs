@@ -1,8 +1,9 @@
 //! Before/after comparison of two reports (`lockscope diff A B`): the same
 //! program recorded twice, before and after a fix, or with another lock
 //! algorithm. Locks are matched by what stays the same between runs,
-//! never by address (ASLR moves everything): a lock's symbol, else the
-//! place it was first used (`function (file:line)`), with its kind and
+//! never by address (ASLR moves everything): a lock's symbol, else its
+//! class member (`ThreadPool::m_`), else the place it was first used
+//! (`function (file:line)`), with its kind and
 //! the exec generation of its process; several unnamed locks first used
 //! at the same place are one row (their sums). Sites are matched by their
 //! user frame name.
@@ -111,9 +112,17 @@ struct Acc {
 }
 
 fn key_of(l: &lockscope_analysis::report::LockOut) -> (String, String) {
-    let name = match &l.name {
-        Some(n) => n.clone(),
-        None => format!("first use at {}", l.first_use),
+    use lockscope_analysis::locknames::NamedBy;
+    // The name without the `#N` that made it unique in one run: two
+    // pools' `ThreadPool::m_` are one row, as unnamed locks first used at
+    // one place are. A lock named by its first use keeps the finer
+    // `function (file:line)` of that use.
+    let name = match l.named_by {
+        NamedBy::Symbol | NamedBy::Member => l.label_base.clone(),
+        _ => match &l.name {
+            Some(n) => n.clone(),
+            None => format!("first use at {}", l.first_use),
+        },
     };
     let name = if l.exec_generation > 0 {
         format!("{name} (exec {})", l.exec_generation)

@@ -184,7 +184,7 @@ fn report_data(r: &Report) -> Value {
         .iter()
         .map(|l| {
             json!([
-                stacks::lock_label(l.name.as_deref(), &l.address),
+                l.label.clone(),
                 l.kind,
                 l.pid,
                 l.acquisitions,
