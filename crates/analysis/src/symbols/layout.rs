@@ -262,6 +262,9 @@ impl Layout {
                 continue;
             }
             let Some(ty) = ref_of(k, gimli::DW_AT_type, base) else {
+                // A type this walk cannot follow (a type unit's signature,
+                // `-fdebug-types-section`) may be a lock: no inference.
+                out.push(Held::Unknown);
                 continue;
             };
             let path = if inherit {
