@@ -133,8 +133,7 @@ fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
     }
 }
 
-// See issue 28: the LOCKS table said "0 contended" next to the wait of a
-// lock the threads were stuck on.
+// See issue 28.
 #[test]
 fn the_locks_table_counts_a_deadlocked_wait_as_still_waiting() {
     let (_dir, trace, _, _, _) = record_deadlock("deadlock-table", &[]);
@@ -156,8 +155,7 @@ fn the_locks_table_counts_a_deadlocked_wait_as_still_waiting() {
     );
 }
 
-// See issue 28: a deadlocked lock was advised to "shorten that critical
-// section".
+// See issue 28.
 #[test]
 fn advice_for_a_deadlocked_lock_points_to_the_deadlock() {
     let (_dir, trace, a, b, _) = record_deadlock("deadlock-advice", &[]);
@@ -176,8 +174,7 @@ fn advice_for_a_deadlocked_lock_points_to_the_deadlock() {
     }
 }
 
-// See issue 28: under --stacks none the DEADLOCK section printed empty
-// call paths without saying why.
+// See issue 28.
 #[test]
 fn a_deadlock_recorded_without_stacks_says_why_it_has_no_call_paths() {
     let (_dir, trace, _, _, _) = record_deadlock("deadlock-nostacks", &["--stacks", "none"]);

@@ -1,7 +1,7 @@
-//! Names of locks that have no symbol of their own (see issue 28): a
-//! heap object's member lock is named by its class and member when DWARF
-//! says which member it is, else by its first use; a lock inside a global
-//! struct by its member path. The names appear the same in the text
+//! Names of locks that have no symbol of their own: a heap object's
+//! member lock is named by its class and member when DWARF says which
+//! member it is, else by its first use; a lock inside a global struct by
+//! its member path. The names appear the same in the text
 //! report, its JSON, the folded stacks and the pprof profile.
 //!
 //! Ground truth: tests/programs/report/member_locks.cpp prints its locks'
