@@ -192,6 +192,10 @@ pub enum AdviceKind {
     /// A barrier (an OpenMP region's end included) whose waiting is
     /// mostly for one late thread: balance the work before it.
     BalanceWork,
+    /// A lock threads were deadlocked on when the trace ended: its wait
+    /// is the deadlock's, which no shorter section or other algorithm
+    /// ends.
+    BreakDeadlock,
 }
 
 impl AdviceKind {
@@ -205,8 +209,50 @@ impl AdviceKind {
             AdviceKind::UseMutex => "use_mutex",
             AdviceKind::ReduceHold => "reduce_hold",
             AdviceKind::BalanceWork => "balance_work",
+            AdviceKind::BreakDeadlock => "break_deadlock",
         }
     }
+}
+
+/// The recommendation for a lock that threads of a deadlock wait for
+/// (DEADLOCK section): take the locks of the cycle in one order.
+fn break_deadlock(report: &Report, l: &crate::report::LockOut) -> Option<Recommendation> {
+    let d = report
+        .deadlocks
+        .iter()
+        .find(|d| d.pid == l.pid && d.threads.iter().any(|s| s.waits_for == l.label))?;
+    let locks: Vec<&str> = d.threads.iter().map(|s| s.waits_for.as_str()).collect();
+    let tids: Vec<String> = d.threads.iter().map(|s| s.tid.to_string()).collect();
+    let mut ev = Evidence::default();
+    ev.put("wait_ns", l.wait_ns.total as f64);
+    ev.put("still_waiting", l.still_waiting as f64);
+    ev.put("threads", d.threads.len() as f64);
+    Some(Recommendation {
+        kind: AdviceKind::BreakDeadlock,
+        lock: l.label.clone(),
+        address: l.address.clone(),
+        pid: l.pid,
+        advice: format!(
+            "break the deadlock (see DEADLOCK): threads {} each hold a lock the next one \
+             waits for; take {} in one order everywhere, or take them together \
+             (std::scoped_lock, or a trylock that backs off)",
+            tids.join(", "),
+            locks.join(" and ")
+        ),
+        evidence_text: format!(
+            "{} of its wait is {} still blocked when the trace ended",
+            ns(l.wait_ns.total),
+            if l.still_waiting == 1 {
+                "1 acquisition".to_string()
+            } else {
+                format!("{} acquisitions", count(l.still_waiting))
+            }
+        ),
+        evidence: ev,
+        command: None,
+        wait_addressed_ns: l.wait_ns.total,
+        obj: l.obj,
+    })
 }
 
 /// Named numbers behind a recommendation, in a fixed order. Serialized as
@@ -333,7 +379,14 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
         if l.wait_ns.total == 0 || (l.wait_ns.total as f64) < MIN_WAIT_SHARE * thread_time as f64 {
             continue;
         }
-        let label = l.name.clone().unwrap_or_else(|| l.address.clone());
+        let label = l.label.clone();
+        if let Some(r) = break_deadlock(report, l) {
+            // The other rules read a deadlocked lock's wait as throughput
+            // lost to contention (a long "hold" to shorten): it is the
+            // deadlock, and only breaking it helps.
+            out.push(r);
+            continue;
+        }
         // By the lock's identity, not its name: after a fork the parent's
         // and the child's copy of a static lock have the same name.
         let blocking: Vec<_> = report

@@ -104,6 +104,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
         per_thread[x] += t - from;
     });
     let mut sym = Symbolizer::for_meta(meta, symbolize);
+    let lock_names = crate::locknames::LockNames::new(meta, &mut sym);
     let mut threads: Vec<ThreadOnPath> = (0..n)
         .filter(|&i| per_thread[i] > 0)
         .map(|i| ThreadOnPath {
@@ -149,9 +150,7 @@ pub fn analyze(p: &Program, meta: &Meta, cpus: u32, symbolize: bool) -> Critical
         }
         sites.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.site.cmp(&b.site)));
         locks.push(LockOnPath {
-            lock: sym
-                .data(id.process, id.addr)
-                .unwrap_or_else(|| format!("{:#x}", id.addr)),
+            lock: lock_names.label(&mut sym, id.process, id.addr),
             held_on_path_ns: held,
             wait_ns: wait,
             off_path: held == 0,

@@ -26,6 +26,7 @@ pub mod hangs;
 pub mod hb;
 pub mod hist;
 pub mod input;
+pub mod locknames;
 pub mod lockset;
 pub mod model;
 pub mod occ;

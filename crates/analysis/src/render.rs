@@ -445,8 +445,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     ]);
     t.labels(&labels);
     for (i, l) in r.locks.iter().enumerate() {
-        let name = l.name.clone().unwrap_or_else(|| l.address.clone());
-        let mut row = vec![(i + 1).to_string(), name];
+        let mut row = vec![(i + 1).to_string(), l.label.clone()];
         if several {
             row.push(l.pid.to_string());
         }
@@ -457,7 +456,7 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         row.extend([
             l.kind_label(),
             unknown(count(l.acquisitions)),
-            count(l.contended),
+            contended_cell(l),
             unknown(pct(l.contended_ratio)),
             unknown(count(l.owner_changes)),
             count(l.trylock_failures),
@@ -480,6 +479,13 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     if r.locks.iter().any(|l| l.kind.starts_with("futex")) {
         let _ = writeln!(out, "  {FUTEX_NOTE}");
     }
+    if r.locks.iter().any(|l| l.still_waiting > 0) {
+        let _ = writeln!(
+            out,
+            "  +N waiting: acquisitions still blocked when the trace ended (a deadlock, a \
+             program killed while it waited); their wait so far is in the wait columns."
+        );
+    }
     for (i, l) in r.locks.iter().enumerate() {
         if o.sites_per_lock == 0 {
             break;
@@ -489,7 +495,12 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             "\n  #{} {} {} at {}{}, first used at {}{}; sites:",
             i + 1,
             l.kind_label(),
-            l.name.as_deref().unwrap_or("(no symbol)"),
+            // The address follows: not twice.
+            if l.named_by == crate::locknames::NamedBy::Address {
+                "(no symbol)"
+            } else {
+                l.label.as_str()
+            },
             l.address,
             if several {
                 format!(" in pid {}", l.pid)
@@ -823,6 +834,17 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     }
 }
 
+/// The LOCKS table's contended cell: the acquisitions that waited, and
+/// those still waiting when the trace ended (`0+1 waiting`: a deadlocked
+/// lock whose wait stands next to it is not "0 contended").
+fn contended_cell(l: &crate::report::LockOut) -> String {
+    if l.still_waiting > 0 {
+        format!("{}+{} waiting", count(l.contended), count(l.still_waiting))
+    } else {
+        count(l.contended)
+    }
+}
+
 /// DEADLOCK and STILL BLOCKED sections, first after the header: a hang
 /// is the first thing to see.
 fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
@@ -837,6 +859,9 @@ fn hangs(r: &Report, several: bool, o: &TextOptions, out: &mut String) {
                 String::new()
             }
         );
+        if let (Some(why), true) = (&d.no_paths, o.paths > 0) {
+            let _ = writeln!(out, "  ({why})");
+        }
         for s in &d.threads {
             let _ = writeln!(
                 out,
@@ -1085,7 +1110,7 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
     let s = |v: &dyn ToString| v.to_string();
     match table {
         CsvTable::Locks => {
-            row("address,pid,kind,name,first_use,acquisitions,contended,contended_ratio,trylock_failures,timeouts,owner_changes,first_attempt_ratio,avg_waiters,wait_total_ns,wait_mean_ns,wait_max_ns,wait_p99_ns,hold_total_ns,hold_mean_ns,hold_max_ns,hold_p99_ns"
+            row("address,pid,kind,name,first_use,acquisitions,contended,contended_ratio,trylock_failures,timeouts,owner_changes,first_attempt_ratio,avg_waiters,wait_total_ns,wait_mean_ns,wait_max_ns,wait_p99_ns,hold_total_ns,hold_mean_ns,hold_max_ns,hold_p99_ns,label,named_by"
                 .split(',').map(String::from).collect());
             for l in &r.locks {
                 // What a futex word does not show is an empty cell (as
@@ -1113,6 +1138,9 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
                     seen(format!("{:.1}", l.hold_ns.mean)),
                     seen(s(&l.hold_ns.max)),
                     seen(s(&l.hold_ns.p99)),
+                    // Last, so that the columns before keep their places.
+                    l.label.clone(),
+                    l.named_by.as_str().into(),
                 ]);
             }
         }
@@ -1123,7 +1151,7 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
                 for x in &l.sites {
                     row(vec![
                         l.address.clone(),
-                        l.name.clone().unwrap_or_default(),
+                        l.label.clone(),
                         x.function.clone().unwrap_or_default(),
                         x.file.clone().unwrap_or_default(),
                         x.line.map(|v| v.to_string()).unwrap_or_default(),

@@ -281,6 +281,10 @@ pub struct DeadlockOut {
     pub pid: u32,
     /// The threads of the cycle.
     pub threads: Vec<DeadlockStepOut>,
+    /// Why the call paths are empty (a trace recorded with `--stacks
+    /// none`); absent when they were recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_paths: Option<String>,
 }
 
 /// One thread of a deadlock.
@@ -427,6 +431,15 @@ pub struct LockOut {
     pub program_generation: u32,
     /// Symbol of a static lock, else null.
     pub name: Option<String>,
+    /// The name every output shows (see [`crate::locknames`]): the symbol,
+    /// else the class member (`ThreadPool::m_`), else the first use
+    /// (`mutex@ThreadPool::submit`), else the address.
+    pub label: String,
+    /// What `label` was made from: symbol | member | first_use | address.
+    pub named_by: crate::locknames::NamedBy,
+    /// `label` without the `#N` that keeps it unique (`diff` matches locks
+    /// by it). Not in the JSON.
+    pub label_base: String,
     /// Where it was first used (`function (file:line)` or module+offset).
     pub first_use: String,
     /// Successful acquisitions (lock, trylock, timed calls).
@@ -565,6 +578,8 @@ struct LockJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     swapped_lock: &'a Option<String>,
     name: &'a Option<String>,
+    label: &'a str,
+    named_by: crate::locknames::NamedBy,
     first_use: &'a str,
     acquisitions: Option<u64>,
     contended: u64,
@@ -623,6 +638,8 @@ impl Serialize for LockOut {
             kind: self.kind,
             swapped_lock: &self.swapped_lock,
             name: &self.name,
+            label: &self.label,
+            named_by: self.named_by,
             first_use: &self.first_use,
             acquisitions: v(self.acquisitions),
             contended: self.contended,
@@ -1001,6 +1018,8 @@ struct Names<'a> {
     /// return address: (lock, thread, pc) -> stacks (from its waits and
     /// the sections it was blamed for).
     thread_paths: HashMap<(u32, u32, u64), Vec<u32>>,
+    /// Every lock's name, made once for the whole trace (unique names).
+    locks: crate::locknames::LockNames,
 }
 
 impl Names<'_> {
@@ -1187,12 +1206,30 @@ impl Names<'_> {
         let first = self.site_str(oi, fs);
         (name, first)
     }
-    /// Short name: the symbol of a static object, else its address (the
-    /// lock table says where it was first used).
-    fn label(&mut self, oi: u32) -> String {
+    /// The name of lock `oi` (see [`crate::locknames`]).
+    fn lock_label(&mut self, oi: u32) -> crate::locknames::LockName {
         let o = &self.model.objs[oi as usize];
-        let (p, a) = (o.process, o.addr);
-        self.sym.data(p, a).unwrap_or_else(|| format!("{a:#x}"))
+        if let Some(n) = self.locks.get(o.process, o.addr) {
+            return n.clone();
+        }
+        // An object the trace has no `LockInfo` for: the same rule, from
+        // the model's first site.
+        let (p, a, k) = (o.process, o.addr, o.kind);
+        let pc = self
+            .model
+            .sites
+            .get(o.first_site as usize)
+            .map_or(0, |s| s.1);
+        let (name, by) = crate::locknames::lock_name(&mut self.sym, p, a, k, pc);
+        crate::locknames::LockName {
+            base: name.clone(),
+            name,
+            by,
+        }
+    }
+    /// Short name of lock `oi`, as every table shows it.
+    fn label(&mut self, oi: u32) -> String {
+        self.lock_label(oi).name
     }
 }
 
@@ -1368,8 +1405,11 @@ pub fn build_report_scanned(
     tokens: &HashMap<(u32, u64), crate::condlock::Tokens>,
 ) -> Report {
     let model: &Model = model;
+    let mut sym = Symbolizer::for_meta(meta, cfg.symbolize);
+    let locks = crate::locknames::LockNames::new(meta, &mut sym);
     let mut names = Names {
-        sym: Symbolizer::for_meta(meta, cfg.symbolize),
+        sym,
+        locks,
         model,
         meta,
         sites: HashMap::new(),
@@ -1404,11 +1444,13 @@ pub fn build_report_scanned(
         v.dedup();
     }
     let mut full = full_report(meta, model, &mut names, cfg);
+    // Hangs first: the advice for a deadlocked lock points to the
+    // deadlock instead of reading its wait as contention.
+    hang_rows(meta, &mut names, hangs, tokens, &mut full);
     full.recommendations = crate::advice::advise(
         &full,
         &crate::advice::MachineFacts::from_header(&meta.header),
     );
-    hang_rows(meta, &mut names, hangs, tokens, &mut full);
     full.verdict = verdict(&full);
     filtered_view(full, model, cfg)
 }
@@ -1513,10 +1555,7 @@ fn hang_rows(
             .map_or(trace_end, |p| p.end_ns)
     };
     let lock = |names: &mut Names, process: u32, addr: u64| -> String {
-        names
-            .sym
-            .data(process, addr)
-            .unwrap_or_else(|| format!("{addr:#x}"))
+        names.locks.label(&mut names.sym, process, addr)
     };
     // The process exited on its own: `exit` or a return from `main`
     // (statuses 0-127), as opposed to a signal (128+N) or an end not seen.
@@ -1664,7 +1703,7 @@ fn hang_rows(
     }
     for cycle in &f.deadlocks {
         let p = cycle.first().map_or(0, |s| process_of(s.wait.thread));
-        let threads = cycle
+        let threads: Vec<DeadlockStepOut> = cycle
             .iter()
             .map(|s| DeadlockStepOut {
                 tid: tid_of(s.wait.thread),
@@ -1685,9 +1724,22 @@ fn hang_rows(
                     .map_or(Vec::new(), |h| names.path(p, h.stack)),
             })
             .collect();
+        // The recorder walks a blocked call's path at its start (the only
+        // event of a wait that never returns) unless `--stacks none`
+        // turned every walk off. Walking there anyway would keep the
+        // deadlock's paths, but `none` promises no walk at all (its cost
+        // and its trace size): say why the paths are missing instead.
+        let no_paths = (meta.header.get("stacks") == Some("none")
+            && threads.iter().all(|t| t.wait_path.is_empty()))
+        .then(|| {
+            "no call paths: the trace was recorded with --stacks none; record with \
+             --stacks contended (the default) to see where each thread waits"
+                .to_string()
+        });
         r.deadlocks.push(DeadlockOut {
             pid: pid_of(meta, p),
             threads,
+            no_paths,
         });
     }
     for i in &f.inversions {
@@ -1746,7 +1798,7 @@ fn verdict(r: &Report) -> Verdict {
         .max_by_key(|l| (l.wait_ns.total, std::cmp::Reverse(l.obj)))
     {
         v.top_lock = Some(VerdictLock {
-            name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+            name: l.label.clone(),
             address: l.address.clone(),
             pid: l.pid,
             wait_ns: l.wait_ns.total,
@@ -1936,6 +1988,7 @@ fn lock_out(
     } else {
         FutexRole::Unknown
     };
+    let label = names.lock_label(i);
     // Rust std's RwLock is two futex words (readers wait on the state,
     // writers on `writer_notify` 4 bytes after it): merged into one row.
     let rust_rwlock = role == FutexRole::RwLock;
@@ -2062,6 +2115,9 @@ fn lock_out(
             .flatten(),
         program_generation: program_generation_of(meta, o.process),
         name,
+        label: label.name,
+        named_by: label.by,
+        label_base: label.base,
         first_use,
         acquisitions: o.acquisitions,
         contended: o.contended,
@@ -2305,7 +2361,7 @@ fn merge_rust_rwlocks(locks: &mut Vec<LockOut>, blame: &mut [BlameOut]) {
         }
         a.threads
             .sort_by_key(|t| (std::cmp::Reverse(t.wait_ns), t.tid));
-        let label = a.name.clone().unwrap_or_else(|| a.address.clone());
+        let label = a.label.clone();
         for r in blame
             .iter_mut()
             .filter(|r| r.obj == b.obj || r.obj == a.obj)

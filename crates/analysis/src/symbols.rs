@@ -17,6 +17,7 @@ use std::path::Path;
 use lockscope_format::MapEntry;
 
 mod layout;
+pub(crate) use layout::LockType;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// One frame of a resolved code address (innermost inlined frame first).
@@ -758,6 +759,22 @@ impl Symbolizer {
     /// into an object and an offset.
     pub fn data_indexed(&mut self, process: u32, addr: u64) -> Option<String> {
         self.data_named(process, addr, false)
+    }
+
+    /// The one member of class `class` (qualified, as a demangled name
+    /// gives it) that is a lock of type `want`, looked up in the DWARF of
+    /// the module holding code address `pc` (where the class's member
+    /// functions are); see [`layout::Layout::only_lock_member`].
+    pub(crate) fn only_lock_member(
+        &mut self,
+        process: u32,
+        pc: u64,
+        class: &str,
+        want: LockType,
+    ) -> Option<String> {
+        let (_, _, resolved) = self.locate(process, pc.saturating_sub(1));
+        let (md, _) = resolved?;
+        md.layout.as_ref()?.only_lock_member(class, want)
     }
 
     fn data_named(&mut self, process: u32, addr: u64, members: bool) -> Option<String> {

@@ -497,14 +497,19 @@ fn ulcp_free_with(
 
 struct Names {
     sym: Symbolizer,
+    /// The report's lock names (see [`crate::locknames`]).
+    locks: crate::locknames::LockNames,
 }
 
 impl Names {
+    fn new(meta: &Meta, symbolize: bool) -> Self {
+        let mut sym = Symbolizer::for_meta(meta, symbolize);
+        let locks = crate::locknames::LockNames::new(meta, &mut sym);
+        Names { sym, locks }
+    }
     fn lock(&mut self, p: &Program, l: u32) -> String {
         let id = p.locks[l as usize];
-        self.sym
-            .data(id.process, id.addr)
-            .unwrap_or_else(|| format!("{:#x}", id.addr))
+        self.locks.label(&mut self.sym, id.process, id.addr)
     }
     fn site_matches(&mut self, process: u32, pc: u64, want: &str) -> bool {
         if let Some(h) = want.strip_prefix("0x") {
@@ -890,9 +895,7 @@ pub fn analyze_with(
     detailed: Option<&mut Detailed>,
 ) -> Result<WhatifReport, AnalysisError> {
     let cpus = effective_cpus(p, cfg.cpus);
-    let mut names = Names {
-        sym: Symbolizer::for_meta(meta, cfg.symbolize),
-    };
+    let mut names = Names::new(meta, cfg.symbolize);
     let b = Baselines::new(p, meta, cpus, variations(cfg.prefer_writers));
     let mut scenarios = Vec::new();
     for want in &cfg.remove_locks {
@@ -1207,9 +1210,7 @@ pub fn gain_lines(
     symbolize: bool,
 ) -> Vec<String> {
     let cpus = effective_cpus(p, 0);
-    let mut names = Names {
-        sym: Symbolizer::for_meta(meta, symbolize),
-    };
+    let mut names = Names::new(meta, symbolize);
     // The report varies the waiting policy (barging, FIFO hand-off) and
     // the order of the unchanged run, not the wake-up latency: 17
     // replays for three locks instead of 31 (a report of the bundled

@@ -14,14 +14,22 @@ use std::time::Duration;
 use record_util::*;
 use serde_json::Value;
 
+fn report_json(trace: &std::path::Path, extra: &[&str]) -> Value {
+    let mut args = vec!["report", trace.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(&lockscope(&args, None))).unwrap()
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
-#[test]
-fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
-    let dir = temp("deadlock-sigint");
+/// Records deadlock_sigint with `opts` and ends it with Ctrl-C once both
+/// threads are stuck: (scratch dir, trace, lock_a and lock_b addresses,
+/// the recorder's stderr).
+fn record_deadlock(name: &str, opts: &[&str]) -> (TempDir, std::path::PathBuf, u64, u64, String) {
+    let dir = temp(name);
     let bin = build_c("deadlock_sigint", &dir);
     let trace = dir.join("t.lstrace");
     // The recorder leads a process group of its own, as a shell job does:
@@ -29,6 +37,7 @@ fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(["record", "-o"])
         .arg(&trace)
+        .args(opts)
         .arg("--")
         .arg(&bin)
         .stdin(Stdio::null())
@@ -56,6 +65,12 @@ fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
         .unwrap();
     let st = child.wait().unwrap();
     assert!(!st.success(), "{stderr}");
+    (dir, trace, a, b, stderr)
+}
+
+#[test]
+fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
+    let (_dir, trace, a, b, stderr) = record_deadlock("deadlock-sigint", &[]);
 
     // The summary: both locks, with their wait so far.
     assert!(
@@ -116,4 +131,73 @@ fn a_deadlock_ended_by_ctrl_c_shows_its_locks_waits_and_call_paths() {
             "{s:#}"
         );
     }
+}
+
+// See issue 28.
+#[test]
+fn the_locks_table_counts_a_deadlocked_wait_as_still_waiting() {
+    let (_dir, trace, _, _, _) = record_deadlock("deadlock-table", &[]);
+    let text = ok(&lockscope(&["report", trace.to_str().unwrap()], None));
+    let sec = text.split("\nLOCKS").nth(1).expect("a LOCKS section");
+    for name in ["lock_a", "lock_b"] {
+        let row = sec
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row {name}:\n{text}"));
+        // One acquisition (its first lock), none completed after a wait,
+        // one still waiting.
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cells[3..6], ["1", "0+1", "waiting"], "{row}");
+    }
+    assert!(
+        sec.contains("+N waiting: acquisitions still blocked"),
+        "{text}"
+    );
+}
+
+// See issue 28.
+#[test]
+fn advice_for_a_deadlocked_lock_points_to_the_deadlock() {
+    let (_dir, trace, a, b, _) = record_deadlock("deadlock-advice", &[]);
+    let r = report_json(&trace, &[]);
+    let recs = r["recommendations"].as_array().unwrap();
+    for addr in [a, b] {
+        let mine: Vec<&Value> = recs
+            .iter()
+            .filter(|x| x["address"] == format!("{addr:#x}"))
+            .collect();
+        assert_eq!(mine.len(), 1, "{mine:#?}");
+        assert_eq!(mine[0]["kind"], "break_deadlock", "{:#}", mine[0]);
+        let advice = mine[0]["advice"].as_str().unwrap();
+        assert!(advice.contains("lock_a and lock_b") || advice.contains("lock_b and lock_a"));
+        assert_eq!(mine[0]["evidence"]["still_waiting"], 1);
+    }
+}
+
+// See issue 28.
+#[test]
+fn a_deadlock_recorded_without_stacks_says_why_it_has_no_call_paths() {
+    let (_dir, trace, _, _, _) = record_deadlock("deadlock-nostacks", &["--stacks", "none"]);
+    let r = report_json(&trace, &[]);
+    let d = r["deadlocks"].as_array().unwrap();
+    assert_eq!(d.len(), 1, "{d:?}");
+    for s in d[0]["threads"].as_array().unwrap() {
+        assert!(s["wait_path"].as_array().unwrap().is_empty(), "{s:#}");
+    }
+    let why = d[0]["no_paths"].as_str().expect("no_paths");
+    assert!(why.contains("--stacks none"), "{why}");
+    let text = ok(&lockscope(
+        &["report", trace.to_str().unwrap(), "--paths"],
+        None,
+    ));
+    let sec = text.split("\nDEADLOCK").nth(1).expect("a DEADLOCK section");
+    assert!(sec.contains(why), "{text}");
+    // Recorded with call paths, the deadlock has none of that note.
+    let (_dir2, trace2, _, _, _) = record_deadlock("deadlock-stacks", &[]);
+    let r2 = report_json(&trace2, &[]);
+    assert!(
+        r2["deadlocks"][0].get("no_paths").is_none(),
+        "{:#}",
+        r2["deadlocks"]
+    );
 }

@@ -1,15 +1,15 @@
 //! Before/after comparison of two reports (`lockscope diff A B`): the same
 //! program recorded twice, before and after a fix, or with another lock
 //! algorithm. Locks are matched by what stays the same between runs,
-//! never by address (ASLR moves everything): a lock's symbol, else the
-//! place it was first used (`function (file:line)`), with its kind and
-//! the exec generation of its process (not counting `lockscope run`'s own
-//! image: a swapped run's program is the exec of `run`'s child); several
-//! unnamed locks first used at the same place are one row (their sums).
-//! A mutex that `lockscope run --lock ALG` replaced keeps its kind
-//! (`mutex`), so that it pairs with the plain run's, and carries its
-//! algorithm (`swapped_lock_a`/`_b`). Sites are matched by their user
-//! frame name.
+//! never by address (ASLR moves everything): a lock's symbol, else its
+//! class member (`ThreadPool::m_`), else the place it was first used
+//! (`function (file:line)`), with its kind and the exec generation of its
+//! process (not counting `lockscope run`'s own image: a swapped run's
+//! program is the exec of `run`'s child); several unnamed locks first used
+//! at the same place are one row (their sums). A mutex that `lockscope run
+//! --lock ALG` replaced keeps its kind (`mutex`), so that it pairs with the
+//! plain run's, and carries its algorithm (`swapped_lock_a`/`_b`). Sites
+//! are matched by their user frame name.
 
 use std::collections::BTreeMap;
 
@@ -123,9 +123,17 @@ struct Acc {
 }
 
 fn key_of(l: &lockscope_analysis::report::LockOut) -> (String, String) {
-    let name = match &l.name {
-        Some(n) => n.clone(),
-        None => format!("first use at {}", l.first_use),
+    use lockscope_analysis::locknames::NamedBy;
+    // The name without the `#N` that made it unique in one run: two
+    // pools' `ThreadPool::m_` are one row, as unnamed locks first used at
+    // one place are. A lock named by its first use keeps the finer
+    // `function (file:line)` of that use.
+    let name = match l.named_by {
+        NamedBy::Symbol | NamedBy::Member => l.label_base.clone(),
+        _ => match &l.name {
+            Some(n) => n.clone(),
+            None => format!("first use at {}", l.first_use),
+        },
     };
     let name = if l.program_generation > 0 {
         format!("{name} (exec {})", l.program_generation)

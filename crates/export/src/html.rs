@@ -186,7 +186,7 @@ fn report_data(r: &Report) -> Value {
             // Unseen for a futex word: null, shown "-" (not 0).
             let seen = !l.futex_only();
             json!([
-                stacks::lock_label(l.name.as_deref(), &l.address),
+                l.label.clone(),
                 // `mutex (ttas)` for a mutex `lockscope run` replaced.
                 l.kind_label(),
                 l.pid,

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use lockscope_analysis::input::Meta;
+use lockscope_analysis::locknames::LockNames;
 use lockscope_analysis::symbols::{Location, Symbolizer};
 use lockscope_analysis::sync::ObjId;
 
@@ -11,6 +12,7 @@ use lockscope_analysis::sync::ObjId;
 pub struct Names<'m> {
     sym: Symbolizer,
     meta: &'m Meta,
+    locks: LockNames,
     code: HashMap<(u32, u64), Location>,
     data: HashMap<ObjId, String>,
 }
@@ -19,9 +21,12 @@ impl<'m> Names<'m> {
     /// A resolver for the trace of `meta` (`symbolize`: read the ELF and
     /// DWARF of the recorded modules).
     pub fn new(meta: &'m Meta, symbolize: bool) -> Self {
+        let mut sym = Symbolizer::for_meta(meta, symbolize);
+        let locks = LockNames::new(meta, &mut sym);
         Names {
-            sym: Symbolizer::for_meta(meta, symbolize),
+            sym,
             meta,
+            locks,
             code: HashMap::new(),
             data: HashMap::new(),
         }
@@ -34,15 +39,13 @@ impl<'m> Names<'m> {
             .or_insert_with(|| sym.code(process, pc))
     }
 
-    /// A lock or object: its symbol, else its address.
+    /// A lock or object, named as the report names it
+    /// ([`lockscope_analysis::locknames`]).
     pub fn object(&mut self, obj: ObjId) -> String {
         if let Some(s) = self.data.get(&obj) {
             return s.clone();
         }
-        let s = self
-            .sym
-            .data(obj.process, obj.addr)
-            .unwrap_or_else(|| format!("{:#x}", obj.addr));
+        let s = self.locks.label(&mut self.sym, obj.process, obj.addr);
         self.data.insert(obj, s.clone());
         s
     }

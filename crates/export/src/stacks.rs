@@ -24,7 +24,8 @@ pub const NOT_CHARGED: &str = "[not charged to a holder]";
 /// One call stack and what it weighs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WeightedStack {
-    /// The lock's display name (symbol, else address).
+    /// The lock's name, as the report shows it
+    /// ([`lockscope_analysis::locknames`]).
     pub lock: String,
     /// Frames as the report names them (`function (file:line)`),
     /// innermost first.
@@ -47,11 +48,6 @@ pub struct Stacks {
     pub total_wait_ns: u64,
     /// Sum of every lock's contended acquisitions.
     pub total_contended: u64,
-}
-
-/// The display name of a lock: its symbol, else its address.
-pub fn lock_label(name: Option<&str>, address: &str) -> String {
-    name.map_or_else(|| address.to_string(), str::to_string)
 }
 
 /// Builds the stacks of a report. Stacks with neither wait nor count are
@@ -77,7 +73,7 @@ pub fn from_report(r: &Report) -> Stacks {
     let mut label_of: HashMap<(&str, u32), String> = HashMap::new();
     let mut charged: HashMap<(&str, u32), u64> = HashMap::new();
     for l in &r.locks {
-        let label = lock_label(l.name.as_deref(), &l.address);
+        let label = l.label.clone();
         label_of.insert((l.address.as_str(), l.pid), label.clone());
         let total = l.wait_ns.total;
         total_wait += total;

@@ -31,6 +31,64 @@ pub(super) struct Layout {
     /// Start offsets of the units in .debug_info, sorted (a reference
     /// across units, as LTO writes them, is found through them).
     units: Vec<usize>,
+    /// Class definitions and lock types, indexed on the first question
+    /// about a class (most reports name no heap lock by its type: the
+    /// walk over every DIE is not paid up front).
+    classes: std::cell::OnceCell<Classes>,
+}
+
+/// The lock types a member can have, as the recorder classes the lock
+/// word itself: a member of one of them can only be a lock of that kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockType {
+    /// `pthread_mutex_t`, `std::mutex` and its recursive and timed kin.
+    Mutex,
+    /// `pthread_rwlock_t`, `std::shared_mutex`, `std::shared_timed_mutex`.
+    RwLock,
+    /// `pthread_spinlock_t`.
+    Spin,
+}
+
+/// The lock type a qualified type name is (`std::mutex`,
+/// `std::__1::mutex` in libc++, `pthread_mutex_t`).
+fn lock_type_named(q: &str) -> Option<LockType> {
+    match q {
+        "pthread_mutex_t" => return Some(LockType::Mutex),
+        "pthread_rwlock_t" => return Some(LockType::RwLock),
+        "pthread_spinlock_t" => return Some(LockType::Spin),
+        _ => {}
+    }
+    let (ns, last) = q.rsplit_once("::")?;
+    if ns != "std" && !ns.starts_with("std::") {
+        return None;
+    }
+    match last {
+        "mutex" | "recursive_mutex" | "timed_mutex" | "recursive_timed_mutex" => {
+            Some(LockType::Mutex)
+        }
+        "shared_mutex" | "shared_timed_mutex" => Some(LockType::RwLock),
+        _ => None,
+    }
+}
+
+/// Where a class's lock members are.
+#[derive(Default)]
+struct Classes {
+    /// Qualified name (`ns::ThreadPool`) -> .debug_info offsets of its
+    /// definitions (each unit that uses a class defines it again).
+    defs: std::collections::HashMap<String, Vec<usize>>,
+    /// .debug_info offsets of the type entries that are lock types.
+    locks: std::collections::HashMap<usize, LockType>,
+}
+
+/// What one member of a class holds, for naming a lock by it.
+#[derive(Debug, PartialEq, Eq)]
+enum Held {
+    /// A lock of this type at this member path (`m_`, `q_.m`).
+    Lock(String, LockType),
+    /// A lock whose address says nothing about which one it is: an array
+    /// of locks, or a pointer or reference to one (it may be any lock).
+    Unknown,
 }
 
 impl Layout {
@@ -72,6 +130,7 @@ impl Layout {
             endian,
             vars: Vec::new(),
             units: Vec::new(),
+            classes: std::cell::OnceCell::new(),
         };
         let mut vars = Vec::new();
         let mut unit_starts = Vec::new();
@@ -95,7 +154,8 @@ impl Layout {
                 }
             }
         }
-        if vars.is_empty() {
+        // A program without static variables still has classes.
+        if vars.is_empty() && unit_starts.is_empty() {
             return None;
         }
         vars.sort_unstable();
@@ -127,6 +187,226 @@ impl Layout {
         let (unit, ty) = self.var_type(&dwarf, unit_off + die)?;
         let (path, rest) = walk(&dwarf, &unit, ty, off, members)?;
         (!path.is_empty()).then_some((path, rest))
+    }
+
+    /// The one member of class `class` (qualified as demangled:
+    /// `ns::ThreadPool`) that is a lock of type `want`, as a member path
+    /// (`m_`, `queue_.m`). `None` unless there is exactly one lock of that
+    /// type in the class (its members, its bases and their members, to a
+    /// bounded depth) and no array of locks or pointer to a lock of any
+    /// type in it: then any lock of that type inside an object of the
+    /// class is that member.
+    pub(super) fn only_lock_member(&self, class: &str, want: LockType) -> Option<String> {
+        let classes = self.classes.get_or_init(|| self.index_classes());
+        let dwarf = self.dwarf();
+        // The first definition that has members: a unit may hold only the
+        // class's declaration-like shell.
+        for &at in classes.defs.get(class)? {
+            let mut found = Vec::new();
+            if !self.lock_members(&dwarf, classes, at, "", 0, &mut found) {
+                continue;
+            }
+            if found.is_empty() {
+                continue;
+            }
+            if found.contains(&Held::Unknown) {
+                return None;
+            }
+            let mut of_kind = found.into_iter().filter_map(|h| match h {
+                Held::Lock(p, t) if t == want => Some(p),
+                _ => None,
+            });
+            let one = of_kind.next()?;
+            return of_kind.next().is_none().then_some(one);
+        }
+        None
+    }
+
+    /// Collects the locks inside the class defined at .debug_info offset
+    /// `at` into `out` (paths under `prefix`); false when the entry cannot
+    /// be read.
+    fn lock_members(
+        &self,
+        dwarf: &gimli::Dwarf<Slice<'_>>,
+        classes: &Classes,
+        at: usize,
+        prefix: &str,
+        depth: usize,
+        out: &mut Vec<Held>,
+    ) -> bool {
+        if depth > 8 {
+            return true;
+        }
+        let Some((unit, off)) = self.unit_of(dwarf, at) else {
+            return false;
+        };
+        let base = at - off.0;
+        let Ok(mut tree) = unit.entries_tree(Some(off)) else {
+            return false;
+        };
+        let Ok(root) = tree.root() else {
+            return false;
+        };
+        let mut kids = root.children();
+        while let Ok(Some(k)) = kids.next() {
+            let k = k.entry();
+            let inherit = k.tag() == gimli::DW_TAG_inheritance;
+            if k.tag() != gimli::DW_TAG_member && !inherit {
+                continue;
+            }
+            // A static member (DWARF 4 writes it as a declared member) is
+            // not inside the object: a static lock has a symbol anyway.
+            if k.attr_value(gimli::DW_AT_declaration).is_some()
+                || k.attr_value(gimli::DW_AT_external).is_some()
+            {
+                continue;
+            }
+            let Some(ty) = ref_of(k, gimli::DW_AT_type, base) else {
+                // A type this walk cannot follow (a type unit's signature,
+                // `-fdebug-types-section`) may be a lock: no inference.
+                out.push(Held::Unknown);
+                continue;
+            };
+            let path = if inherit {
+                prefix.to_string()
+            } else {
+                let Some(n) = name_of(dwarf, &unit, k) else {
+                    continue;
+                };
+                if prefix.is_empty() {
+                    n
+                } else {
+                    format!("{prefix}.{n}")
+                }
+            };
+            self.held_in(dwarf, classes, ty, path, depth + 1, out);
+        }
+        true
+    }
+
+    /// What a member of the type at .debug_info offset `ty` holds.
+    fn held_in(
+        &self,
+        dwarf: &gimli::Dwarf<Slice<'_>>,
+        classes: &Classes,
+        mut ty: usize,
+        path: String,
+        depth: usize,
+        out: &mut Vec<Held>,
+    ) {
+        for _ in 0..MAX_DEPTH {
+            if let Some(&t) = classes.locks.get(&ty) {
+                out.push(Held::Lock(path, t));
+                return;
+            }
+            let Some((unit, off)) = self.unit_of(dwarf, ty) else {
+                return;
+            };
+            let Ok(e) = unit.entry(off) else {
+                return;
+            };
+            let base = ty - off.0;
+            match e.tag() {
+                gimli::DW_TAG_typedef
+                | gimli::DW_TAG_const_type
+                | gimli::DW_TAG_volatile_type
+                | gimli::DW_TAG_atomic_type => match ref_of(&e, gimli::DW_AT_type, base) {
+                    Some(t) => ty = t,
+                    None => return,
+                },
+                gimli::DW_TAG_array_type
+                | gimli::DW_TAG_pointer_type
+                | gimli::DW_TAG_reference_type
+                | gimli::DW_TAG_rvalue_reference_type => {
+                    // Any lock reached through it is one of many (an
+                    // array) or anywhere (a pointer): it makes every
+                    // inference about this class unsafe.
+                    if let Some(t) = ref_of(&e, gimli::DW_AT_type, base) {
+                        if self.is_or_holds_lock(dwarf, classes, t) {
+                            out.push(Held::Unknown);
+                        }
+                    }
+                    return;
+                }
+                gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type => {
+                    self.lock_members(dwarf, classes, ty, &path, depth, out);
+                    return;
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// True when the type at `ty` is a lock or holds one by value.
+    fn is_or_holds_lock(
+        &self,
+        dwarf: &gimli::Dwarf<Slice<'_>>,
+        classes: &Classes,
+        ty: usize,
+    ) -> bool {
+        let mut inner = Vec::new();
+        // Depth 6 of 8: the element's own members are looked at, not
+        // what their pointers lead to.
+        self.held_in(dwarf, classes, ty, String::new(), 6, &mut inner);
+        !inner.is_empty()
+    }
+
+    /// Walks every DIE once: class and struct definitions by qualified
+    /// name, and the entries of lock types.
+    fn index_classes(&self) -> Classes {
+        let mut c = Classes::default();
+        let dwarf = self.dwarf();
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            let unit_off = header.offset().0;
+            let Ok(unit) = dwarf.unit(header) else {
+                continue;
+            };
+            // (depth, name) of the namespaces and classes around the
+            // current entry.
+            let mut scopes: Vec<(isize, String)> = Vec::new();
+            let mut entries = unit.entries();
+            while let Ok(Some(e)) = entries.next_dfs() {
+                let d = e.depth();
+                while scopes.last().is_some_and(|s| s.0 >= d) {
+                    scopes.pop();
+                }
+                let tag = e.tag();
+                let is_class = matches!(
+                    tag,
+                    gimli::DW_TAG_structure_type
+                        | gimli::DW_TAG_class_type
+                        | gimli::DW_TAG_union_type
+                );
+                if tag != gimli::DW_TAG_namespace && !is_class && tag != gimli::DW_TAG_typedef {
+                    continue;
+                }
+                let name = match name_of(&dwarf, &unit, e) {
+                    Some(n) => n,
+                    None if tag == gimli::DW_TAG_namespace => "(anonymous namespace)".into(),
+                    None => continue,
+                };
+                let mut q = String::new();
+                for (_, s) in &scopes {
+                    q.push_str(s);
+                    q.push_str("::");
+                }
+                q.push_str(&name);
+                let at = unit_off + e.offset().0;
+                if let Some(t) = lock_type_named(&q) {
+                    c.locks.insert(at, t);
+                } else if is_class
+                    && tag != gimli::DW_TAG_union_type
+                    && e.attr_value(gimli::DW_AT_declaration).is_none()
+                {
+                    c.defs.entry(q.clone()).or_default().push(at);
+                }
+                if tag != gimli::DW_TAG_typedef && e.has_children() {
+                    scopes.push((d, name));
+                }
+            }
+        }
+        c
     }
 
     /// The unit holding .debug_info offset `at`, and `at` within it.
@@ -185,6 +465,16 @@ fn var_address(unit: &Unit<'_>, e: &Entry<'_>) -> Option<u64> {
             Ok(None) => Some(address),
             _ => None,
         },
+        _ => None,
+    }
+}
+
+/// The .debug_info offset an attribute refers to (in the same unit, at
+/// `base`, or across units).
+fn ref_of(e: &Entry<'_>, attr: gimli::DwAt, base: usize) -> Option<usize> {
+    match e.attr_value(attr)? {
+        gimli::AttributeValue::UnitRef(o) => Some(base + o.0),
+        gimli::AttributeValue::DebugInfoRef(o) => Some(o.0),
         _ => None,
     }
 }

@@ -411,7 +411,8 @@ fn kind_name(op: &str) -> &'static str {
     }
 }
 
-/// Symbol names of the summary's locks (`queue_lock`, `locks[3]`), read
+/// Names of the summary's locks (`queue_lock`, `locks[3]`,
+/// `ThreadPool::m_`), as the report gives them, read
 /// from the trace just written; none for a trace over 256 MB (the
 /// summary must not take longer than the recording) or when a binary
 /// cannot be read: the address is printed instead.
@@ -434,6 +435,8 @@ fn lock_names(
         return (out, swapped);
     };
     let mut sym = lockscope_analysis::symbols::Symbolizer::for_meta(&meta, true);
+    // The report's names: a heap lock gets its class member or first use.
+    let names = lockscope_analysis::locknames::LockNames::new(&meta, &mut sym);
     for l in locks {
         // The newest image of that pid (after exec, the one that ran last).
         let process = meta
@@ -442,8 +445,8 @@ fn lock_names(
             .filter(|p| p.pid == l.pid)
             .map(|p| p.id)
             .max();
-        if let Some(name) = process.and_then(|p| sym.data(p, l.addr)) {
-            out.insert((l.pid, l.addr), name);
+        if let Some(p) = process {
+            out.insert((l.pid, l.addr), names.label(&mut sym, p, l.addr));
         }
         if let Some(p) = process.and_then(|p| meta.processes.get(&p)) {
             if !p.swapped_lock.is_empty() {
