@@ -1148,6 +1148,8 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
             row("lock,lock_name,function,file,line,location,acquisitions,contended,trylock_failures,wait_ns,max_wait_ns,hold_ns"
                 .split(',').map(String::from).collect());
             for l in &r.locks {
+                // As in the locks table: unseen is empty, not 0.
+                let seen = |v: String| if l.futex_only() { String::new() } else { v };
                 for x in &l.sites {
                     row(vec![
                         l.address.clone(),
@@ -1156,12 +1158,12 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
                         x.file.clone().unwrap_or_default(),
                         x.line.map(|v| v.to_string()).unwrap_or_default(),
                         x.location.clone(),
-                        s(&x.acquisitions),
+                        seen(s(&x.acquisitions)),
                         s(&x.contended),
                         s(&x.trylock_failures),
                         s(&x.wait_ns),
                         s(&x.max_wait_ns),
-                        s(&x.hold_ns),
+                        seen(s(&x.hold_ns)),
                     ]);
                 }
             }

@@ -598,9 +598,32 @@ struct LockJson<'a> {
     slow_unlocks: Option<u64>,
     unlock_ns: Option<u64>,
     wakes: u64,
-    sites: &'a [SiteOut],
+    sites: Vec<SiteJson<'a>>,
     call_paths: Vec<PathJson<'a>>,
     threads: Vec<LockThreadJson<'a>>,
+}
+
+/// A [`SiteOut`] of a lock, its acquisitions and hold null for a futex
+/// word (fields in [`SiteOut`]'s order, so that other locks' JSON is
+/// unchanged).
+#[derive(Serialize)]
+struct SiteJson<'a> {
+    name: &'a str,
+    function: &'a Option<String>,
+    file: &'a Option<String>,
+    line: Option<u32>,
+    location: &'a str,
+    inlined: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    skipped_frames: &'a [String],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    runtime_only: bool,
+    acquisitions: Option<u64>,
+    contended: u64,
+    trylock_failures: u64,
+    wait_ns: u64,
+    max_wait_ns: u64,
+    hold_ns: Option<u64>,
 }
 
 /// A [`PathOut`] of a lock, its acquisitions null for a futex word.
@@ -656,7 +679,26 @@ impl Serialize for LockOut {
             slow_unlocks: v(self.slow_unlocks),
             unlock_ns: v(self.unlock_ns),
             wakes: self.wakes,
-            sites: &self.sites,
+            sites: self
+                .sites
+                .iter()
+                .map(|x| SiteJson {
+                    name: &x.name,
+                    function: &x.function,
+                    file: &x.file,
+                    line: x.line,
+                    location: &x.location,
+                    inlined: &x.inlined,
+                    skipped_frames: &x.skipped_frames,
+                    runtime_only: x.runtime_only,
+                    acquisitions: v(x.acquisitions),
+                    contended: x.contended,
+                    trylock_failures: x.trylock_failures,
+                    wait_ns: x.wait_ns,
+                    max_wait_ns: x.max_wait_ns,
+                    hold_ns: v(x.hold_ns),
+                })
+                .collect(),
             call_paths: self
                 .call_paths
                 .iter()

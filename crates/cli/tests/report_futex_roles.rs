@@ -193,6 +193,11 @@ fn unseen_futex_lock_numbers_are_null_in_json() {
     for t in l["threads"].as_array().unwrap() {
         assert!(t["acquisitions"].is_null() && t["hold_ns"].is_null(), "{t}");
     }
+    let sites = l["sites"].as_array().unwrap();
+    assert!(!sites.is_empty(), "{l}");
+    for s in sites {
+        assert!(s["acquisitions"].is_null() && s["hold_ns"].is_null(), "{s}");
+    }
     let csv = ok(&lockscope(
         &["report", r.trace.to_str().unwrap(), "--csv"],
         None,
