@@ -1,4 +1,4 @@
-//! `lockscope html` (issue 11) in a real headless Chromium (Debian's
+//! `lockscope html` in a real headless Chromium (Debian's
 //! `chromium`): the page loads with no errors, the timeline draws, a hover
 //! over the longest wait shows its lock, site and call path, names that
 //! are markup stay text; screenshots are saved under the target's

@@ -1,5 +1,5 @@
-//! lockscope's exports opened in the viewer people read them with
-//! (issue 11): speedscope's own web app (npm package `speedscope`,
+//! lockscope's exports opened in the viewer people read them with:
+//! speedscope's own web app (npm package `speedscope`,
 //! installed by `scripts/test-viewers.sh`), served on 127.0.0.1 by this
 //! test and run in Debian's headless `chromium`, loads
 //! `export --format speedscope`, `--format perfetto` (Chrome trace-event

@@ -1,4 +1,4 @@
-//! Issue 10, item 2: debug files from a debuginfod server, and from a
+//! Debug files from a debuginfod server, and from a
 //! Debian package's separate debug file (a real distribution binary).
 
 #[path = "record_util/mod.rs"]

@@ -1,4 +1,4 @@
-//! Issue 10: a report that leads to the user's code. Tests on the traces
+//! A report that leads to the user's code. Tests on the traces
 //! kept in tests/golden/ (no recording needed) and on recorded fixtures.
 
 #[path = "record_util/mod.rs"]
