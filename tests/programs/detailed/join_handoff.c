@@ -1,4 +1,4 @@
-/* Lockset with happens-before (issue 13): data handed from one thread to
+/* Lockset with happens-before: data handed from one thread to
  * another through pthread_create, pthread_join or a barrier is not shared
  * concurrently and needs no lock.
  *
