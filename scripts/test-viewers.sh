@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the viewers that the export tests (issue 11) open lockscope's
+# Installs the viewers that the export tests open lockscope's
 # exports in, into one folder and nowhere else (default target/viewers,
 # or $LOCKSCOPE_VIEWERS), from the npm registry and PyPI by package name:
 #

@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Words first: seconds, and no build needed (see docs/development.md).
+scripts/check-words.sh
+
 # Package names: the first word of each non-comment line.
 mapfile -t pkgs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/test-packages.txt | awk '{print $1}')
 missing=()
@@ -29,7 +32,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-scripts/test-viewers.sh  # speedscope app, Perfetto protos: the export tests open them (issue 11)
+scripts/test-viewers.sh  # speedscope app, Perfetto protos: the export tests open them
 cargo build --release --workspace
 cargo test --release --workspace "$@"
 

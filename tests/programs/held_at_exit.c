@@ -7,7 +7,7 @@
  *   held_at_exit kill   raise(SIGKILL) from main
  * Ground truth: the worker acquired `m` once and `n` once, in that
  * order, and released neither. stdout: "m=0x... n=0x..." (before the
- * end). Issue 8: lockscope writes an uncontended acquisition after its
+ * end). Lockscope writes an uncontended acquisition after its
  * critical section (with the thread's next event); these acquisitions
  * have no next event and must still be in the trace. */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* Issue 9 critical-path fixture: a lock that is contended but off the
+/* Critical-path fixture: a lock that is contended but off the
  * critical path.
  *
  * Two helper threads fight over `side` (short sections, heavy

@@ -1,4 +1,4 @@
-/* Preemption with a known answer (issue 9). Two threads pinned to one CPU:
+/* Preemption with a known answer. Two threads pinned to one CPU:
  * a worker that takes and releases a mutex every few microseconds of work
  * for 300 ms of its wall time, and a spinner that burns the same CPU
  * meanwhile. The worker runs about half of the time; the rest it is

@@ -1,4 +1,4 @@
-/* Issue 9 what-if fixture: two threads, each working on its own data
+/* What-if fixture: two threads, each working on its own data
  * inside critical sections of one shared lock `big`. The sections never
  * touch the same data, so the lock only serializes them: removing it
  * (compile with -DNOLOCK) lets both threads run in parallel.

@@ -11,7 +11,7 @@
 //! model, report with symbolization off) in a child process and prints
 //! the elapsed time, events per second and the child's peak RSS. The
 //! analysis runs in a child so that the peak RSS is the analysis' own,
-//! not the generator's. With `replay` (issue 9), the child runs what
+//! not the generator's. With `replay`, the child runs what
 //! `lockscope replay` does instead (`replay::build_and_report`: build
 //! the replay program, spilling its actions, then the two simulations,
 //! beside the pass that writes the work of its compute actions) and

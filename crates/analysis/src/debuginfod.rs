@@ -1,4 +1,4 @@
-//! Separate debug files from debuginfod servers (issue 10, item 2).
+//! Separate debug files from debuginfod servers.
 //!
 //! When a module has no debug info on this machine and `DEBUGINFOD_URLS`
 //! is set, its debug file is asked for by GNU build-id

@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(h.count(), 10_000);
     }
 
-    /// Issue 10: a lock taken 100,020 times of which 20 waited must show
+    /// A lock taken 100,020 times of which 20 waited must show
     /// the mean and p99 of those 20 waits, not 0 ns.
     #[test]
     fn nonzero_summary_is_over_contended_waits() {

@@ -50,7 +50,7 @@ use crate::AnalysisError;
 mod store;
 
 /// Phase timings of a replay on stderr when `LOCKSCOPE_REPLAY_TIMINGS`
-/// is set (issue 9: where the time of a 100 M-event replay goes). An
+/// is set (where the time of a 100 M-event replay goes). An
 /// environment variable rather than a command-line option: a profiling
 /// aid, not part of the interface.
 mod timings {
@@ -305,8 +305,8 @@ pub struct Program {
     /// its lock hooks (`event_ns`, what the synchronization layer removes
     /// per event) but not of the access hooks, which cost several times
     /// more: without this, every access inside a critical section made it
-    /// look longer than it is in the uninstrumented program (issue 9: the
-    /// `--ulcp-free` prediction error).
+    /// look longer than it is in the uninstrumented program, and
+    /// `--ulcp-free` predicted gains that a fixed program did not have.
     pub access_ns: u64,
     /// Per lock: recorded acquisitions (turns).
     pub turns: Vec<u64>,
@@ -1375,7 +1375,7 @@ impl SharePass {
 /// interval per thread: what [`cpu_shares_sorted`] computes with a sort of
 /// every interval end. Only the work is written, not the actions: a
 /// rewrite of every action here took as long as reading and interpreting
-/// the trace (issue 9).
+/// the trace.
 fn cpu_shares_merged(
     n: u64,
     threads: usize,
@@ -2297,7 +2297,7 @@ struct Sim {
     // The thread is a u64 in these keys, though a u32 would do: with a
     // u32 and 4 bytes of padding, the heap wrote an entry as fields and
     // read it back as words at once, a store-forwarding stall on every
-    // push (a tenth of a simulation's time; issue 9).
+    // push (a tenth of a simulation's time).
     timed: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Threads computing: (virtual end as f64 bits, seq, thread).
     running: BinaryHeap<Reverse<(u64, u64, u64)>>,
@@ -2539,9 +2539,9 @@ pub fn report(p: &Program, cpus: u32) -> Result<ReplayReport, AnalysisError> {
 /// [`build`] then [`report`], with the pass that computes the work of the
 /// compute actions from their CPU shares running beside the two
 /// simulations instead of before them: they read the work as the pass
-/// publishes it, block by block (issue 9: the pass was a fifth of a
-/// replay's time, on one core, with the other idle). Same result as
-/// [`build`] then [`report`]. Returns the program too.
+/// publishes it, block by block (the pass was a fifth of a replay's
+/// time, on one core, with the other idle). Same result as [`build`]
+/// then [`report`]. Returns the program too.
 pub fn build_and_report(
     path: &Path,
     meta: &Meta,

@@ -2808,7 +2808,7 @@ mod tests {
         }
     }
 
-    /// Issue 10 item 1: one inlined helper reached from several callers
+    /// One inlined helper reached from several callers
     /// prints the same `f (..) in g (..)`; the rows get the first caller
     /// that differs, and a row with a distinct name is left alone.
     #[test]

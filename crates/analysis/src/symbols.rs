@@ -814,7 +814,7 @@ mod tests {
         }
     }
 
-    /// Issue 10 item 1: the user frame of an inlined std::mutex::lock()
+    /// The user frame of an inlined std::mutex::lock()
     /// (libstdc++ 12, -O2) and of Rust std's Mutex::lock; none inside
     /// libc or a chain that is all runtime.
     #[test]

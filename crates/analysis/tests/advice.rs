@@ -526,10 +526,10 @@ fn a_condition_variable_whose_waiters_take_turns_is_a_lock() {
     assert_eq!(r.cond_locks.len(), 1, "{:?}", r.conds);
     let c = &r.cond_locks[0];
     assert_eq!(c.address, "0x6000");
-    // 19 waits of thread 1 (from the second round) and 20 of thread 2,
+    // 19 waits of thread 1 (from the second turn on) and 20 of thread 2,
     // every one ended by the other's signal.
     assert_eq!((c.waits, c.handoffs), (39, 39));
-    // Thread 1's holdings [t, t+390] from the second round (in the first
+    // Thread 1's holdings [t, t+390] from the second turn on (in the first
     // it took the mutex with no wait or signal before: no holding),
     // thread 2's [t+400, t+990] in all 20: never two at once.
     assert_eq!(c.holdings, 39);

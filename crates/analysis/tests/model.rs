@@ -55,7 +55,7 @@ fn contended_wait_hold_blame_and_breakdown() {
     assert_eq!(l.first_attempt_ratio, 0.5);
     assert_eq!(l.wait_ns.total, 9500);
     assert_eq!(l.wait_ns.max, 9500);
-    // Issue 10: the mean is over the one wait that happened.
+    // The mean is over the one wait that happened.
     assert_eq!(l.wait_ns.mean, 9500.0);
     assert_eq!(l.hold_ns.total, 10_500);
     assert!(

@@ -1,4 +1,4 @@
-//! Issue 9: a call that could have waited but did not (`sem_trywait`, a
+//! A call that could have waited but did not (`sem_trywait`, a
 //! `sem_wait` on a posted semaphore) ends a segment of work; the replay
 //! must not replay that work a second time as a wait. It did, and
 //! python3's GIL program (whose main thread calls `sem_trywait`

@@ -1,4 +1,4 @@
-//! Issue 9: time a thread was preempted (runnable, no CPU) is measured from
+//! Time a thread was preempted (runnable, no CPU) is measured from
 //! its run-queue delay samples (`Op::RunDelay`) and left out of the
 //! replay's prediction of the unrecorded run, while the run as recorded
 //! still replays to its recorded wall time. Ground truth by construction.

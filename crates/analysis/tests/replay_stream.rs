@@ -1,4 +1,4 @@
-//! Issue 9: the streaming replay (actions spilled to a temporary file,
+//! The streaming replay (actions spilled to a temporary file,
 //! read back per thread) gives exactly the results of the in-memory one,
 //! on recorded fixtures and on a synthetic trace large enough to span many
 //! spill blocks, with more threads than CPUs (so the CPU-share

@@ -539,7 +539,7 @@ fn main() {
     }
 
     if want("threads") {
-        // Issue 8 item 2: within 2x of the unrecorded wall time. Threads
+        // Within 2x of the unrecorded wall time. Threads
         // take over the buffers of joined ones (no mapping per thread);
         // "program" is the time the program itself measures (creating,
         // running and joining the threads), "wall" the whole command.
@@ -603,7 +603,7 @@ fn main() {
     }
 
     if want("private") {
-        // Issue 8 item 3: nothing shared between threads on the hot path,
+        // Nothing shared between threads on the hot path,
         // so the added cost per pair must not grow with the thread count.
         // The fixture prints the slowest thread's ns per pair; with more
         // threads than CPUs that grows for both runs, so the comparison

@@ -1,4 +1,4 @@
-//! Validation of `lockscope whatif --ulcp-free` against reality (issue 9):
+//! Validation of `lockscope whatif --ulcp-free` against reality:
 //! the fixture `tests/programs/detailed/ulcp_table.c` takes one global
 //! mutex for work that never conflicts; its fixed version (`fixed`
 //! argument) takes no lock. At 2 and 4 threads this measures the real

@@ -1,5 +1,5 @@
 //! `lockscope barriers` on a phase program whose second barrier is
-//! redundant by construction and whose first is not (issue 13).
+//! redundant by construction and whose first is not.
 
 mod detailed_support;
 
@@ -148,7 +148,7 @@ fn hand_made_barrier_recognised_with_exact_instances() {
 /// In a default-mode trace (accesses inside critical sections only)
 /// redundancy cannot be decided: `barriers` and `report` say so and give
 /// no redundancy count, which read as "every barrier is needed" on PARSEC
-/// fluidanimate's trace (session 11).
+/// fluidanimate's trace.
 #[test]
 fn barriers_in_a_default_mode_trace_say_undecided_not_zero_redundant() {
     let c = compilers()[0];

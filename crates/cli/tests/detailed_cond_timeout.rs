@@ -1,4 +1,4 @@
-//! Issue 9: after a timed-out `pthread_cond_timedwait`, the critical
+//! After a timed-out `pthread_cond_timedwait`, the critical
 //! section that re-opens is on the wait's mutex (the event's `arg` then
 //! holds the errno, not the mutex).
 

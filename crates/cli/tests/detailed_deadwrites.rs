@@ -1,5 +1,5 @@
 //! `lockscope deadwrites` on a fixture with exactly known dead writes
-//! (issue 13): partial overlaps of different widths, and a write killed
+//! (as in DeadSpy): partial overlaps of different widths, and a write killed
 //! by another thread across a barrier.
 
 mod detailed_support;

@@ -1,4 +1,4 @@
-//! `lockscope lockset` with happens-before (issue 13): create, join and
+//! `lockscope lockset` with happens-before: create, join and
 //! barrier crossings hand data over without sharing it.
 
 mod detailed_support;

@@ -1,5 +1,5 @@
-//! Coalescing of repeated identical accesses (issue 13 item 1,
-//! `LOCKSCOPE_COALESCE=1`): the trace holds one event plus one
+//! Coalescing of repeated identical accesses
+//! (`LOCKSCOPE_COALESCE=1`): the trace holds one event plus one
 //! `AccessRepeat` per run, and the analyses' answers do not change.
 
 mod detailed_support;

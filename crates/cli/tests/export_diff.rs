@@ -1,4 +1,4 @@
-//! `lockscope diff` (issue 11): locks matched by symbol across two
+//! `lockscope diff`: locks matched by symbol across two
 //! recordings (never by address), the change per lock and the verdict.
 
 #[path = "export_util/mod.rs"]

@@ -1,8 +1,8 @@
-//! `lockscope html` (issue 11) in a real headless Chromium (Debian's
+//! `lockscope html` in a real headless Chromium (Debian's
 //! `chromium`): the page loads with no errors, the timeline draws, a hover
 //! over the longest wait shows its lock, site and call path, names that
 //! are markup stay text; screenshots are saved under the target's
-//! test-temporary directory (`target/tmp/issue11-html/`) for a person to
+//! test-temporary directory (`target/tmp/html-report/`) for a person to
 //! look at.
 
 #[path = "export_util/mod.rs"]
@@ -69,7 +69,7 @@ fn selftest(page: &Path, home: &Path) -> (Value, String) {
 }
 
 fn screenshot(page: &Path, name: &str, home: &Path) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("issue11-html");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-report");
     std::fs::create_dir_all(&dir).unwrap();
     let png = dir.join(format!("{name}.png"));
     let _ = std::fs::remove_file(&png);

@@ -1,4 +1,4 @@
-//! `lockscope export --format perfetto` (issue 11): a strict check of the
+//! `lockscope export --format perfetto`: a strict check of the
 //! Chrome trace-event JSON it writes (the keys and types each event kind
 //! must have and nothing else, slices nested per track, every flow bound
 //! to the slices it joins, names declared for every track), and counts

@@ -1,4 +1,4 @@
-//! `lockscope export --format speedscope` (issue 11), checked against
+//! `lockscope export --format speedscope`, checked against
 //! speedscope's file format as published in its JSON schema
 //! (`https://www.speedscope.app/file-format-schema.json`, `FileFormat.File`
 //! in speedscope's `file-format-spec.ts`), written here in Rust so that

@@ -1,4 +1,4 @@
-//! `lockscope export --format folded|pprof` (issue 11): the exported
+//! `lockscope export --format folded|pprof`: the exported
 //! totals equal the report's, and `go tool pprof` reads the profile.
 
 #[path = "export_util/mod.rs"]

@@ -1,5 +1,5 @@
-//! lockscope's exports opened in the viewer people read them with
-//! (issue 11): speedscope's own web app (npm package `speedscope`,
+//! lockscope's exports opened in the viewer people read them with:
+//! speedscope's own web app (npm package `speedscope`,
 //! installed by `scripts/test-viewers.sh`), served on 127.0.0.1 by this
 //! test and run in Debian's headless `chromium`, loads
 //! `export --format speedscope`, `--format perfetto` (Chrome trace-event
@@ -7,7 +7,7 @@
 //! `--format folded`: the app's importer names the format it recognized,
 //! reports no error, and shows one profile per recorded thread.
 //! Screenshots are saved under the target's test-temporary directory
-//! (`target/tmp/issue11-viewers/`) for a person to look at.
+//! (`target/tmp/export-viewers/`) for a person to look at.
 //!
 //! A viewer that is not installed fails the test with the command that
 //! installs it, as a missing `chromium` or `go` does elsewhere.
@@ -193,7 +193,7 @@ fn load(server: &Server, file: &str, format: &str, name: &str, home: &Path) -> S
     );
     // The flame chart is WebGL on a canvas: a picture for a person (and a
     // painted one is well over the size of a blank page).
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("issue11-viewers");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("export-viewers");
     std::fs::create_dir_all(&dir).unwrap();
     let png = dir.join(format!("{name}.png"));
     let _ = std::fs::remove_file(&png);

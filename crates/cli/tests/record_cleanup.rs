@@ -1,4 +1,4 @@
-//! Issue 8: a session left behind by a recorder killed with SIGKILL is
+//! A session left behind by a recorder killed with SIGKILL is
 //! removed by the next recorder that starts in the same place.
 
 mod record_util;

@@ -1,4 +1,4 @@
-//! Issue 8 item 3: the clock is chosen at start-up by measuring it, and
+//! The clock is chosen at start-up by measuring it, and
 //! the choice is recorded in the trace header.
 
 mod record_util;

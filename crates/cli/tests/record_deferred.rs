@@ -1,4 +1,4 @@
-//! Issue 8: an uncontended acquisition is written after its critical
+//! An uncontended acquisition is written after its critical
 //! section, with the thread's next event (`Guard::defer`), so that
 //! recording does not lengthen the section. An acquisition that has no
 //! next event, because its process ended while the thread held the lock,

@@ -1,4 +1,4 @@
-//! Issue 9 (the replay's work must be the program's): a thread that runs
+//! The replay's work must be the program's: a thread that runs
 //! hot moves to a larger ring, and creating and pre-faulting it (tens of
 //! ms for 64 MiB) is the recorder's time spent in the program's thread.
 //! It is counted with the thread's waits for the recorder, which its

@@ -1,4 +1,4 @@
-//! Issue 8, the hot path: the recorder calls the real function the program
+//! The hot path: the recorder calls the real function the program
 //! called (no trylock substitution another interposer could see), and a
 //! hooked call from a signal handler that runs while its thread is blocked
 //! inside an interposed call is recorded, not silently dropped.
@@ -151,9 +151,9 @@ fn a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
     }
 }
 
-/// Issue 9 (found by the replay of the mutex fixture on a loaded
-/// machine): a lock call that took long although the lock looked free,
-/// after which glibc's word says "waiters", is a hidden wait only if the
+/// Found by the replay of the mutex fixture on a loaded machine: a lock
+/// call that took long although the lock looked free, after which
+/// glibc's word says "waiters", is a hidden wait only if the
 /// thread slept in it. The preempted shim takes the lock at once, has a
 /// helper queue for it, then keeps the caller runnable but off its CPU
 /// for 2 ms (pinned with a CPU hog, yielding to it). Before, each such

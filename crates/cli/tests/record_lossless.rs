@@ -1,4 +1,4 @@
-//! Issue 8: the default recording loses nothing at real programs' rates.
+//! The default recording loses nothing at real programs' rates.
 //! Threads start with small buffers that grow when they run hot, and a
 //! thread that still outruns the recorder waits for it (counted as
 //! perturbation) instead of dropping events.

@@ -1,4 +1,4 @@
-//! Issue 8: timestamps order events truly. In a lossless trace no
+//! Timestamps order events truly. In a lossless trace no
 //! critical section lies inside another thread's critical section on the
 //! same mutex: a mutex is held by one thread at a time, an acquisition is
 //! stamped after the real lock returned and a release before the real
@@ -27,9 +27,10 @@ fn contended(dir: &Path) -> PathBuf {
     bin
 }
 
-/// Issue 8 item 7 (and session 9's open question: is the trace's low
-/// contended fraction on 2 CPUs the recorder misjudging contention, or
-/// the program really meeting less of it while recorded?). `contended.c`
+/// The contention the trace reports is the contention the program met
+/// (this answers an open question: is the trace's low contended fraction
+/// on 2 CPUs the recorder misjudging contention, or the program really
+/// meeting less of it while recorded?). `contended.c`
 /// counts, itself, the acquisitions that found the mutex taken (a relaxed
 /// load of the lock word just before each lock call); the trace must
 /// count the same ones. Measured on the development VM: 1.04-1.09 times

@@ -1,4 +1,4 @@
-//! Issue 8: a signal the program already got from its process group is
+//! A signal the program already got from its process group is
 //! not forwarded again by the recorder (servers treat a second SIGINT as
 //! "force quit").
 

@@ -1,4 +1,4 @@
-//! Issue 8 (the recorder scales with cores): several converter workers
+//! The recorder scales with cores: several converter workers
 //! (`--writers N`) each convert their share of the program's threads.
 //! The trace must be the one a single worker writes: exact counts, one
 //! Lock record per lock and one id per call path whichever worker met it

@@ -38,11 +38,11 @@ fn replay_json(trace: &Path, extra: &[&str]) -> (Value, String) {
 /// inside a critical section is not measured (docs/replay.md), and the
 /// 8 ms rwlock fixture, recorded while other tests (or four spinning
 /// processes) shared its 2 CPUs, replayed 6-20 % short in about one run
-/// in ten, with every build since session 9 (session 10: 1 of 20 runs of
-/// session 9's build under four spinning processes, 3 of 18 of session
-/// 10's). So a fixture whose replay misses is recorded again, up to three
-/// times; a replay that is wrong, not unlucky, misses every time and
-/// fails. Every attempt's figure is printed.
+/// in ten, with every build tried (1 of 20 runs of one build under four
+/// spinning processes, 3 of 18 of the next). So a fixture whose replay
+/// misses is recorded again, up to three times; a replay that is wrong,
+/// not unlucky, misses every time and fails. Every attempt's figure is
+/// printed.
 #[test]
 fn replay_of_fixtures_matches_recorded_wall_and_is_deterministic() {
     let mut figures = Vec::new();
@@ -189,7 +189,7 @@ fn preempted_worker_is_measured(mode: &str) {
 /// holding the GIL (a mutex, two condition variables with timed waits,
 /// and semaphores for Python's own locks). It replayed 36-59 % long
 /// while every `sem_trywait` replayed the work before it a second time as
-/// a wait (issue 9); the target is the fixtures' 5 %.
+/// a wait; the target is the fixtures' 5 %.
 #[test]
 fn python3_gil_program_replays_within_5_percent() {
     let dir = temp("replay-python3");

@@ -1,5 +1,5 @@
-//! `report --csv` quotes what RFC 4180 requires, CR included (issue 14:
-//! the hand-written quoting did not quote `\r`).
+//! `report --csv` quotes what RFC 4180 requires, CR included (the
+//! hand-written quoting once did not quote `\r`).
 
 mod record_util;
 use record_util::*;

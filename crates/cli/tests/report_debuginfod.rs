@@ -1,4 +1,4 @@
-//! Issue 10, item 2: debug files from a debuginfod server, and from a
+//! Debug files from a debuginfod server, and from a
 //! Debian package's separate debug file (a real distribution binary).
 
 #[path = "record_util/mod.rs"]
@@ -181,7 +181,7 @@ fn named_from_debug_info(r: &Value, truth: &HashMap<String, (String, u64)>) -> b
 /// file and not asked again.
 #[test]
 fn debuginfod_names_a_stripped_binary() {
-    let dir = temp("issue10-debuginfod");
+    let dir = temp("debuginfod-server");
     build_stripped_locks(&dir);
     std::fs::copy(dir.join("full"), dir.join("prog")).unwrap();
     run_tool("strip", &["--strip-all", "prog"], &dir);
@@ -329,7 +329,7 @@ fn debian_python3_named_through_python3_dbg() {
     let dynsym = Command::new("nm").arg("-D").arg(&real).output().unwrap();
     assert!(!String::from_utf8_lossy(&dynsym.stdout).contains(" take_gil"));
 
-    let dir = temp("issue10-python3-dbg");
+    let dir = temp("python3-debug-file");
     let script = record_util::workspace().join("tests/programs/report/gil_threads.py");
     let run = record(&dir, &[], py, &[script.to_str().unwrap()], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -392,7 +392,7 @@ fn debuginfod_over_https_through_curl() {
         eprintln!("no /usr/bin/python3: https debuginfod test skipped");
         return;
     }
-    let dir = temp("issue10-debuginfod-https");
+    let dir = temp("debuginfod-https");
     let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
     let st = Command::new("gcc")
         .args(["-O2", "-g", "-pthread", "-o"])

@@ -397,7 +397,7 @@ fn report_text_csv_and_options_work_on_a_recording() {
     let dir = temp("report-text");
     let bin = build_c("report/sleep_hold", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
-    // Issue 10: record's summary ranks locks by time waited and names
+    // `record`'s summary ranks locks by time waited and names
     // them by symbol, with a user-facing kind.
     assert!(
         run.stderr.contains(

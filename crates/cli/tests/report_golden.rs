@@ -108,7 +108,7 @@ fn golden_rust_std_mutex_json() {
     );
 }
 
-/// Issue 10 item 4: the layout fitted to a 100-column terminal.
+/// The layout fitted to a 100-column terminal.
 #[test]
 fn golden_rust_std_mutex_text_100_columns() {
     check_at(
@@ -166,7 +166,7 @@ fn symbolized_view(report: &Value) -> String {
     locks.concat()
 }
 
-/// Issue 14: a symbolized snapshot. sleep_hold takes `held_lock` once in
+/// A symbolized snapshot. sleep_hold takes `held_lock` once in
 /// `hold_and_sleep` and once in `wait_for_it`, and `solo_lock` 1,000 times
 /// in `waiter` (its ground truth, checked exactly by report_fixtures.rs);
 /// here the report must name them by symbol, function, file and line.

@@ -54,7 +54,7 @@ fn bench_json_has_one_consistent_run_per_configuration() {
         assert_eq!(r["consistent"], true);
         assert!(r["mops"].as_f64().unwrap() > 0.0);
         // The fields of schema lockscope-locks-bench/1, which the CLI
-        // writes by hand since the locks crate has no serde (issue 14).
+        // writes by hand since the locks crate has no serde.
         let cs = r["critical_section"].as_str().unwrap();
         assert!(cs == "empty" || cs == "nonempty", "{r}");
         for key in ["seconds", "min_share_ratio", "max_share_ratio", "jain"] {

@@ -1,4 +1,4 @@
-//! `lockscope whatif --ulcp-free` (issue 9, PerfPlay §4) on a fixture
+//! `lockscope whatif --ulcp-free` (PerfPlay §4) on a fixture
 //! whose every critical section is unnecessary: lookups of a read-only
 //! table and per-thread counters under one global mutex.
 
@@ -84,7 +84,7 @@ fn ulcp_free_predicts_a_gain_and_ranks_the_fixture_regions() {
             "{}: ulcp-free {a} vs remove-lock {b}",
             c.label
         );
-        // Issue 9 item 5: the report's gain line for the lock, with the
+        // The report's gain line for the lock, with the
         // command that reproduces it.
         let report = analysis_text("report", &trace);
         let rm_range = &rm["scenarios"][0]["range"];
@@ -168,7 +168,7 @@ fn ulcp_free_refuses_a_timing_mode_trace() {
 /// The counts and the equality are exact in every recording. That
 /// sharing the lookups predicts a gain is a figure of the recording: one
 /// made while other tests (or four spinning processes) shared the 2 CPUs
-/// predicted 0.90x (CI, session 10) and 0.98x (1 of 10 runs under four
+/// predicted 0.90x (in CI) and 0.98x (1 of 10 runs under four
 /// spinning processes). So a recording that predicts no gain is made
 /// again, up to three times; a model that never predicts one fails.
 #[test]

@@ -203,7 +203,7 @@ ops! {
     /// follows a long interval with no lock call of the thread (over
     /// 500 us) and every 2 ms; never inside a blocking call. Between two
     /// samples, the difference is time the thread was preempted. The
-    /// replay removes it (issue 9).
+    /// replay removes it.
     RunDelay = 83,
     /// The CPU launched work on a GPU (kernel, copy or memset; CUDA
     /// runtime or driver call), event DONE at the call: addr = stream

@@ -2,7 +2,7 @@
 //! barriers and semaphores.
 //!
 //! Acquisitions call the real function the program called, nothing else
-//! (issue 8: the earlier trylock-then-lock was visible to interposers
+//! (an earlier trylock-then-lock was visible to interposers
 //! loaded after us: a user's lock shim saw 2 of 128,000 lock calls).
 //! Contention is read from the lock word just before the call: held by
 //! another thread means the call is about to wait, so BEGIN is emitted at
@@ -66,8 +66,8 @@ fn got(rc: c_int) -> bool {
 
 /// The acquisition protocol shared by every blocking lock. It calls the
 /// real function the program called (never a trylock in its place: a
-/// user's own interposer under ours must see the calls the program made,
-/// issue 8), and tells contention from the lock word read just before
+/// user's own interposer under ours must see the calls the program made),
+/// and tells contention from the lock word read just before
 /// the call (`held`: another thread holds it, see the `*_held` probes).
 /// `ret` receives the real result as soon as there is one, so that a
 /// panic in the recording code after it never changes what the program
@@ -996,7 +996,7 @@ tramp!(sem_post(s: *mut sem_t) -> c_int = sem_post_impl ["rsi", "rdx"]);
 /// stand-in for the lock (one atomic swap, one store), against the
 /// stand-in alone, 9 interleaved rounds of 128 pairs, medians. Not the
 /// real `pthread_mutex_lock`: an interposer loaded after ours would see
-/// calls the program never made (the issue-8 test of a user's lock shim
+/// calls the program never made (the test with a user's lock shim
 /// caught exactly that). The trampoline's jump and the recording check
 /// before it (a few instructions) are not in the figure, nor the cost the
 /// recorder's drain adds by reading the program's ring lines from

@@ -1,6 +1,6 @@
 //! The real (next) definitions of the functions we interpose, resolved
 //! with `dlsym(RTLD_NEXT)` at load time (one `.init_array` entry per
-//! function, issue 8: no `dlsym` on a signal path later), and lazily in
+//! function: no `dlsym` on a signal path later), and lazily in
 //! every hook as well: another preloaded or early library's constructor
 //! may call `pthread_mutex_lock` before ours have run (a known preload pitfall).
 //! glibc 2.36's `dlsym` does not allocate.

@@ -69,10 +69,9 @@ const TID_PROBES: usize = 32;
 /// by joins. Why a table: the kernel clears the tid in glibc's descriptor
 /// when the thread exits (CLONE_CHILD_CLEARTID, which is how join waits),
 /// so a join of a thread that has already exited read 0 from the
-/// descriptor (issue 13 found every join after the first recorded as tid
-/// 0). Lock-free and allocation-free: open addressing, entries are only
-/// ever added or overwritten (a reused `pthread_t` maps to its newest
-/// thread).
+/// descriptor (every join after the first was once recorded as tid 0).
+/// Lock-free and allocation-free: open addressing, entries are only ever
+/// added or overwritten (a reused `pthread_t` maps to its newest thread).
 static TID_KEYS: [AtomicUsize; TID_SLOTS] = [const { AtomicUsize::new(0) }; TID_SLOTS];
 static TID_VALS: [AtomicU32; TID_SLOTS] = [const { AtomicU32::new(0) }; TID_SLOTS];
 

@@ -129,7 +129,7 @@ fn read_rings(dir: &Path) -> Vec<Ring> {
             let mut events = Vec::new();
             let (_, corrupt) = c.drain(|ev| events.push(ev));
             assert_eq!(corrupt, 0, "{name}");
-            // A ring recycled for later threads (issue 8): each hand-over
+            // A ring recycled for later threads: each hand-over
             // ends one owner and starts the next.
             let (mut tid, mut parent_tid, mut lost_base) = (tid, parent_tid, 0);
             while let Some(h) = c.take_handoff() {
@@ -885,7 +885,7 @@ fn joined_threads_rings_are_unmapped_and_keep_their_events() {
     let out = run(&bin, &[], Some(&session), &[]);
     assert!(out.status.success());
     // Main's ring and the detached thread's remain mapped, and the rings
-    // of joined threads kept for reuse (issue 8), at most the free list's
+    // of joined threads kept for reuse, at most the free list's
     // 128: the others are gone from the address space. With no recorder
     // reading them here, a ring is handed on once (the next hand-over
     // waits until the recorder has read the previous one): about half of

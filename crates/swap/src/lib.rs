@@ -418,8 +418,8 @@ unsafe fn lock_plain(m: *mut pthread_mutex_t) -> c_int {
 
 /// The body shared by the interposed `pthread_mutex_lock` and
 /// `pthread_mutex_trylock`: `plain` acquires by the shortest path (ours
-/// or glibc's); a panic in the bookkeeping still performs it (issue 14),
-/// and a success is counted as `op`.
+/// or glibc's); a panic in the bookkeeping still performs it (see
+/// `guard`), and a success is counted as `op`.
 ///
 /// # Safety
 /// C contract of the interposed function.

@@ -100,7 +100,7 @@ thread_local! {
 /// rather than through `LocalKey::with`: rustc emitted that generic as an
 /// out-of-line function that reached the state through the key's accessor
 /// pointer and every captured argument through the closure's environment
-/// (issue 13's profile of the access path: ~40 of its instructions).
+/// (a profile of the access path with callgrind: ~40 of its instructions).
 /// With the address in hand, `f` is inlined into the caller.
 #[inline(always)]
 pub fn with<R>(f: impl FnOnce(&Tls) -> R) -> R {

@@ -1,4 +1,4 @@
-// Micro-benchmark for issue 8 item 3 ("no cost that grows with the thread
+// Micro-benchmark for a recorder goal ("no cost that grows with the thread
 // count"): T threads, each locking its own private mutex P times with 20
 // iterations of work between pairs; nothing is shared between threads.
 // Prints "ns_per_pair=<x>": the slowest thread's time per pair, so the

@@ -1,4 +1,4 @@
-/* Barrier redundancy and imbalance with known answers (issue 13, thesis
+/* Barrier redundancy and imbalance with known answers (as in the thesis,
  * ch. 3). Three workers, ROUNDS rounds of two phases on one barrier:
  *
  *   phase A: worker i writes in[r % 2][i]

@@ -1,4 +1,4 @@
-/* Issue 9 regression fixture: critical sections re-opened by a timed-out
+/* Regression fixture: critical sections re-opened by a timed-out
  * condition wait.
  *
  * Thread `waiter` takes `m`, waits on `cv` with a 1 ms timeout that always

@@ -1,4 +1,4 @@
-/* Dead writes with exactly known answers (issue 13, DeadSpy, thesis ch. 5).
+/* Dead writes with exactly known answers (DeadSpy, thesis ch. 5).
  * Every store is in its own non-inlined function, so that the compiler
  * cannot remove the dead ones and every store has its own context.
  *

@@ -1,6 +1,6 @@
 /* A hand-made barrier (a mutex, a condition variable, a counter and a
  * generation number, as PARSEC's parsec_barrier and many programs write
- * it) with known instances and redundancy (issue 13). The phases are
+ * it) with known instances and redundancy. The phases are
  * those of barrier_phases.c, with `hbar_wait` in place of
  * pthread_barrier_wait. Three workers, ROUNDS rounds of two phases:
  *

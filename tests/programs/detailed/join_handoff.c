@@ -1,9 +1,9 @@
-/* Lockset with happens-before (issue 13): data handed from one thread to
+/* Lockset with happens-before: data handed from one thread to
  * another through pthread_create, pthread_join or a barrier is not shared
  * concurrently and needs no lock.
  *
  *   total      only written under `m` by the workers; main reads it after
- *              pthread_join without the lock (the issue's fixture: it used
+ *              pthread_join without the lock (the regression case: it used
  *              to be reported as unprotected).
  *   settings   written by main before it creates the threads, then only
  *              read by the workers.

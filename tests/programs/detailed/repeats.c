@@ -1,4 +1,4 @@
-/* Repeated identical accesses (issue 13 item 1): main reads `flag` 1000
+/* Repeated identical accesses: main reads `flag` 1000
  * times (same value) and stores 7 into `out` 1000 times, then reads
  * `out` once. Volatile keeps every access.
  *

@@ -1,5 +1,5 @@
-/* Streaming and spinning fixture for the cost benchmark (issue 13 item
- * 1). Workers first spin on an atomic flag that main sets after 20 ms
+/* Streaming and spinning fixture for the cost benchmark (coalescing of
+ * repeated accesses). Workers first spin on an atomic flag that main sets after 20 ms
  * (every spin iteration is an atomic load: recorded in every detailed
  * mode), then stream over one location: ITERS plain reads of `config`
  * (outside critical sections: recorded with LOCKSCOPE_ALL_ACCESSES=1),

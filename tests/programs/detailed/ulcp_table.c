@@ -1,4 +1,4 @@
-/* Unnecessary lock contention with a known fix (issue 9 validation).
+/* Unnecessary lock contention with a known fix (validates `whatif --ulcp-free`).
  *
  * Worker threads look numbers up in a read-only table under one global
  * mutex (`lookup`, a read_read ULCP with every other lookup) and, now and

@@ -5,9 +5,9 @@
  * for 2 ms: the caller and a CPU hog are pinned to one CPU and the caller
  * yields to the hog. To lockscope, whose hook looked at the mutex just
  * before calling on, this is a call that took 2 ms although the lock was
- * free, after which the word says waiters: what a hidden wait looks like
- * (issue 8), but the thread was preempted while holding the lock, not
- * asleep waiting for it (the mutex fixture on a loaded machine, issue 9).
+ * free, after which the word says waiters: what a hidden wait looks like,
+ * but the thread was preempted while holding the lock, not asleep
+ * waiting for it (as the mutex fixture was on a loaded machine).
  * Build: gcc -O2 -shared -fPIC -o libpreempted_lock_shim.so preempted_lock_shim.c -ldl -lpthread */
 #define _GNU_SOURCE
 #include "user_shim.h"

@@ -5,7 +5,7 @@
  * To lockscope, whose hook looked at the mutex just before calling on,
  * this is a lock that was free when it looked and then had to be waited
  * for: what happens when another thread takes the lock between the look
- * and the call (issue 8), made deterministic.
+ * and the call, made deterministic.
  * Build: gcc -O2 -shared -fPIC -o libslow_lock_shim.so slow_lock_shim.c -ldl -lpthread */
 #define _GNU_SOURCE
 #include "user_shim.h"

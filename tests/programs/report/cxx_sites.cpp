@@ -5,7 +5,7 @@
 //
 // Truth lines: `truth-site fn=NAME line=L count=N` per function, with L
 // the line of the acquisition in this file. The report must name each of
-// them as its own site (issue 10, item 1), never the libstdc++ wrapper.
+// them as its own site, never the libstdc++ wrapper.
 #include <chrono>
 #include <cstdio>
 #include <mutex>

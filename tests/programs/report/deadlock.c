@@ -1,4 +1,4 @@
-/* A real two-lock deadlock (issue 10, item 5). Thread 1 takes `lock_a`
+/* A real two-lock deadlock. Thread 1 takes `lock_a`
  * then `lock_b`, thread 2 `lock_b` then `lock_a`; a barrier makes both
  * hold their first lock before taking the second, so they always
  * deadlock. main joins thread 1 forever; alarm(1) kills the process

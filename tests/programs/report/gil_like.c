@@ -1,5 +1,5 @@
 /* A lock built from a flag, a mutex and a condition variable, as
- * Python's GIL is (issue 10, item 6): 3 threads take turns holding
+ * Python's GIL is: 3 threads take turns holding
  * `held` for ~20 us, 300 times each. Nearly all waiting is on the
  * condition variable `gil_cond`, ended by the signal in drop_gil.
  *

@@ -1,4 +1,4 @@
-//! A Rust std::sync::RwLock (issue 10, item 6): two futex words inside
+//! A Rust std::sync::RwLock: two futex words inside
 //! (readers sleep on one, writers on the other) that the report must
 //! show as one lock. main write-locks it for 50 ms while two readers and
 //! two writers try to take it, so each of them sleeps at least once.

@@ -1,4 +1,4 @@
-/* Static locks to be named in a stripped build (issue 10, item 2):
+/* Static locks to be named in a stripped build:
  * an array `lru_locks` of 16 mutexes of which element 12 is taken, a
  * struct array `buckets` whose element 3's lock is taken (element size
  * from DWARF, lock at offset 8 inside it: `buckets[3].lock`), a

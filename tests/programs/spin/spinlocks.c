@@ -22,7 +22,7 @@
  * runtime writes for these call sites) into a per-thread ring that is
  * pre-faulted and never read. No ABI call, no re-entrancy guard, no
  * recorder threads. The slowdown benchmark times it: the floor of the
- * design on this fixture (issue 13's 5x). x86-64 only. */
+ * design on this fixture (against detailed mode's 5x target). x86-64 only. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>

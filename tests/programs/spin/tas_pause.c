@@ -2,7 +2,7 @@
  * the exchange with a pause, no yield. Two threads each take it ITERS
  * times; the critical section and the work between sections are a few
  * hundred cycles each, so the waiter spins many times per acquisition.
- * Before issue 13's coalescing of exchanges that write the value they
+ * Before detailed mode coalesced exchanges that write the value they
  * find, every spin iteration was one event; the slowdown benchmark
  * times it (FIXTURE_SCALE=N runs N times as many iterations).
  * Every thread counts its own failed exchanges, outside the recorded

@@ -1,6 +1,6 @@
 //! Per-thread action programs spilled to a temporary file, so that a
-//! replay's memory does not grow with the trace (issue 9: 100 M events
-//! in bounded memory).
+//! replay's memory does not grow with the trace (100 M events replay in
+//! bounded memory).
 //!
 //! The builder reads the trace once, in time order, and appends each
 //! thread's actions to that thread's buffer; a full buffer goes to the
@@ -17,8 +17,8 @@
 //! builder cannot know it before the trace is read to its end (it is
 //! scaled by the CPU share of the thread, see `replay::cpu_shares_merged`),
 //! and keeping it apart lets that second pass write only the work instead
-//! of rewriting every action (issue 9: the rewrite was a third of a
-//! 20 M-event replay's time, on one core).
+//! of rewriting every action (the rewrite was a third of a 20 M-event
+//! replay's time, on one core).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -175,7 +175,7 @@ struct Published {
 /// Per-thread byte streams in an unlinked temporary file, written by one
 /// [`Writer`] and read by cursors, possibly while it is written (the
 /// replay's simulations start on the work of the compute actions while
-/// the pass computing it still runs: issue 9). A cursor that reaches the
+/// the pass computing it still runs). A cursor that reaches the
 /// last published block of its stream before the store is complete waits
 /// for the next one; the writer never waits for the cursors, so this
 /// cannot deadlock, and whatever ends the writer (an error, a panic)

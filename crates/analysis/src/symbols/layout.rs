@@ -1,7 +1,7 @@
 //! Names of addresses inside static variables, from DWARF types: a lock
 //! at offset 0x1b8 of `_PyRuntime` is `_PyRuntime.ceval.gil.mutex`, one in
 //! element 3 of an array of structs `buckets[3].lock`, element 12 of an
-//! array of mutexes `lru_locks[12]` (issue 10, item 2).
+//! array of mutexes `lru_locks[12]`.
 //!
 //! The walk goes down through arrays (each index named, multi-dimensional
 //! ones too) and through structs and classes while the offset left is not

@@ -83,7 +83,7 @@ pub struct Args {
 
 /// Parses `300ns`, `1.5us`, `2ms`, `1s` or a plain number of ns.
 ///
-/// Hand-written on purpose (issue 14 asked for humantime where it fits):
+/// Hand-written on purpose, not humantime (the crate one would reach for):
 /// humantime rejects fractions (`1.5us`) and bare numbers, both of which
 /// this option has always accepted and its tests check.
 fn parse_duration(s: &str) -> anyhow::Result<u64> {
@@ -230,7 +230,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let width = if a.wide { None } else { text_width() };
     let out = if a.json {
-        // Hand-written spinlocks beside the pthread locks (issue 12): the
+        // Hand-written spinlocks beside the pthread locks: the
         // `lockscope spin --json` document under `spin`, after the
         // report's own fields. Left out (not null) when the trace has no
         // atomic read-modify-write or is too large to search, so that
@@ -269,7 +269,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             },
         )
     };
-    // Hand-written spinlocks beside the pthread locks (text only; issue 12).
+    // Hand-written spinlocks beside the pthread locks (text only).
     let out = if text {
         // The spinlock, barrier and dead-write sections analyse the whole
         // trace in memory: it is read once for all of them, and only when
@@ -290,10 +290,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             let mut d = lockscope_analysis::detailed::Detailed::from_trace(t, !a.no_symbols);
             super::spin::report_section(&trace, t, &mut d)
-                // Barriers and dead writes of a detailed trace (issue 13).
+                // Barriers and dead writes of a detailed trace.
                 + &super::barriers::report_section(&trace, t, &mut d)
         })
-            // Who made the GPU wait, and what the CPU waited for (issue 15).
+            // Who made the GPU wait, and what the CPU waited for.
             + &super::gpu::report_section(&trace, &report, !a.no_symbols);
         match width {
             Some(w) => out + &render::fit_lines(&extra, w),
@@ -302,8 +302,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         out
     };
-    // What fixing the top locks would gain, from the replay (text only;
-    // issue 9).
+    // What fixing the top locks would gain, from the replay (text only).
     let out = if text {
         let gain = gain_section(&trace, !a.no_symbols);
         match width {

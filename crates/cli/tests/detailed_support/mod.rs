@@ -164,7 +164,7 @@ pub fn record(bin: &Path, args: &[&Path], trace: &Path, env: &[(&str, &str)]) ->
     // Nothing lost in default mode, on any fixture. Regression: the
     // recorder's own pthread_getattr_np at thread exit allocated, the
     // runtime's allocation hook ran inside the recorder and counted 12
-    // "lost" events per 2-thread run (issue 8; `thread::quietly`).
+    // "lost" events per 2-thread run (fixed by `thread::quietly`).
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("LOST"), "{}: {err}", bin.display());
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -1,4 +1,4 @@
-//! Helpers of the `export_*` tests (issue 11): record a fixture, read the
+//! Helpers of the `export_*` tests: record a fixture, read the
 //! report's JSON, run `lockscope export` and the viewers' own tools.
 // Each test file uses a part of these helpers (and of the re-exports).
 #![allow(dead_code, unused_imports)]

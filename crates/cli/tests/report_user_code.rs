@@ -1,4 +1,4 @@
-//! Issue 10: a report that leads to the user's code. Tests on the traces
+//! A report that leads to the user's code. Tests on the traces
 //! kept in tests/golden/ (no recording needed) and on recorded fixtures.
 
 #[path = "record_util/mod.rs"]
@@ -121,7 +121,7 @@ fn wait_mean_and_p99_over_contended_waits() {
 /// directory and names it on stderr.
 #[test]
 fn report_without_argument_reads_the_newest_trace() {
-    let dir = temp("issue10-newest");
+    let dir = temp("newest-trace");
     let old = dir.join("lockscope.lstrace");
     let new = dir.join("lockscope-2.lstrace");
     std::fs::copy(golden("sleep_hold.lstrace"), &old).unwrap();
@@ -142,7 +142,7 @@ fn report_without_argument_reads_the_newest_trace() {
     );
     assert_eq!(out, report(&new, &[]));
     // An empty directory: a message saying how to get a trace, exit 2.
-    let empty = temp("issue10-newest-empty");
+    let empty = temp("newest-trace-empty");
     let o = lockscope(&["report"], Some(&empty));
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -172,7 +172,7 @@ fn detailed_analyses_refuse_timing_traces() {
 /// lock with its pid.
 #[test]
 fn locks_after_fork_carry_their_pid() {
-    let dir = temp("issue10-fork");
+    let dir = temp("fork-pids");
     let bin = build_c("fork_exec", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -201,7 +201,7 @@ fn locks_after_fork_carry_their_pid() {
 /// Item 9: bad input is named in words, each cause once, exit code 2.
 #[test]
 fn bad_trace_files_are_named_once_with_exit_2() {
-    let dir = temp("issue10-bad");
+    let dir = temp("bad-trace");
     let empty = dir.join("empty.lstrace");
     std::fs::write(&empty, b"").unwrap();
     let junk = dir.join("junk.lstrace");
@@ -232,7 +232,7 @@ fn bad_trace_files_are_named_once_with_exit_2() {
 #[test]
 fn trace_files_are_created_private() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = temp("issue10-mode");
+    let dir = temp("private-trace");
     for named in [true, false] {
         let mut args = vec!["record"];
         if named {
@@ -281,7 +281,7 @@ fn build_cxx_sites_with(dir: &Path, cxx: &str, opt: &str) -> PathBuf {
 /// thread also gives its function: the two must match.
 #[test]
 fn blame_waiter_sites_are_user_frames_at_o0_and_o2() {
-    let dir = temp("issue10-blame-sites");
+    let dir = temp("blame-sites");
     for cxx in ["g++", "clang++"] {
         for (opt, stacks) in [("-O0", "contended"), ("-O0", "all"), ("-O2", "contended")] {
             let what = format!("{cxx} {opt} --stacks {stacks}");
@@ -406,7 +406,7 @@ fn sites_of(r: &Value, name: &str) -> Vec<(String, Option<u64>, u64, bool)> {
 /// apart: with `--stacks all` the counts are exact again.
 #[test]
 fn cxx_std_mutex_sites_are_the_users_functions() {
-    let dir = temp("issue10-cxx");
+    let dir = temp("cxx-sites");
     for (opt, stacks) in [("-O2", "contended"), ("-O0", "all")] {
         let bin = build_cxx_sites(&dir, opt);
         let run = record(&dir, &["--stacks", stacks], &bin, &[], b"");
@@ -456,7 +456,7 @@ fn cxx_std_mutex_sites_are_the_users_functions() {
 /// the first use, and main's `drop(guard)` (line 61) is the wake blamed.
 #[test]
 fn rust_std_mutex_sites_are_the_users_lines() {
-    let dir = temp("issue10-rust");
+    let dir = temp("rust-sites");
     let bin = build_rust_with("rust_std_mutex", &dir, &["-O", "-g"]);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -536,7 +536,7 @@ fn verdict_line_at_the_top() {
 /// gives the layout of a pipe.
 #[test]
 fn text_fits_120_columns() {
-    let dir = temp("issue10-width");
+    let dir = temp("width-120");
     let bin = build_cxx_sites(&dir, "-O2");
     let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -611,7 +611,7 @@ fn text_fits_120_columns() {
 /// keeps frame pointers, so the recorder walks whole stacks.
 #[test]
 fn paths_print_user_stacks() {
-    let dir = temp("issue10-paths");
+    let dir = temp("call-paths");
     let bin = build_cxx_sites(&dir, "-O0");
     let run = record(&dir, &["--stacks", "all"], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -668,7 +668,7 @@ fn paths_print_user_stacks() {
 /// looked for.
 #[test]
 fn stripped_binary_named_through_its_debug_file() {
-    let dir = temp("issue10-stripped");
+    let dir = temp("stripped-names");
     build_stripped_locks(&dir);
     // Build-id directory: ROOT/.build-id/ab/cdef.debug.
     let id = build_id_hex(&dir.join("full"));
@@ -748,7 +748,7 @@ fn stripped_binary_named_through_its_debug_file() {
 /// after the other) but the lock-order inversion is reported.
 #[test]
 fn deadlock_and_inversion() {
-    let dir = temp("issue10-deadlock");
+    let dir = temp("deadlock-inversion");
     let src = record_util::workspace().join("tests/programs/report/deadlock.c");
     let bin = dir.join("deadlock");
     let st = Command::new("gcc")
@@ -899,7 +899,7 @@ fn futex_rows_and_rust_rwlock() {
         "{text}"
     );
 
-    let dir = temp("issue10-rwlock");
+    let dir = temp("futex-rwlock");
     let bin = build_rust_with("report/rust_rwlock", &dir, &["-O", "-g"]);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -953,7 +953,7 @@ fn futex_rows_and_rust_rwlock() {
 /// (line 25), and the verdict names it.
 #[test]
 fn condition_variable_used_as_a_lock() {
-    let dir = temp("issue10-gil");
+    let dir = temp("condvar-lock");
     let src = record_util::workspace().join("tests/programs/report/gil_like.c");
     let bin = dir.join("gil_like");
     let st = Command::new("gcc")
@@ -1015,7 +1015,7 @@ fn python_gil_is_a_condition_variable_lock() {
             return;
         }
     };
-    let dir = temp("issue10-python");
+    let dir = temp("python-gil");
     let script = record_util::workspace().join("tests/programs/report/gil_threads.py");
     let run = record(&dir, &[], Path::new(&py), &[script.to_str().unwrap()], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
