@@ -407,8 +407,8 @@ pub struct OverheadOut {
     pub share_of_thread_time: f64,
 }
 
-/// One lock. Serialized by hand ([`LockJson`]): what a futex word does
-/// not show is null there.
+/// One lock. Serialized by hand (through a private `LockJson`): what a
+/// futex word does not show is null there.
 #[derive(Clone, Debug)]
 pub struct LockOut {
     /// Address, `0x...`.
