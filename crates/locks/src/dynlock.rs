@@ -170,7 +170,7 @@ impl DynLock {
         unsafe { (self.ops.try_lock)(self.p()) }
     }
     /// Whether an acquisition now would wait (a hint, see
-    /// [`RawLock::is_locked`](crate::RawLock::is_locked)).
+    /// [`crate::RawLock::is_locked`]).
     #[inline]
     pub fn is_locked(&self) -> bool {
         // SAFETY: as above.
