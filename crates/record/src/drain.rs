@@ -1209,6 +1209,48 @@ impl Drainer {
         (total, fullest)
     }
 
+    /// The drain's last look before it sleeps (after announcing the
+    /// sleep, see `lockscope_capture::ring::drain_sleep`): true if a ring
+    /// has reached the fill at which its producer wakes the drain, its
+    /// thread ended (exit stamp not yet seen). Those are what the program
+    /// wakes the drain for, so a wake-up that raced with this look is
+    /// never lost. (A thread that moved to a larger ring left the old one
+    /// past the mark: seen as such, and its new ring wakes the drain by
+    /// itself.)
+    pub(crate) fn has_work(&self) -> bool {
+        let ord = std::sync::atomic::Ordering::Acquire;
+        self.rings.iter().any(|r| {
+            r.c.pending() >= lockscope_capture::ring::wake_mark(r.c.capacity())
+                || (r.end_seen.is_none() && r.c.header().end_tsc.load(ord) != 0)
+        })
+    }
+
+    /// How long the drain may sleep before a pass is due without any
+    /// wake: the grace of an exited thread's ring ([`END_GRACE`], after
+    /// which it is closed), or the age limit of the open batch
+    /// ([`BATCH_MAX_AGE`]); `None`: nothing due.
+    pub(crate) fn next_due(&self) -> Option<Duration> {
+        // A ring past its grace that is still open waits for a new owner
+        // (in the program's free list) or for its last events: nothing
+        // due at a time.
+        let grace = self
+            .rings
+            .iter()
+            .filter_map(|r| r.end_seen)
+            .filter_map(|t| END_GRACE.checked_sub(t.elapsed()));
+        let batch = self
+            .cs
+            .batch
+            .as_ref()
+            .map(|b| BATCH_MAX_AGE.saturating_sub(b.since.elapsed()));
+        grace.chain(batch).min()
+    }
+
+    /// Ring copies put off so far because the queue was at its limit.
+    pub(crate) fn full_skips(&self) -> u64 {
+        self.cs.full_skips
+    }
+
     /// Copies whatever the ring holds into the current batch.
     fn drain_ring(&mut self, ri: usize) -> u64 {
         let cx = copy_ctx!(self);
