@@ -672,6 +672,9 @@ pub(crate) struct Drainer {
     strings: HashMap<String, u32>,
     build_ids: HashMap<String, Vec<u8>>,
     next_thread: u32,
+    /// Thread starts and ends seen (new threads, exit stamps, ends
+    /// written): see [`Drainer::lives`].
+    lives: u64,
 }
 
 impl Drainer {
@@ -708,6 +711,7 @@ impl Drainer {
             strings: HashMap::new(),
             build_ids: HashMap::new(),
             next_thread: 1,
+            lives: 0,
         };
         d.send_clock();
         d
@@ -1063,6 +1067,7 @@ impl Drainer {
         let start_ns = self.clock.ns(start_tsc);
         let id = self.next_thread;
         self.next_thread += 1;
+        self.lives += 1;
         self.threads_by_tid.insert((pid, gen, tid), id);
         let process = self.procs[pi].id;
         self.send(Msg::Rec(Record::Thread(Thread {
@@ -1102,6 +1107,7 @@ impl Drainer {
     /// loss count, every loss up to it the owner's. The ring stays open,
     /// vacant (thread 0), until a new owner's hand-over or its close.
     fn end_owner(&mut self, ri: usize, end_tsc: u64, lost_cum: u64) {
+        self.lives += 1;
         let r = &mut self.rings[ri];
         let lost = r.lost_before + lost_cum.saturating_sub(r.lost_base);
         let thread = r.thread;
@@ -1246,6 +1252,12 @@ impl Drainer {
         grace.chain(batch).min()
     }
 
+    /// Thread starts and ends seen so far (a pass that saw one is a sign
+    /// of a program whose threads come and go: see `pipeline::run`).
+    pub(crate) fn lives(&self) -> u64 {
+        self.lives
+    }
+
     /// Ring copies put off so far because the queue was at its limit.
     pub(crate) fn full_skips(&self) -> u64 {
         self.cs.full_skips
@@ -1363,6 +1375,7 @@ impl Drainer {
         match r.end_seen {
             None => {
                 r.end_seen = Some(Instant::now());
+                self.lives += 1;
                 false
             }
             // Claimed for closing only if the program did not keep the
@@ -1393,6 +1406,7 @@ impl Drainer {
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();
         if r.thread != 0 {
+            self.lives += 1;
             // (A vacant recycled ring's last owner has ended already.)
             self.send(Msg::ThreadEnd {
                 thread: r.thread,

@@ -83,6 +83,10 @@ const IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 /// uncontended lock+unlock pair cost several times more. Letting events
 /// accumulate keeps the consumer far behind the producer.
 const BUSY_FILL: f64 = 0.25;
+/// A pass that copied at least this many slots, or saw a thread start or
+/// end, is followed by a poll ([`IDLE_SLEEP`]) rather than a sleep until
+/// woken: see `run`.
+const LIVELY_SLOTS: u64 = 64;
 
 fn host_name() -> String {
     let mut buf = [0u8; 256];
@@ -457,6 +461,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut looked_busy = false;
     loop {
         let skips = pipe.drainer.full_skips();
+        let lives = pipe.drainer.lives();
         let (copied, busy) = pipe.pass(&mut last_list);
         if let Some(sig) = signals.take() {
             forwarded.push(sig);
@@ -473,12 +478,25 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
             looked_busy = false;
             continue;
         }
-        // Poll instead of sleeping until woken: while the queue is at its
-        // limit (the workers make room, and they wake nobody), where
-        // there is no wake page, and after a last look that found work
-        // this pass could not take (never expected; a poll rather than a
-        // loop that spins).
-        let held_back = pipe.drainer.full_skips() != skips || (looked_busy && copied == 0);
+        // Poll instead of sleeping until woken: while the program is
+        // active (this pass copied events or saw a thread start or end),
+        // while the queue is at its limit (the workers make room, and
+        // they wake nobody), where there is no wake page, and after a
+        // last look that found work this pass could not take (never
+        // expected; a poll rather than a loop that spins).
+        //
+        // Why poll while the program is active: a drain that sleeps until
+        // woken after every pass was woken at every thread's end by 1000
+        // short threads started one after another, a futex wake in the
+        // program and a pass each, where a poll takes several ends in one
+        // pass and costs the program nothing (a drain that polls has not
+        // announced a sleep: no producer makes a system call). Measured,
+        // interleaved, 8 runs: the whole command's CPU 182 ms against 157
+        // ms for the polling drain. The drain sleeps after the first pass
+        // that finds the program quiet.
+        let lively = copied >= LIVELY_SLOTS || pipe.drainer.lives() != lives;
+        let held_back =
+            lively || pipe.drainer.full_skips() != skips || (looked_busy && copied == 0);
         let Some(w) = wake.as_ref().filter(|_| !held_back) else {
             looked_busy = false;
             std::thread::sleep(IDLE_SLEEP);
