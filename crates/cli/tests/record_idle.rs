@@ -13,6 +13,9 @@ use lockscope_format::{phase, Op};
 /// and of the processes it waited for, from the kernel's accounting at
 /// its exit: CPU time, not wall time, so that the bound holds on a loaded
 /// machine.
+// The child is reaped by wait4 (which gives its CPU time), not by
+// `Child::wait`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn record_cpu_ms(dir: &std::path::Path, prog: &std::path::Path, args: &[&str]) -> (i32, f64) {
     let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .arg("record")
