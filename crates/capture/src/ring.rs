@@ -1979,4 +1979,52 @@ mod tests {
         assert_eq!((p.skip, p.backoff), (0, 0));
         std::fs::remove_file(path).unwrap();
     }
+
+    /// The drain sleeps until a ring reaches a quarter full: events below
+    /// the mark leave it asleep, the event that reaches it wakes it, and
+    /// the producer looks at the consumer's `read` only at its marks.
+    #[test]
+    fn a_ring_reaching_a_quarter_wakes_the_sleeping_drain_and_not_before() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (path, _, mut p) = fresh_ring(64);
+        let w = SessionWake {
+            seq: AtomicU32::new(0),
+            sleeping: AtomicU32::new(0),
+        };
+        // SAFETY: `w` outlives the producer's use below.
+        unsafe { p.set_wake(&w) };
+        let mark = wake_mark(p.capacity());
+        let ev = |tsc: u64| Head {
+            tsc,
+            op: 3,
+            ..Head::default()
+        };
+        std::thread::scope(|s| {
+            let drain = s.spawn(|| {
+                let t = std::time::Instant::now();
+                let woken = drain_sleep(&w, std::time::Duration::from_secs(60), || false);
+                (woken, t.elapsed())
+            });
+            while w.sleeping.load(SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            for i in 0..mark - 1 {
+                assert!(p.push(ev(i), None, &[]));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(w.seq.load(SeqCst), 0, "below the mark nobody was woken");
+            assert_eq!(w.sleeping.load(SeqCst), 1, "the drain still sleeps");
+            assert!(p.push(ev(mark), None, &[]));
+            let (woken, took) = drain.join().unwrap();
+            assert!(woken, "woken by the producer, not the timeout");
+            assert!(took < std::time::Duration::from_secs(30), "{took:?}");
+        });
+        assert_eq!(w.seq.load(SeqCst), 1, "one wake");
+        // The drain is awake now: more events make no system call.
+        for i in 0..mark {
+            assert!(p.push(ev(i), None, &[]));
+        }
+        assert_eq!(w.seq.load(SeqCst), 1);
+        std::fs::remove_file(path).unwrap();
+    }
 }
