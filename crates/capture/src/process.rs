@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
 
 use crate::ring::{self, Producer};
 use crate::session::{
-    ProcessHeader, DEFAULT_RING_KB, DEFAULT_RING_MAX_KB, HEADER_BYTES, PROC_MAGIC,
+    ProcessHeader, SessionWake, DEFAULT_RING_KB, DEFAULT_RING_MAX_KB, HEADER_BYTES, PROC_MAGIC,
 };
 use crate::thread::{self, StacksMode, RECORDING, REC_DISABLED, REC_OFF, REC_ON};
 use crate::tsc;
@@ -91,6 +91,10 @@ static MAIN_STACK_HI: AtomicU64 = AtomicU64::new(0);
 /// pthread_self() of the main thread (whose stack MAIN_STACK_HI bounds).
 static MAIN_PTHREAD: AtomicU64 = AtomicU64::new(0);
 static HEADER: AtomicPtr<ProcessHeader> = AtomicPtr::new(core::ptr::null_mut());
+/// The session's wake page (null: none, the drain then finds the rings
+/// by its periodic pass alone). Mapped once per image; a fork child keeps
+/// the parent's mapping, which is the same page.
+static WAKE: AtomicPtr<SessionWake> = AtomicPtr::new(core::ptr::null_mut());
 
 /// A lock call that took longer than this waited, even if the lock looked
 /// free just before it, ns. No uncontended call comes near it (a
@@ -469,6 +473,53 @@ pub fn snapshot_maps() -> bool {
     }
 }
 
+/// The session's wake page, or null.
+pub(crate) fn session_wake() -> *const SessionWake {
+    WAKE.load(Ordering::Acquire)
+}
+
+/// Maps the session's wake file ([`crate::session::WAKE_FILE`]), created
+/// by the recorder. Without it (a recorder that made none, or a failure)
+/// nothing wakes the drain early and it drains at its own period: never
+/// an error.
+///
+/// # Safety
+/// Single-threaded start-up (the library constructor), after CONFIG is
+/// written.
+unsafe fn map_wake() {
+    let mut p = PathBuf::in_session();
+    p.push(crate::session::WAKE_FILE.as_bytes());
+    // SAFETY: `p.c()` is a NUL-terminated stack path; the mapping is one
+    // page of a file we checked is at least that long, our descriptor is
+    // closed once; the page is never unmapped, so the pointer published
+    // stays valid for the life of the image.
+    unsafe {
+        let fd = libc::open(p.c(), libc::O_RDWR | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let mut st: libc::stat = core::mem::zeroed();
+        let big_enough =
+            libc::fstat(fd, &mut st) == 0 && st.st_size as usize >= crate::session::WAKE_BYTES;
+        let m = if big_enough {
+            libc::mmap(
+                core::ptr::null_mut(),
+                crate::session::WAKE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        } else {
+            libc::MAP_FAILED
+        };
+        libc::close(fd);
+        if m != libc::MAP_FAILED {
+            WAKE.store(m as *mut SessionWake, Ordering::Release);
+        }
+    }
+}
+
 /// Creates and maps `P<pid>-<gen>.proc` for the next free generation.
 ///
 /// # Safety
@@ -734,6 +785,8 @@ unsafe fn create_ring_once(tid: u32, parent_tid: u32, seq: u32, cap: u64) -> Res
             return Err(libc::EINVAL);
         };
         prod.set_wait_when_full(config().wait_when_full);
+        // The page is mapped for the life of the image (never unmapped).
+        prod.set_wake(session_wake());
         Ok(prod)
     }
 }
@@ -953,6 +1006,7 @@ unsafe fn init_inner() -> bool {
             complain_errno(b"cannot create the process file; not recording", e);
             return false;
         }
+        map_wake();
         snapshot_maps();
         libc::pthread_atfork(None, None, Some(fork_child_handler));
         on_exit(exit_handler, core::ptr::null_mut());

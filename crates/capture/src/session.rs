@@ -9,6 +9,7 @@
 //! P<pid>-<gen>.maps<k>       copies of /proc/self/maps taken by the program
 //!                            (k = 0 at start, 1.. later, e.g. before exec/exit)
 //! T<pid>-<gen>-<tid>.ring    one per thread: a RingHeader page, then slots
+//! wake                       one SessionWake page, created by the recorder
 //! ```
 //!
 //! Files rather than one big shared region: a thread that starts claims its
@@ -45,6 +46,36 @@ pub const HEADER_BYTES: usize = 4096;
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"LSRING01");
 /// Magic of a process file ("LSPROC01").
 pub const PROC_MAGIC: u64 = u64::from_le_bytes(*b"LSPROC01");
+
+/// Name of the session's wake file: one [`SessionWake`] page, created by
+/// the recorder before it starts the program, mapped by every process of
+/// the program.
+pub const WAKE_FILE: &str = "wake";
+
+/// Bytes of the wake file.
+pub const WAKE_BYTES: usize = 4096;
+
+/// The page through which the program wakes the sleeping drain (an
+/// eventcount). The drain sleeps on [`SessionWake::seq`] (a
+/// process-shared futex: the page is a `MAP_SHARED` file) only after it
+/// announced it in [`SessionWake::sleeping`] and looked at every ring
+/// once more; the program looks at `sleeping` only when a ring crosses
+/// its watermark, when a thread ends, or when a thread must wait for
+/// room, so the common event pays nothing.
+///
+/// Why a file of its own rather than a word in each process file: the
+/// drain waits on one word for every process of the session (a fork
+/// child, an exec'd image), and a futex waits on one address.
+#[repr(C, align(64))]
+pub struct SessionWake {
+    /// Futex word of the drain's sleep: every wake adds one.
+    pub seq: AtomicU32,
+    /// 1 while the drain sleeps or is about to (stored before its last
+    /// look at the rings); cleared by the one waker that wakes it.
+    pub sleeping: AtomicU32,
+}
+
+const _: () = assert!(core::mem::size_of::<SessionWake>() <= WAKE_BYTES);
 
 /// Header page of a ring file. Each group of fields written by one side
 /// sits on its own cache line so that producer and consumer never share a

@@ -863,6 +863,11 @@ impl Guard {
             unsafe { st.prod.header() }
                 .end_tsc
                 .store(tsc, Ordering::Release);
+            // The drain sleeps until a ring crosses its mark or a thread
+            // ends: this thread's last events may be below the mark, and
+            // its ring should be closed (or its end written) soon, not
+            // at the drain's next timeout.
+            st.prod.wake_drain();
         }
     }
 }
@@ -1234,6 +1239,8 @@ fn reuse_ring(tid: u32, parent_tid: u32) -> Option<Producer> {
             // (joined, then handed to us through the list's Release/Acquire).
             if let Some(mut p) = unsafe { Producer::resume(base as *mut u8) } {
                 p.set_wait_when_full(process::wait_when_full());
+                // SAFETY: null or the image's wake page, never unmapped.
+                unsafe { p.set_wake(process::session_wake()) };
                 // SAFETY: no preconditions beyond a live thread.
                 let id = unsafe { process::ring_identity(tid, parent_tid) };
                 if p.hand_over(&id) {

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use lockscope_capture::session::SessionWake;
 
 use crate::{RecordConfig, RecordError};
 
@@ -23,6 +25,47 @@ static LAST_SIGNAL_MS: AtomicU64 = AtomicU64::new(0);
 /// sends it to the recorder and then to its process group, which the
 /// recorder is in.
 const SAME_SIGNAL_MS: u64 = 200;
+
+/// The drain's wake page while a recording's handlers are installed
+/// (null otherwise): a handler wakes the sleeping drain through it, so
+/// that a child's end or a signal to forward is handled at once, not at
+/// the drain's next timeout.
+static SIGNAL_WAKE: AtomicPtr<SessionWake> = AtomicPtr::new(std::ptr::null_mut());
+/// Handlers between their load of [`SIGNAL_WAKE`] and their last use of
+/// it: [`SignalGuard`]'s drop waits for none, so that the page is never
+/// unmapped under a handler running on another thread.
+static IN_HANDLER: AtomicU32 = AtomicU32::new(0);
+/// Set by a handler: news for the drain's loop (a child ended, a signal
+/// arrived), which its last look before sleeping takes ([`take_noted`]).
+static NOTED: AtomicBool = AtomicBool::new(false);
+
+/// Tells the drain's loop, and wakes the drain if it sleeps.
+/// Async-signal-safe: atomics and one raw system call (errno untouched).
+fn wake_from_handler() {
+    NOTED.store(true, Ordering::SeqCst);
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let w = SIGNAL_WAKE.load(Ordering::SeqCst);
+    // SAFETY: non-null only while the page is mapped; SignalGuard's drop
+    // clears it and then waits for IN_HANDLER to drop to 0 before the
+    // page can be unmapped.
+    if let Some(w) = unsafe { w.as_ref() } {
+        // Not `wake_drain`: the drain's last look before sleeping does not
+        // see this news unless it reads NOTED, which it does; the
+        // unconditional wake covers a drain already asleep.
+        lockscope_capture::ring::wake_drain_now(w);
+    }
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// True (once) if a handler ran since the last call: the drain's loop
+/// then goes round again instead of sleeping.
+pub(crate) fn take_noted() -> bool {
+    NOTED.swap(false, Ordering::SeqCst)
+}
+
+extern "C" fn on_child(_sig: libc::c_int) {
+    wake_from_handler();
+}
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // Where the program has a process group of its own (see `spawn`), a
@@ -45,6 +88,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
     if user_sent || PROGRAM_OWN_GROUP.load(Ordering::Relaxed) {
         PENDING_SIGNAL.store(sig, Ordering::Relaxed);
     }
+    wake_from_handler();
 }
 
 /// CLOCK_MONOTONIC in ms (async-signal-safe).
@@ -77,20 +121,36 @@ fn interactive() -> bool {
 /// Installed signal handlers; restores the previous ones when dropped.
 pub(crate) struct SignalGuard {
     old: Vec<(libc::c_int, libc::sigaction)>,
+    /// The wake page given to the handlers (null: none).
+    wake: *mut SessionWake,
 }
 
 impl SignalGuard {
-    pub(crate) fn install() -> SignalGuard {
+    /// Installs the handlers of the signals to forward, and of SIGCHLD
+    /// (a child ended: the drain's loop reaps it). Both wake the drain
+    /// through `wake` (null: none); the page must stay mapped until the
+    /// guard is dropped.
+    pub(crate) fn install(wake: *const SessionWake) -> SignalGuard {
         PENDING_SIGNAL.store(0, Ordering::Relaxed);
         SIGNAL_COUNT.store(0, Ordering::Relaxed);
         LAST_SIGNAL.store(0, Ordering::Relaxed);
+        let wake = wake as *mut SessionWake;
+        SIGNAL_WAKE.store(wake, Ordering::SeqCst);
         let mut old = Vec::new();
-        for sig in FORWARDED {
+        let handlers = FORWARDED
+            .iter()
+            .map(|&s| (s, on_signal as *const () as usize, libc::SA_SIGINFO))
+            .chain([(
+                libc::SIGCHLD,
+                on_child as *const () as usize,
+                libc::SA_NOCLDSTOP,
+            )]);
+        for (sig, handler, flags) in handlers {
             // SAFETY: plain sigaction calls with initialized structs.
             unsafe {
                 let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as *const () as usize;
-                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                sa.sa_sigaction = handler;
+                sa.sa_flags = flags | libc::SA_RESTART;
                 libc::sigemptyset(&mut sa.sa_mask);
                 let mut prev: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(sig, &sa, &mut prev) == 0 {
@@ -98,7 +158,7 @@ impl SignalGuard {
                 }
             }
         }
-        SignalGuard { old }
+        SignalGuard { old, wake }
     }
 
     /// A signal to forward, if one arrived since the last call; after
@@ -117,6 +177,17 @@ impl Drop for SignalGuard {
         for (sig, prev) in &self.old {
             // SAFETY: restoring what sigaction returned.
             unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+        // Ours only (a recording started later in this process may have
+        // put its own there); then no handler still holds it.
+        let _ = SIGNAL_WAKE.compare_exchange(
+            self.wake,
+            std::ptr::null_mut(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
         }
     }
 }

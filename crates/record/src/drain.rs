@@ -672,6 +672,9 @@ pub(crate) struct Drainer {
     strings: HashMap<String, u32>,
     build_ids: HashMap<String, Vec<u8>>,
     next_thread: u32,
+    /// Thread starts and ends seen (new threads, exit stamps, ends
+    /// written): see [`Drainer::lives`].
+    lives: u64,
 }
 
 impl Drainer {
@@ -708,6 +711,7 @@ impl Drainer {
             strings: HashMap::new(),
             build_ids: HashMap::new(),
             next_thread: 1,
+            lives: 0,
         };
         d.send_clock();
         d
@@ -1072,6 +1076,7 @@ impl Drainer {
         let start_ns = self.clock.ns(start_tsc);
         let id = self.next_thread;
         self.next_thread += 1;
+        self.lives += 1;
         self.threads_by_tid.insert((pid, gen, tid), id);
         let process = self.procs[pi].id;
         self.send(Msg::Rec(Record::Thread(Thread {
@@ -1111,6 +1116,7 @@ impl Drainer {
     /// loss count, every loss up to it the owner's. The ring stays open,
     /// vacant (thread 0), until a new owner's hand-over or its close.
     fn end_owner(&mut self, ri: usize, end_tsc: u64, lost_cum: u64) {
+        self.lives += 1;
         let r = &mut self.rings[ri];
         let lost = r.lost_before + lost_cum.saturating_sub(r.lost_base);
         let thread = r.thread;
@@ -1216,6 +1222,54 @@ impl Drainer {
             self.flush_batch();
         }
         (total, fullest)
+    }
+
+    /// The drain's last look before it sleeps (after announcing the
+    /// sleep, see `lockscope_capture::ring::drain_sleep`): true if a ring
+    /// has reached the fill at which its producer wakes the drain, its
+    /// thread ended (exit stamp not yet seen). Those are what the program
+    /// wakes the drain for, so a wake-up that raced with this look is
+    /// never lost. (A thread that moved to a larger ring left the old one
+    /// past the mark: seen as such, and its new ring wakes the drain by
+    /// itself.)
+    pub(crate) fn has_work(&self) -> bool {
+        let ord = std::sync::atomic::Ordering::Acquire;
+        self.rings.iter().any(|r| {
+            r.c.pending() >= lockscope_capture::ring::wake_mark(r.c.capacity())
+                || (r.end_seen.is_none() && r.c.header().end_tsc.load(ord) != 0)
+        })
+    }
+
+    /// How long the drain may sleep before a pass is due without any
+    /// wake: the grace of an exited thread's ring ([`END_GRACE`], after
+    /// which it is closed), or the age limit of the open batch
+    /// ([`BATCH_MAX_AGE`]); `None`: nothing due.
+    pub(crate) fn next_due(&self) -> Option<Duration> {
+        // A ring past its grace that is still open waits for a new owner
+        // (in the program's free list) or for its last events: nothing
+        // due at a time.
+        let grace = self
+            .rings
+            .iter()
+            .filter_map(|r| r.end_seen)
+            .filter_map(|t| END_GRACE.checked_sub(t.elapsed()));
+        let batch = self
+            .cs
+            .batch
+            .as_ref()
+            .map(|b| BATCH_MAX_AGE.saturating_sub(b.since.elapsed()));
+        grace.chain(batch).min()
+    }
+
+    /// Thread starts and ends seen so far (a pass that saw one is a sign
+    /// of a program whose threads come and go: see `pipeline::run`).
+    pub(crate) fn lives(&self) -> u64 {
+        self.lives
+    }
+
+    /// Ring copies put off so far because the queue was at its limit.
+    pub(crate) fn full_skips(&self) -> u64 {
+        self.cs.full_skips
     }
 
     /// Copies whatever the ring holds into the current batch.
@@ -1330,6 +1384,7 @@ impl Drainer {
         match r.end_seen {
             None => {
                 r.end_seen = Some(Instant::now());
+                self.lives += 1;
                 false
             }
             // Claimed for closing only if the program did not keep the
@@ -1360,6 +1415,7 @@ impl Drainer {
         self.full_wait_ticks += h.full_wait_ticks.load(std::sync::atomic::Ordering::Relaxed);
         let clock = self.clock.conv();
         if r.thread != 0 {
+            self.lives += 1;
             // (A vacant recycled ring's last owner has ended already.)
             self.send(Msg::ThreadEnd {
                 thread: r.thread,

@@ -6,7 +6,58 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use lockscope_capture::session::{SessionWake, WAKE_BYTES, WAKE_FILE};
+
 use crate::RecordError;
+
+/// The session's wake page ([`SessionWake`]), created before the program
+/// starts so that every process of it finds it, mapped here for the
+/// drain's sleep.
+pub(crate) struct WakePage {
+    base: *mut libc::c_void,
+}
+
+impl WakePage {
+    /// Creates `dir/wake` (zeroed: nobody sleeps) and maps it.
+    pub(crate) fn create(dir: &Path) -> std::io::Result<WakePage> {
+        use std::os::unix::io::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join(WAKE_FILE))?;
+        f.set_len(WAKE_BYTES as u64)?;
+        // SAFETY: one page of a regular file we created and sized to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                WAKE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(WakePage { base })
+    }
+
+    pub(crate) fn get(&self) -> &SessionWake {
+        // SAFETY: a live page-aligned mapping of WAKE_BYTES, which holds a
+        // SessionWake (atomics only, any bit pattern valid).
+        unsafe { &*(self.base as *const SessionWake) }
+    }
+}
+
+impl Drop for WakePage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what create mapped.
+        unsafe { libc::munmap(self.base, WAKE_BYTES) };
+    }
+}
 
 /// Owns the session directory; removes it when dropped.
 pub(crate) struct SessionDir {
