@@ -122,8 +122,8 @@ pub struct Producer {
     skip: u32,
     /// Consecutive failed reloads (0 once there was room again).
     backoff: u32,
-    /// Wait for the consumer instead of dropping when full (the default
-    /// since issue 8; `lockscope record --on-full drop` turns it off).
+    /// Wait for the consumer instead of dropping when full (the default;
+    /// `lockscope record --on-full drop` turns it off).
     wait_full: bool,
     /// Head-room checks to skip after one found the ring nearly full but
     /// could not wait (the thread held a lock): bounds the cross-core
@@ -229,8 +229,8 @@ impl Producer {
         }
     }
 
-    /// Takes over the ring at `base` for a new thread (ring recycling,
-    /// issue 8): the producer state is rebuilt from the header, where the
+    /// Takes over the ring at `base` for a new thread (ring recycling):
+    /// the producer state is rebuilt from the header, where the
     /// previous producer published everything it wrote. Call
     /// [`Producer::hand_over`] before any other push. `None` if the header
     /// does not describe a ring (never expected: the ring came from this
@@ -461,7 +461,7 @@ impl Producer {
             }
             // Whole slots first, then the zero-padded tail: a
             // variable-length `copy_from_slice` per chunk compiled to a
-            // memset and a memcpy call per slot (issue 13: a tenth of a
+            // memset and a memcpy call per slot (a tenth of a
             // detailed-mode access's cost).
             let mut whole = frames.chunks_exact(4);
             for c in whole.by_ref() {

@@ -32,7 +32,7 @@ pub const ENV_ON_FULL: &str = "LOCKSCOPE_ON_FULL";
 pub const ENV_STACKS: &str = "LOCKSCOPE_STACKS";
 /// Environment variable: largest ring a hot thread may grow to, KiB.
 pub const ENV_RING_MAX_KB: &str = "LOCKSCOPE_RING_MAX_KB";
-/// Size of a thread's first ring, KiB. Small (issue 8): 1000 threads
+/// Size of a thread's first ring, KiB. Small: 1000 threads
 /// with 4 MiB rings took 4 GB and 1.8 ms each to create; a thread that
 /// runs hot gets a larger ring on demand (see [`DEFAULT_RING_MAX_KB`]).
 pub const DEFAULT_RING_KB: u64 = 64;
@@ -138,7 +138,7 @@ pub struct RingHeader {
     /// (A process-shared futex: the ring is a `MAP_SHARED` file.)
     pub waiting: AtomicU32,
     _pad3: [u32; 15],
-    // ---- line 4: ring recycling (issue 8), see `POOL_*` ----
+    // ---- line 4: ring recycling, see `POOL_*` ----
     /// Who may reuse this ring once its thread is gone: [`POOL_OPEN`]
     /// (its thread's, or nobody's yet), [`POOL_POOLED`] (joined; in the
     /// process's free list, a new thread may take it over), [`POOL_CLOSED`]
@@ -250,7 +250,7 @@ pub struct ProcessHeader {
     /// recorded, counted here as lost.
     pub nested_skipped: AtomicU64,
     /// New threads that took over the ring of a joined thread instead of
-    /// creating a file (issue 8: mapping a fresh ring per thread cost TLB
+    /// creating a file (mapping a fresh ring per thread cost TLB
     /// shootdowns and `mmap_lock` contention in the program).
     pub rings_reused: AtomicU32,
     /// Rings of joined threads that could not be kept for reuse (the free

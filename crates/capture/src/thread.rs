@@ -968,7 +968,7 @@ fn grow(st: &mut ThreadState) -> bool {
     // segment it fell in. Growing to 16 MiB took 41 ms in one detailed
     // recording of `ulcp_table` (pre-faulting 4,096 tmpfs pages), and
     // the replay had kept it as work: with the other growths, a twelfth
-    // of the program's replayed time (issue 9: the `--ulcp-free`
+    // of the program's replayed time (the `--ulcp-free`
     // predictions at 2 threads were 8-17 % low). Less the part of it the
     // kernel counted as run-queue delay (the thread preempted while
     // growing), which the samples include already: reading the delay
@@ -1076,7 +1076,7 @@ pub fn release_joined(t: libc::pthread_t) {
 }
 
 /// Rings of exited detached threads, keyed by kernel tid, waiting for
-/// the kernel to say the thread is gone (issue 8: a server that detaches
+/// the kernel to say the thread is gone (a server that detaches
 /// a thread per connection otherwise maps a fresh ring per connection and
 /// keeps every one mapped until it exits). Filled by
 /// [`Guard::retire_detached_ring`], emptied by [`sweep_detached`].
@@ -1142,7 +1142,7 @@ fn sweep_detached() {
     }
 }
 
-/// Rings of joined threads, kept mapped for new threads (issue 8: 1000
+/// Rings of joined threads, kept mapped for new threads (1000
 /// short threads cost 3x their unrecorded time, most of it the program's
 /// kernel time mapping a fresh ring per thread and unmapping it at join:
 /// TLB-shootdown IPIs and `mmap_lock` contention in a multithreaded

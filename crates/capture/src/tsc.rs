@@ -44,7 +44,7 @@ pub struct ClockCosts {
 /// hundred microseconds) and returns the cheaper one's name (`"tsc"` or
 /// `"monotonic"`) with the costs. The TSC wins ties: it is the finer
 /// clock. In a VM that traps `rdtsc` the TSC read costs microseconds and
-/// the vDSO clock wins (issue 8: 21-23 ns for `rdtsc` in one VM, 6-7 ns
+/// the vDSO clock wins (21-23 ns for `rdtsc` in one VM, 6-7 ns
 /// in another: the cost must be measured, not assumed).
 pub fn choose() -> (&'static str, ClockCosts) {
     fn per_read(f: &dyn Fn() -> u64) -> f64 {
@@ -88,7 +88,7 @@ pub fn now() -> u64 {
 /// `rdtsc` may execute before the lock's locked instruction completes,
 /// and that instruction can wait ~100 ns for the cache line the previous
 /// owner released: the acquisition was then stamped before the release
-/// it followed (sections nested by up to ~85 ns, issue 8 item 6).
+/// it followed (sections nested by up to ~85 ns).
 /// `lfence; rdtsc` waits for them (lfence is dispatch-serializing on
 /// Intel, and on AMD under Linux, which enables that since Spectre v1).
 /// `rdtscp` would do the same in one instruction but is missing on some

@@ -235,7 +235,7 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
     // Outside an interactive terminal the program gets a process group of
     // its own, so that a signal sent to the recorder's group (`kill -INT
     // -PGID`, `timeout -s INT`, supervisors) reaches the program once,
-    // forwarded by the recorder, instead of twice (issue 8). It dies with
+    // forwarded by the recorder, instead of twice. It dies with
     // the recorder (PR_SET_PDEATHSIG), as it would have with the group.
     let own_group = !interactive();
     PROGRAM_OWN_GROUP.store(own_group, Ordering::Relaxed);

@@ -9,7 +9,7 @@
 //! copy alone on the drain thread, a ring is emptied several times faster
 //! than if the drain decoded (measured in `lockscope-bench-capture`).
 //!
-//! Several workers (issue 8: the recorder must scale with cores). On a
+//! Several workers (the recorder must scale with cores). On a
 //! 16-core machine one converting thread was the bottleneck: 16 threads
 //! each locking a private mutex offer ~200M events/s, and the single
 //! writer's ~25 ns per event filled the 1 GiB queue and made the program

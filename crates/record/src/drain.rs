@@ -1453,7 +1453,7 @@ impl Drainer {
         // with threads still running, a kill, a deadlock ended by a
         // signal). Its end is its process's exit stamp, else now (every
         // process is gone), not its last event: a thread blocked until
-        // the end must show the whole wait (issue 10).
+        // the end must show the whole wait.
         let now = tsc::now();
         while let Some(r) = self.rings.last() {
             let (pid, gen, _) = r.key;
@@ -1602,7 +1602,7 @@ mod clock_tests {
 mod tests {
     use super::*;
 
-    /// Issue 8 (1000 short threads): batches closed early by the
+    /// 1000 short threads: batches closed early by the
     /// messages that must follow them travel in small copies, so that a
     /// converter that is behind does not make the drain map (and the
     /// kernel zero) a new 2 MiB buffer per batch. Here the converter never

@@ -103,7 +103,7 @@ pub struct RecordConfig {
     /// A thread whose ring is full waits for the recorder instead of
     /// dropping the event: a complete trace, at the price of perturbing
     /// the program's timing while it waits (counted and reported in
-    /// [`RecordOutcome::full_waits`]). On by default (issue 8): threads
+    /// [`RecordOutcome::full_waits`]). On by default: threads
     /// that hold no lock wait before their next call when their ring is
     /// three quarters full, so the waits fall outside critical sections.
     pub wait_when_full: bool,
@@ -233,7 +233,7 @@ pub struct RecordOutcome {
     /// Buffers grown because their thread ran hot.
     pub buffers_grown: u64,
     /// Threads that took over the buffer of a joined thread instead of
-    /// creating one (issue 8: creating and unmapping one per thread made
+    /// creating one (creating and unmapping one per thread made
     /// short threads cost the program 3x).
     pub buffers_reused: u64,
     /// Buffers of joined threads unmapped instead of kept for reuse (the

@@ -402,7 +402,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(n) = sockets() {
         extra.push(("sockets".to_string(), n.to_string()));
     }
-    // Issue 8: the clock is chosen by measuring it (a VM may trap or slow
+    // The clock is chosen by measuring it (a VM may trap or slow
     // `rdtsc`); LOCKSCOPE_CLOCK=tsc|monotonic in the recorder's own
     // environment forces it. Set here, before the calibration pair of
     // Pipeline::start, and passed to the program (child::spawn).

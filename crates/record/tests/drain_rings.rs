@@ -668,7 +668,7 @@ fn a_first_ring_under_an_alternative_name_is_drained() {
     );
 }
 
-/// Issue 8 (the recorder scales with cores): a pass that finds several
+/// The recorder scales with cores: a pass that finds several
 /// rings holding megabytes is copied by several threads, each sending its
 /// own batches to the converter workers. Every event must still come out
 /// exactly once, in its thread's order, whichever thread copied it and
@@ -803,7 +803,7 @@ fn after_a_closed_thread(
     t
 }
 
-/// Issue 8: with several converter workers the one converting a naming
+/// With several converter workers the one converting a naming
 /// thread can be behind the named thread's, which may have ended by the
 /// time the name is converted. The name must still reach the thread it
 /// was given to (it was parked for a thread that never came, and lost:
@@ -821,7 +821,7 @@ fn a_name_converted_after_the_named_thread_ended_is_kept() {
     assert_eq!(names, vec![(301, "late".to_string())]);
 }
 
-/// Issue 8: a name one thread gives another is written for the thread
+/// A name one thread gives another is written for the thread
 /// named when the two are converted by different workers. Placement is
 /// known: the process's first thread (no parent) is not counted, so with
 /// two workers its first child joins it on the first worker and the
