@@ -979,7 +979,7 @@ unsafe fn init_inner() -> bool {
         // maximum: the rings never grow).
         c.ring_max_kb = c.ring_max_kb.max(c.ring_kb);
         let of = libc::getenv(c"LOCKSCOPE_ON_FULL".as_ptr());
-        // Lossless by default : only an explicit `drop` lets a full
+        // Lossless by default: only an explicit `drop` lets a full
         // ring drop events instead of waiting for the recorder.
         c.wait_when_full = of.is_null() || core::ffi::CStr::from_ptr(of).to_bytes() != b"drop";
         let st = libc::getenv(c"LOCKSCOPE_STACKS".as_ptr());
