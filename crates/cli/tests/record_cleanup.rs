@@ -74,7 +74,7 @@ fn the_session_of_a_live_recorder_is_not_swept() {
     let parent = dir.join("shm");
     std::fs::create_dir_all(&parent).unwrap();
     let bin = build_c("sigint_count", &dir);
-    let rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(["record", "--session-dir"])
         .arg(&parent)
         .arg("-o")
@@ -102,10 +102,16 @@ fn the_session_of_a_live_recorder_is_not_swept() {
         1,
         "the live recorder's session is still there"
     );
+    // The program says "ready" once its SIGINT handler is in place: a
+    // signal before that would kill it (seen once on a loaded machine).
+    let mut out = std::io::BufReader::new(rec.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
     // SAFETY: SIGINT to our own child; the program ends gracefully.
     unsafe { libc_kill(rec.id() as i32, 2) };
-    let out = rec.wait_with_output().unwrap();
-    assert!(out.status.success());
+    let status = rec.wait().unwrap();
+    assert!(status.success(), "{status:?}");
     assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
 }
 
