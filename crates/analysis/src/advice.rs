@@ -90,8 +90,9 @@ pub const COND_LOCK_MIN_HANDOFFS: u64 = 4;
 /// 0.1 is for the few microseconds between a holder's release of the flag
 /// and its signal, in which the next one may already have the flag
 /// (CPython's take_gil retakes a free GIL after a timed-out wait).
-/// Measured: 1.00 for `gil_like.c` (4 recordings, whatever the machine's
-/// load) and for CPython 3.11's GIL (3 recordings); GNU `sort`'s workers,
+/// Measured: 1.00 for `gil_like.c` (4 recordings; 1.04 once on a machine
+/// loaded four times over, a worker preempted between its release and
+/// its signal) and for CPython 3.11's GIL (3 recordings); GNU `sort`'s workers,
 /// which hand work to each other through one condition variable, 1.20
 /// with `--parallel=2` and 2.12 with `--parallel=4`.
 pub const COND_LOCK_MAX_HOLDERS: f64 = 1.1;
