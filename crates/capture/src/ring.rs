@@ -143,7 +143,9 @@ pub struct Producer {
     wake: *const SessionWake,
     /// `write` at which the producer next looks whether the fill crossed
     /// [`wake_mark`] ([`Producer::crossed`]): one compare per push
-    /// against a value of its own, no shared line. 0 with no ring.
+    /// against a value of its own, no shared line. `u64::MAX` on a ring
+    /// until [`Producer::set_wake`] gives it a page: with nobody to wake,
+    /// the look (a load of the consumer's line) is never due.
     wake_at: u64,
 }
 
@@ -163,6 +165,8 @@ impl Producer {
         low_mark: 0,
         deferred: false,
         wake: core::ptr::null(),
+        // All-zero bytes: thread state lives in zero-initialised TLS. A
+        // producer without a ring never pushes, so the look is never due.
         wake_at: 0,
     };
 
@@ -224,7 +228,7 @@ impl Producer {
                 low_mark: cap - cap / 4,
                 deferred: false,
                 wake: core::ptr::null(),
-                wake_at: wake_mark(cap),
+                wake_at: u64::MAX,
             })
         }
     }
@@ -274,7 +278,7 @@ impl Producer {
             low_mark: cap - cap / 4,
             deferred: false,
             wake: core::ptr::null(),
-            wake_at: read + wake_mark(cap),
+            wake_at: u64::MAX,
         })
     }
 
@@ -287,6 +291,14 @@ impl Producer {
     /// as long as the producer is used.
     pub unsafe fn set_wake(&mut self, wake: *const SessionWake) {
         self.wake = wake;
+        // The first look is due a mark past what the consumer had read
+        // when this producer last knew it (0 for a new ring, the header's
+        // `read` for a recycled one).
+        self.wake_at = if wake.is_null() || self.hdr.is_null() {
+            u64::MAX
+        } else {
+            self.read_cache + wake_mark(self.mask + 1)
+        };
     }
 
     /// The fill reached `wake_at`: looks at the real fill (one load of
