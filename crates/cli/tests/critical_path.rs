@@ -91,16 +91,12 @@ fn a_serializing_lock_is_on_the_critical_path() {
 
 /// Compiles tests/programs/report/cxx_sites.cpp with g++ at `opt`.
 fn build_cxx_sites(dir: &Path, opt: &str) -> std::path::PathBuf {
-    let src = record_util::workspace().join("tests/programs/report/cxx_sites.cpp");
-    let out = dir.join(format!("cxx_sites{opt}"));
-    let st = Command::new("g++")
-        .args([opt, "-g", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("g++ must be installed to build the fixtures");
-    assert!(st.success(), "g++ failed on {}", src.display());
-    out
+    record_util::build_cxx(
+        "report/cxx_sites",
+        dir,
+        &format!("cxx_sites{opt}"),
+        &[opt, "-g"],
+    )
 }
 
 /// The critical path names each section as `report` does: the user's

@@ -15,18 +15,8 @@ use record_util::{lockscope, ok, record, temp, workspace};
 /// Compiles tests/programs/stacks/cxx_pool.cpp with `g++ -O2 -g` and
 /// `extra` into `dir/name`.
 fn build_pool(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let src = workspace().join("tests/programs/stacks/cxx_pool.cpp");
-    let out = dir.join(name);
-    let st = Command::new("g++")
-        .args(["-O2", "-g", "-pthread"])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("g++ must be installed to build the fixtures: {e}"));
-    assert!(st.success(), "g++ failed on {}", src.display());
-    out
+    let flags: Vec<&str> = ["-O2", "-g"].iter().chain(extra).copied().collect();
+    record_util::build_cxx("stacks/cxx_pool", dir, name, &flags)
 }
 
 /// The function name of a folded frame (`name (file:line)`).

@@ -23,19 +23,9 @@ const ROUNDS: u64 = 1000;
 
 /// Compiles member_locks.cpp with g++ -O2 and `debug` (`-g` or none).
 fn build(dir: &Path, debug: Option<&str>) -> PathBuf {
-    let src = record_util::workspace().join("tests/programs/report/member_locks.cpp");
-    let out = dir.join(format!("member_locks{}", debug.unwrap_or("")));
-    let mut c = Command::new("g++");
-    c.args(["-O2", "-pthread"]);
-    c.args(debug);
-    let st = c
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("g++ must be installed to build the fixtures: {e}"));
-    assert!(st.success(), "g++ failed on {}", src.display());
-    out
+    let name = format!("member_locks{}", debug.unwrap_or(""));
+    let flags: Vec<&str> = ["-O2"].into_iter().chain(debug).collect();
+    record_util::build_cxx("report/member_locks", dir, &name, &flags)
 }
 
 struct Recorded {

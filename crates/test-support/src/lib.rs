@@ -118,6 +118,27 @@ pub fn build_c(rel: &str, dir: &Path) -> PathBuf {
     out
 }
 
+/// Compiles `tests/programs/{rel}.cpp` with `g++ -pthread` and `flags`
+/// (optimisation, `-g`, frame pointers: what the test varies) into
+/// `dir/{name}` and returns that path. Fails the test, naming the
+/// problem, when g++ is missing or the compilation fails.
+pub fn build_cxx(rel: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let src = workspace_root()
+        .join("tests/programs")
+        .join(format!("{rel}.cpp"));
+    let out = dir.join(name);
+    let st = Command::new("g++")
+        .arg("-pthread")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("g++ must be installed to build the fixtures: {e}"));
+    assert!(st.success(), "g++ failed on {}", src.display());
+    out
+}
+
 /// The exit status as a shell reports it: the exit code, or 128 + the
 /// signal that killed the process.
 pub fn shell_code(st: ExitStatus) -> i32 {

@@ -14,7 +14,7 @@ use lockscope_format::{phase, Event, Op, Record, Trace};
 // The helpers every crate's tests share live in lockscope-test-support;
 // these names are the ones this module's users already call.
 pub use lockscope_test_support::{
-    build_c, shell_code, workspace_root as workspace, Scratch as TempDir,
+    build_c, build_cxx, shell_code, workspace_root as workspace, Scratch as TempDir,
 };
 
 /// The thread names of a trace as (OS tid of the thread named, time,
