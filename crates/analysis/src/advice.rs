@@ -86,15 +86,18 @@ pub const READ_RARE: f64 = 0.1;
 /// 5 ms), 11-13 of them ended by another waiter.
 pub const COND_LOCK_MIN_HANDOFFS: u64 = 4;
 /// ... and only when its token is held by at most 1.1 threads at a time
-/// on average while anyone holds it. A lock's holders never overlap; the
-/// 0.1 is for the few microseconds between a holder's release of the flag
-/// and its signal, in which the next one may already have the flag
-/// (CPython's take_gil retakes a free GIL after a timed-out wait).
-/// Measured: 1.00 for `gil_like.c` (4 recordings; 1.04 once on a machine
-/// loaded four times over, a worker preempted between its release and
-/// its signal) and for CPython 3.11's GIL (3 recordings); GNU `sort`'s workers,
-/// which hand work to each other through one condition variable, 1.20
-/// with `--parallel=2` and 2.12 with `--parallel=4`.
+/// on average while anyone holds it. A holding ends at the start of the
+/// critical section that gives the token up ([`crate::condlock`]), which
+/// the mutex orders before the next holder's start: a lock's holdings
+/// never overlap, whatever the scheduler does. The 0.1 is for a token
+/// given up without the mutex (a flag cleared atomically, then a signal).
+/// Measured (lockscope 0.1.0, 2-vCPU VM, 2026-11-28): 1.00 for
+/// `gil_like.c` in 24 recordings of 24 (ending holdings at the signal
+/// instead gave 1.12 in 2 of them, with a worker preempted between its
+/// unlock and its signal) and for CPython 3.11's GIL (4 recordings);
+/// GNU `sort`'s workers, which hand work to each other through one
+/// condition variable, 1.26 with `--parallel=2` and 2.31 with
+/// `--parallel=4`.
 pub const COND_LOCK_MAX_HOLDERS: f64 = 1.1;
 
 /// Whether a condition variable is a lock of its own (a GIL): what the
