@@ -2313,7 +2313,9 @@ fn futex_cond_out(l: LockOut, threads: &mut [ThreadOut]) -> CondOut {
         }
     }
     CondOut {
-        name: l.name.clone().unwrap_or_else(|| l.address.clone()),
+        // The label, as for a pthread condition variable (and as the HTML
+        // timeline names its waits).
+        name: l.label.clone(),
         address: l.address,
         pid: l.pid,
         waits: l.contended,

@@ -197,7 +197,8 @@ fn futex_wait_is_blamed_on_the_waker() {
     tb.thread(1, "w", 0, 5000).thread(2, "k", 0, 5000);
     const F: u64 = 0x8000;
     tb.ev(1, 100, Op::FutexWait, BEGIN, F, 0x10);
-    tb.ev(2, 500, Op::FutexWake, DONE, F, 0x20);
+    // arg: threads woken.
+    tb.ev_full(2, 500, Op::FutexWake, DONE, F, 0x20, 1, 0);
     tb.ev(1, 600, Op::FutexWait, DONE, F, 0x10);
     let r = report(&tb);
     let l = lock(&r, F);
@@ -211,6 +212,27 @@ fn futex_wait_is_blamed_on_the_waker() {
     assert_eq!(r.blame[0].holder_site, "?+0x20");
     assert_eq!(thread(&r, 1).lock_ns, 500);
     assert_sums(&r);
+}
+
+// A wake that found no sleeper (thread 3's, between the wake that woke
+// thread 1 and thread 1's return) did not end the sleep: the blame stays
+// with the wake that did.
+#[test]
+fn a_futex_wake_that_woke_nobody_takes_no_blame() {
+    let mut tb = Tb::new();
+    tb.thread(1, "w", 0, 5000)
+        .thread(2, "k", 0, 5000)
+        .thread(3, "n", 0, 5000);
+    const F: u64 = 0x8000;
+    tb.ev(1, 100, Op::FutexWait, BEGIN, F, 0x10);
+    tb.ev_full(2, 500, Op::FutexWake, DONE, F, 0x20, 1, 0);
+    tb.ev_full(3, 550, Op::FutexWake, DONE, F, 0x30, 0, 0);
+    tb.ev(1, 600, Op::FutexWait, DONE, F, 0x10);
+    let r = report(&tb);
+    assert_eq!(r.blame.len(), 1, "{:?}", r.blame);
+    assert_eq!(r.blame[0].holder_tid, Some(102));
+    assert_eq!(r.blame[0].holder_site, "?+0x20");
+    assert_eq!(lock(&r, F).wakes, 2);
 }
 
 #[test]

@@ -131,6 +131,37 @@ fn futex_wait_sites_are_user_frames() {
     }
 }
 
+// A wait on a futex lock is blamed on the wake that ended it, named by
+// the waker's own code: main releases the Mutex at line 93 and the
+// RwLock at line 95 after holding each for 50 ms. The wake's site alone
+// is std's futex wrapper ("[no user frame]"), and a later wake that woke
+// nobody took the blame from it.
+#[test]
+fn a_futex_wait_is_blamed_on_the_user_code_of_the_wake_that_ended_it() {
+    let r = record_roles("futex-blame");
+    let blame = r.json["blame"].as_array().unwrap();
+    for (role, line) in [
+        ("mutex", "rust_sync_roles.rs:93"),
+        ("rwlock", "rust_sync_roles.rs:95"),
+    ] {
+        let obj = object(&r.stdout, role);
+        let rows: Vec<&Value> = blame
+            .iter()
+            .filter(|b| (obj.0..obj.0 + obj.1).contains(&hex(b["lock"].as_str().unwrap())))
+            .collect();
+        assert!(
+            rows.iter()
+                .any(|b| b["holder_site"].as_str().unwrap().contains(line)
+                    && u(&b["wait_ns"]) >= 40_000_000),
+            "{role}: no 40 ms wait blamed on main's release at {line}: {rows:#?}"
+        );
+        for b in &rows {
+            let h = b["holder_site"].as_str().unwrap();
+            assert!(!h.contains("[no user frame]"), "{role}: {b}");
+        }
+    }
+}
+
 // A cargo release build has its symbols but no DWARF: the note names the
 // Cargo.toml setting, not a -dbgsym package of a "stripped" binary.
 #[test]
@@ -215,4 +246,93 @@ fn unseen_futex_lock_numbers_are_null_in_json() {
         assert_eq!(row[col(k)], "", "{k}: {row:?}");
     }
     assert_eq!(row[col("contended")], l["contended"].to_string());
+}
+
+/// The data element of an HTML page.
+fn page_data(page: &str) -> Value {
+    let open = "id=\"lockscope-data\">";
+    let a = page.find(open).expect("data element") + open.len();
+    let b = a + page[a..].find("</script>").unwrap();
+    serde_json::from_str(&page[a..b]).unwrap()
+}
+
+// The HTML timeline draws a Rust Condvar's futex waits as condition waits
+// (blocked, grey), as the report counts them, and a std Mutex's as lock
+// waits: its bins were all "wait" before the role was known.
+#[test]
+fn the_html_timeline_draws_a_futex_condvar_as_blocked_not_lock_wait() {
+    let r = record_roles("futex-html");
+    let cv = object(&r.stdout, "condvar");
+    let cond_ns = u(&rows(&r.json, "conds", cv)[0]["wait_ns"]["total"]);
+    let lock_ns: u64 = r.json["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["wait_ns"]["total"]))
+        .sum();
+    let dir = temp("futex-html-page");
+    let page_path = dir.path().join("p.html");
+    let t = r.trace.to_str().unwrap();
+    ok(&lockscope(
+        &["html", t, "-o", page_path.to_str().unwrap()],
+        None,
+    ));
+    let d = page_data(&std::fs::read_to_string(&page_path).unwrap());
+    // Heat: [thread][category: wait, hold, blocked, unlock] -> [[bin, ns]].
+    let sum = |cat: usize| -> u64 {
+        d["heat"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t[cat].as_array().unwrap().iter())
+            .map(|b| u(&b[1]))
+            .sum()
+    };
+    // The lock waits drawn are the locks' (the overhead correction of the
+    // report takes a little off), never the condvar's 150 ms and more.
+    assert!(
+        sum(0) < lock_ns + cond_ns / 2,
+        "wait drawn {} ns, locks {lock_ns}, condvar {cond_ns}",
+        sum(0)
+    );
+    assert!(sum(2) >= cond_ns * 9 / 10, "blocked drawn {}", sum(2));
+    // The spans kept on the condvar's word are condition waits; it has
+    // the same name in the page as in the report.
+    let name = rows(&r.json, "conds", cv)[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let strings = d["strings"].as_array().unwrap();
+    let on_cv: Vec<&Value> = d["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            let o = s[4].as_i64().unwrap();
+            o >= 0 && strings[o as usize] == name.as_str()
+        })
+        .collect();
+    assert!(
+        !on_cv.is_empty(),
+        "no span names the condvar {name}: {strings:?}"
+    );
+    assert!(on_cv.iter().all(|s| s[1] == "cond wait"), "{on_cv:?}");
+    // The RwLock's two words (readers', writers' 4 bytes on) are one lock,
+    // named as the report's one row names it.
+    let rw = rows(&r.json, "locks", object(&r.stdout, "rwlock"));
+    assert_eq!(rw.len(), 1);
+    let rw_label = rw[0]["label"].as_str().unwrap();
+    let rw_addr = hex(rw[0]["address"].as_str().unwrap());
+    for s in strings.iter().filter_map(|s| s.as_str()) {
+        assert!(
+            s != format!("{:#x}", rw_addr + 4),
+            "the writers' word named apart from {rw_label}: {strings:?}"
+        );
+    }
+    assert!(
+        d["spans"].as_array().unwrap().iter().any(|s| s[4]
+            .as_i64()
+            .is_some_and(|o| o >= 0 && strings[o as usize] == rw_label)),
+        "{strings:?}"
+    );
 }

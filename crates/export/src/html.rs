@@ -102,9 +102,11 @@ struct RawSpan {
     handoff: Option<(u32, u64)>,
 }
 
+/// The heat category of a span (a futex wait's is decided at the end,
+/// see [`Agg::futex_heat`]).
 fn cat(k: SpanKind) -> usize {
     match k {
-        SpanKind::Wait => 0,
+        SpanKind::Wait | SpanKind::FutexWait => 0,
         // A busy GPU stream is drawn like a held lock (busy, blue).
         SpanKind::Hold | SpanKind::GpuWork => 1,
         SpanKind::Unlocking => 3,
@@ -251,6 +253,23 @@ fn report_data(r: &Report) -> Value {
     })
 }
 
+/// Futex words whose waits one timeline row keeps apart (see
+/// [`Agg::futex_heat`]): a program's threads wait on a handful; past this
+/// many, a row's further words are drawn as lock waits.
+const MAX_FUTEX_WORDS: u32 = 64;
+
+/// Adds `[start_ns, end_ns)` to sparse bins `h` (`nb` bins of `bin_ns`).
+fn add_bins(h: &mut HashMap<u32, u64>, nb: usize, bin_ns: u64, start_ns: u64, end_ns: u64) {
+    let nb = nb as u64;
+    let mut t = start_ns;
+    while t < end_ns {
+        let b = (t / bin_ns).min(nb - 1);
+        let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
+        *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
+        t = bend;
+    }
+}
+
 /// The page's timeline, aggregated while the timeline's items stream by
 /// (from [`timeline::scan`], or from the report's own pass).
 struct Agg {
@@ -266,6 +285,18 @@ struct Agg {
     bin_ns: u64,
     /// Per thread, per category: ns in each bin (sparse).
     heat: Vec<[HashMap<u32, u64>; 4]>,
+    /// Raw futex waits, per (row, futex word): ns in each bin. Whether a
+    /// word is a lock (waiting, red) or a condition variable (blocked,
+    /// grey) is known only from the finished report, so their bins wait
+    /// here and are added to `heat` by [`finish`]. Not taken: drawing
+    /// them all as lock waits (a barrier built on a Rust `Condvar` then
+    /// showed as lock contention the report itself does not claim).
+    /// Bounded by the futex words waited on per row: beyond
+    /// [`MAX_FUTEX_WORDS`] words on one row, further words count as lock
+    /// waits at once.
+    futex_heat: HashMap<(usize, ObjId), HashMap<u32, u64>>,
+    /// Futex words with their own bins, per row.
+    futex_words: HashMap<usize, u32>,
     kept: Vec<RawSpan>,
     max: usize,
     /// Once `kept` was trimmed: the duration of its shortest span. A
@@ -304,6 +335,8 @@ impl Agg {
             nb,
             bin_ns,
             heat,
+            futex_heat: HashMap::default(),
+            futex_words: HashMap::default(),
             kept: Vec::new(),
             max: opts.max_spans.max(1),
             floor: None,
@@ -314,15 +347,30 @@ impl Agg {
 
     /// Adds `[start_ns, end_ns)` of category `cat` to row `ti`'s bins.
     fn bin(&mut self, ti: usize, cat: usize, start_ns: u64, end_ns: u64) {
-        let (nb, bin_ns) = (self.nb as u64, self.bin_ns);
-        let h = &mut self.heat[ti][cat];
-        let mut t = start_ns;
-        while t < end_ns {
-            let b = (t / bin_ns).min(nb - 1);
-            let bend = ((b + 1) * bin_ns).min(end_ns).max(t + 1);
-            *h.entry(b as u32).or_default() += bend.min(end_ns) - t;
-            t = bend;
-        }
+        add_bins(
+            &mut self.heat[ti][cat],
+            self.nb,
+            self.bin_ns,
+            start_ns,
+            end_ns,
+        );
+    }
+
+    /// Adds a futex wait of row `ti` on `word` to its own bins (or to the
+    /// lock waits when the row has too many words).
+    fn bin_futex(&mut self, ti: usize, word: ObjId, start_ns: u64, end_ns: u64) {
+        let h = match self.futex_heat.get_mut(&(ti, word)) {
+            Some(h) => h,
+            None => {
+                let n = self.futex_words.entry(ti).or_default();
+                if *n >= MAX_FUTEX_WORDS {
+                    return self.bin(ti, cat(SpanKind::Wait), start_ns, end_ns);
+                }
+                *n += 1;
+                self.futex_heat.entry((ti, word)).or_default()
+            }
+        };
+        add_bins(h, self.nb, self.bin_ns, start_ns, end_ns);
     }
 
     /// Keeps `s` if it may be among the longest spans.
@@ -367,7 +415,10 @@ impl Agg {
                     return;
                 };
                 self.sum.spans += 1;
-                self.bin(ti, cat(kind), start_ns, end_ns);
+                match (kind, obj) {
+                    (SpanKind::FutexWait, Some(word)) => self.bin_futex(ti, word, start_ns, end_ns),
+                    _ => self.bin(ti, cat(kind), start_ns, end_ns),
+                }
                 self.keep(RawSpan {
                     thread: ti as u32,
                     kind,
@@ -509,12 +560,51 @@ fn finish(
         end,
         nb,
         bin_ns,
-        heat,
+        mut heat,
+        futex_heat,
         mut kept,
         max,
         mut sum,
         ..
     } = agg;
+    // The futex words the report found to be condition variables: their
+    // waits are blocked time, drawn and named as condition waits; every
+    // other futex word's are lock waits.
+    let pids: HashMap<u32, u32> = meta.processes.values().map(|p| (p.id, p.pid)).collect();
+    let conds: std::collections::HashSet<(u32, &str)> = report
+        .conds
+        .iter()
+        .map(|c| (c.pid, c.address.as_str()))
+        .collect();
+    let is_cond = |o: ObjId| {
+        let pid = pids.get(&o.process).copied().unwrap_or(0);
+        conds.contains(&(pid, format!("{:#x}", o.addr).as_str()))
+    };
+    for ((ti, word), bins) in futex_heat {
+        let c = if is_cond(word) {
+            cat(SpanKind::Cond)
+        } else {
+            cat(SpanKind::Wait)
+        };
+        for (b, ns) in bins {
+            *heat[ti][c].entry(b).or_default() += ns;
+        }
+    }
+    let rwlock_of: HashMap<(u32, u64), &str> = report
+        .locks
+        .iter()
+        .filter(|l| l.kind == "futex-rwlock")
+        .filter_map(|l| {
+            let a = u64::from_str_radix(l.address.trim_start_matches("0x"), 16).ok()?;
+            Some(((l.pid, a), l.label.as_str()))
+        })
+        .collect();
+    for s in kept.iter_mut().filter(|s| s.kind == SpanKind::FutexWait) {
+        s.kind = match s.obj {
+            Some(o) if is_cond(o) => SpanKind::Cond,
+            _ => SpanKind::Wait,
+        };
+    }
     kept.sort_by_key(|s| std::cmp::Reverse(s.end - s.start));
     kept.truncate(max);
     kept.sort_by_key(|s| (s.thread, s.start));
@@ -535,7 +625,15 @@ fn finish(
     let mut handoffs: Vec<Value> = Vec::new();
     for s in &kept {
         let process = threads[s.thread as usize].process;
-        let obj = s.obj.map_or(-1, |o| intern(names.object(o)) as i64);
+        let obj = s.obj.map_or(-1, |o| {
+            // The writers' word of a Rust RwLock (4 bytes after its
+            // state) is the same lock, one row in the report.
+            let rw = rwlock_of.get(&(
+                pids.get(&o.process).copied().unwrap_or(0),
+                o.addr.wrapping_sub(4),
+            ));
+            intern(rw.map_or_else(|| names.object(o), |l| l.to_string())) as i64
+        });
         let site = intern(names.site(process, s.site, s.stack));
         let path = names.path(process, s.stack);
         let path = if path.is_empty() {

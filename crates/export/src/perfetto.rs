@@ -281,7 +281,7 @@ pub fn write(
                             last_hold.insert(o, (t.pid, tid, start_ns, end_ns));
                         }
                     }
-                    SpanKind::Wait => {
+                    SpanKind::Wait | SpanKind::FutexWait => {
                         last_wait.insert(thread, (tid, start_ns, end_ns));
                     }
                     _ => {}

@@ -544,7 +544,7 @@ pub fn write(
                         }
                     };
                     match kind {
-                        SpanKind::Wait => {
+                        SpanKind::Wait | SpanKind::FutexWait => {
                             pending = Some(PendingWait {
                                 thread,
                                 track,

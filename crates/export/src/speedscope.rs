@@ -272,7 +272,7 @@ pub fn write_with(
                 ..
             } => {
                 if let Some(&ti) = by_id.get(&thread) {
-                    if kind == SpanKind::Wait {
+                    if matches!(kind, SpanKind::Wait | SpanKind::FutexWait) {
                         waited[ti] += end_ns - start_ns;
                     }
                     st[ti].close(kind, obj, end_ns);

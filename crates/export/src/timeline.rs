@@ -25,8 +25,14 @@ use crate::ExportError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SpanKind {
-    /// Waiting to acquire a lock (or in a raw futex wait).
+    /// Waiting to acquire a lock.
     Wait,
+    /// In a raw futex wait (Rust std's and parking_lot's locks and
+    /// condition variables, runtimes' own words). What the word is, a
+    /// lock or a condition variable, is told only by the report, from the
+    /// symbols of the code that waits on it ([`lockscope_analysis::Report`]
+    /// lists the condition variables among `conds`).
+    FutexWait,
     /// Holding a lock (one critical section).
     Hold,
     /// Inside an unlock that entered the kernel.
@@ -51,6 +57,7 @@ impl SpanKind {
     pub fn name(self) -> &'static str {
         match self {
             SpanKind::Wait => "wait",
+            SpanKind::FutexWait => "futex wait",
             SpanKind::Hold => "hold",
             SpanKind::Unlocking => "unlock",
             SpanKind::Cond => "cond wait",
@@ -328,7 +335,7 @@ impl Timeline {
                 }
                 if step.segment.kind == SegKind::Blocked(BlockedOn::Lock) {
                     f(span(
-                        SpanKind::Wait,
+                        SpanKind::FutexWait,
                         Some(futex),
                         seg_start,
                         step.event.site,
@@ -442,7 +449,7 @@ impl Timeline {
         let begin = match step.kind {
             StepKind::AcquireBegin { lock } => Some((SpanKind::Wait, Some(lock), e_site, e_stack)),
             StepKind::FutexWaitBegin { futex } => {
-                Some((SpanKind::Wait, Some(futex), e_site, e_stack))
+                Some((SpanKind::FutexWait, Some(futex), e_site, e_stack))
             }
             StepKind::Acquired { section, .. } | StepKind::CondWaitEnd { section, .. } => Some((
                 SpanKind::Hold,

@@ -165,7 +165,13 @@ unsafe extern "C-unwind" fn syscall_impl(
                             fp,
                             r as u64,
                             0,
-                            false,
+                            // A wake that woke a thread is the release
+                            // its wait is blamed on: its call path names
+                            // the holder's code (the site is the runtime's
+                            // futex wrapper, `[no user frame]` alone).
+                            // A wake that found no sleeper is not
+                            // contention and stays cheap.
+                            r > 0,
                         )
                     } else {
                         emit(

@@ -452,7 +452,11 @@ impl Model {
         } else {
             o.signals += 1;
         }
-        if op == Op::FutexWake {
+        // Only a wake that woke a thread can have ended a sleep: one that
+        // found no sleeper (the waiter not asleep yet, or gone) would
+        // take the blame from the release that did, and it carries no
+        // call path (the recorder walks one only for wakes that woke).
+        if op == Op::FutexWake && e.phase() == lockscope_format::phase::DONE && e.arg > 0 {
             o.last_wake = Some((
                 Culprit {
                     thread: ti as u32,
