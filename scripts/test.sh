@@ -33,6 +33,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 scripts/test-viewers.sh  # speedscope app, Perfetto protos: the export tests open them
+# Every package above is installed now: a test that finds its outside
+# tool missing fails instead of skipping (lockscope_test_support::
+# tool_or_skip; a plain `cargo test` elsewhere skips with a message).
+export LOCKSCOPE_REQUIRE_TOOLS=1
 cargo build --release --workspace
 cargo test --release --workspace "$@"
 

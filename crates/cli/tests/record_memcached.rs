@@ -29,16 +29,7 @@ use record_util::{lockscope, ok, temp};
 use serde_json::Value;
 
 fn memcached() -> Option<std::path::PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", "command -v memcached"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if p.is_empty() {
-        eprintln!("NOTICE: memcached not installed (apt-get install memcached); skipping");
-        return None;
-    }
-    Some(p.into())
+    lockscope_test_support::tool_or_skip("memcached", "memcached")
 }
 
 /// A port nobody listens on now (the kernel's pick for an ephemeral bind).

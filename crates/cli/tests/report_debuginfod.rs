@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lockscope_test_support::tool_or_skip;
 use record_util::{build_id_hex, build_stripped_locks, record, run_tool, temp};
 use serde_json::Value;
 
@@ -299,20 +300,15 @@ fn debuginfod_names_a_stripped_binary() {
 /// debug file is not installed (scripts/test-packages.txt installs it).
 #[test]
 fn debian_python3_named_through_python3_dbg() {
-    let py = Path::new("/usr/bin/python3");
-    let Ok(real) = std::fs::canonicalize(py) else {
-        eprintln!("no /usr/bin/python3: test skipped");
+    let Some(py) = tool_or_skip("/usr/bin/python3", "python3") else {
         return;
     };
+    let real = std::fs::canonicalize(&py).unwrap();
     let id = build_id_hex(&real);
     let debug = PathBuf::from("/usr/lib/debug/.build-id")
         .join(&id[..2])
         .join(format!("{}.debug", &id[2..]));
-    if !debug.exists() {
-        eprintln!(
-            "{} not installed (apt-get install python3-dbg): test skipped",
-            debug.display()
-        );
+    if tool_or_skip(debug.to_str().unwrap(), "python3-dbg").is_none() {
         return;
     }
     let sections = Command::new("readelf")
@@ -331,7 +327,7 @@ fn debian_python3_named_through_python3_dbg() {
 
     let dir = temp("python3-debug-file");
     let script = record_util::workspace().join("tests/programs/report/gil_threads.py");
-    let run = record(&dir, &[], py, &[script.to_str().unwrap()], b"");
+    let run = record(&dir, &[], &py, &[script.to_str().unwrap()], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("truth-gil threads=4"));
     let r = report_json(&run.trace_path, &[], &[]);
@@ -382,16 +378,13 @@ impl Drop for Child {
 #[test]
 fn debuginfod_over_https_through_curl() {
     for tool in ["curl", "openssl"] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("{tool} not installed: https debuginfod test skipped");
+        if tool_or_skip(tool, tool).is_none() {
             return;
         }
     }
-    let py = Path::new("/usr/bin/python3");
-    if !py.exists() {
-        eprintln!("no /usr/bin/python3: https debuginfod test skipped");
+    let Some(py) = tool_or_skip("/usr/bin/python3", "python3") else {
         return;
-    }
+    };
     let dir = temp("debuginfod-https");
     let src = record_util::workspace().join("tests/programs/report/stripped_locks.c");
     let st = Command::new("gcc")

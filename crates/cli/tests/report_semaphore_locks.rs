@@ -170,14 +170,12 @@ fn a_counting_semaphore_stays_a_semaphore() {
 // sem_clockwait (timed acquires), sem_post.
 #[test]
 fn a_python_threading_lock_is_reported_as_a_lock() {
-    let py = Path::new("/usr/bin/python3");
-    if !py.exists() {
-        eprintln!("skipped: no /usr/bin/python3");
+    let Some(py) = lockscope_test_support::tool_or_skip("/usr/bin/python3", "python3") else {
         return;
-    }
+    };
     let dir = temp("semlock-python");
     let script = record_util::workspace().join("tests/programs/report/python_lock.py");
-    let run = record(&dir, &[], py, &[script.to_str().unwrap()], b"");
+    let run = record(&dir, &[], &py, &[script.to_str().unwrap()], b"");
     let want: BTreeMap<u64, u64> = run
         .stdout
         .lines()

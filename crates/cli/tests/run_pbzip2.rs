@@ -7,21 +7,9 @@
 mod run_support;
 use run_support::*;
 use std::path::Path;
-use std::process::Command;
 
 fn pbzip2() -> Option<std::path::PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", "command -v pbzip2"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if p.is_empty() {
-        eprintln!(
-            "NOTICE: pbzip2 not installed (apt-get install pbzip2); skipping the pbzip2 test"
-        );
-        return None;
-    }
-    Some(p.into())
+    lockscope_test_support::tool_or_skip("pbzip2", "pbzip2")
 }
 
 /// 2.5 MB of compressible text, so that -b1 gives ~25 blocks for the

@@ -60,6 +60,7 @@ fn record_of_a_swapped_run_keeps_output_and_sees_the_mutex() {
 /// acquisitions of each lock) into `dir`, or None without gcc.
 fn build_mutex_fixture(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     let out = dir.join("mutex");
+    lockscope_test_support::tool_or_skip("gcc", "gcc")?;
     let st = Command::new("gcc")
         .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
         .arg(&out)

@@ -11,6 +11,10 @@
 //!   (kept for inspection when the test fails).
 //! - [`build_c`]: compile a C fixture of `tests/programs/` with gcc.
 //! - [`shell_code`]: a process's exit status as a shell prints it.
+//! - [`tool_or_skip`]: a program a test needs from outside (python3,
+//!   pbzip2, memcached ...): skipped with a message when missing, except
+//!   under `scripts/test.sh` (CI), which installs it and makes a missing
+//!   one a failure.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -139,6 +143,42 @@ pub fn build_cxx(rel: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// Set by `scripts/test.sh` (the README's test command, which CI runs),
+/// after it installed every package of `scripts/test-packages.txt`: a
+/// tool missing then is a broken set-up, and the test fails.
+pub const REQUIRE_TOOLS_ENV: &str = "LOCKSCOPE_REQUIRE_TOOLS";
+
+/// The path of `tool` (an absolute path, or a name looked up in `PATH`)
+/// that the calling test needs, from the Debian `package`. When it is
+/// missing: under [`REQUIRE_TOOLS_ENV`] the test fails naming the package;
+/// otherwise (a developer's `cargo test` on a machine without it) the
+/// test is skipped: a line on stderr says which and why, and `None` is
+/// returned. One policy for every such test. Not taken: skipping
+/// silently everywhere (CI would pass without ever running them) or
+/// failing everywhere (`cargo test` would need every package first).
+pub fn tool_or_skip(tool: &str, package: &str) -> Option<PathBuf> {
+    let found = if tool.contains('/') {
+        Some(PathBuf::from(tool)).filter(|p| p.is_file())
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|d| d.join(tool))
+            .find(|p| p.is_file())
+    };
+    if found.is_none() {
+        assert!(
+            std::env::var_os(REQUIRE_TOOLS_ENV).is_none(),
+            "`{tool}` is missing: this test needs the Debian package `{package}` \
+             (scripts/test-packages.txt; scripts/test.sh installs it as root)"
+        );
+        eprintln!(
+            "NOTICE: `{tool}` is missing (apt-get install {package}): test skipped \
+             (scripts/test.sh installs it and runs the test)"
+        );
+    }
+    found
+}
+
 /// The exit status as a shell reports it: the exit code, or 128 + the
 /// signal that killed the process.
 pub fn shell_code(st: ExitStatus) -> i32 {
@@ -151,6 +191,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn a_tool_is_found_on_the_path_or_by_its_absolute_path() {
+        let sh = tool_or_skip("sh", "dash").expect("sh is everywhere");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        assert_eq!(tool_or_skip(sh.to_str().unwrap(), "dash"), Some(sh));
+    }
 
     #[test]
     fn poll_until_sees_a_condition_set_by_another_thread() {

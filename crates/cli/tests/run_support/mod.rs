@@ -57,6 +57,7 @@ pub fn build(file: &str, dir: &Path) -> Option<PathBuf> {
         None => (file.strip_suffix(".c").unwrap(), "gcc"),
     };
     let out = dir.join(stem);
+    lockscope_test_support::tool_or_skip(cc, cc)?;
     match Command::new(cc)
         .args(["-O2", "-Wall", "-pthread", "-o"])
         .arg(&out)
