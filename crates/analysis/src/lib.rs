@@ -10,8 +10,7 @@
 //! machine, per-lock state, blame), [`symbols`] and [`render`];
 //! [`advice`] turns it into recommendations (which lock to try).
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
+#![forbid(unsafe_code)]
 
 pub mod advice;
 pub mod barriers;

@@ -9,8 +9,6 @@
 //! The pthread mutexes are used through `libc` directly, not through a
 //! Rust wrapper, so that the preload library interposes exactly the calls
 //! a C program would make. Usage: `lockscope-demo [SECONDS]` (default 1).
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;

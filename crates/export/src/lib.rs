@@ -21,7 +21,7 @@
 //! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables);
 //! - [`diff`]: two reports compared (`lockscope diff`).
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 
 pub mod diff;
 pub mod folded;

@@ -51,6 +51,7 @@
 //! (`OLD>NEW`); `THREAD` rows become `CpuIn`/`CpuOut` events of the
 //! threads concerned. Time 0 of the trace is cycle 0.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 pub mod export;

@@ -54,8 +54,6 @@
 //! model-checked with loom (`RUSTFLAGS="--cfg loom"`).
 
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod flat;
 mod hmcs;

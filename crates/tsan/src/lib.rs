@@ -39,8 +39,6 @@
 //! - x86-64 Linux only (the trampolines and the 16-byte atomics are
 //!   assembly).
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("lockscope-tsan supports x86-64 only");
