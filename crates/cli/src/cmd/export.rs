@@ -5,8 +5,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 use crate::cmd::{import::parse_hz, util};
 
 /// Output formats `export` writes.
@@ -67,11 +65,16 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
             t
         }
     };
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    // A file output is put in place only when the export succeeded (an
+    // existing file is untouched otherwise: see `output`).
+    let mut file = match &args.output {
+        Some(p) => Some(super::output::Output::create(p, Some(&trace))?),
+        None => None,
+    };
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let out: &mut dyn Write = match &mut file {
+        Some(f) => f,
+        None => &mut stdout,
     };
     match args.format {
         Format::Hwtrace => {
@@ -80,7 +83,7 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
             if let Some(hz) = args.clock_hz {
                 opts.clock_hz = hz;
             }
-            let s = lockscope_hwtrace::export(&t, &opts, &mut out)?;
+            let s = lockscope_hwtrace::export(&t, &opts, out)?;
             if s.skipped > 0 || s.truncated > 0 {
                 eprintln!(
                     "lockscope: {} rows; {} events have no hardware-trace form (lock calls, \
@@ -93,12 +96,15 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
             &trace,
             matches!(args.format, Format::Pprof),
             args.blame,
-            &mut out,
+            out,
         )?,
-        Format::Perfetto => super::export_formats::perfetto(&trace, false, &mut out)?,
-        Format::PerfettoProto => super::export_formats::perfetto(&trace, true, &mut out)?,
-        Format::Speedscope => super::export_formats::speedscope(&trace, &mut out)?,
+        Format::Perfetto => super::export_formats::perfetto(&trace, false, out)?,
+        Format::PerfettoProto => super::export_formats::perfetto(&trace, true, out)?,
+        Format::Speedscope => super::export_formats::speedscope(&trace, out)?,
     }
-    out.flush()?;
+    match file {
+        Some(f) => f.commit()?,
+        None => stdout.flush()?,
+    }
     Ok(0)
 }

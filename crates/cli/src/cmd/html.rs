@@ -86,11 +86,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut page = Vec::new();
     let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut page)
         .with_context(|| format!("cannot read {}", trace.display()))?;
-    let mut out = std::fs::File::create(&output)
-        .with_context(|| format!("cannot create {}", output.display()))?;
-    out.write_all(&page)
-        .and_then(|()| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
+    let mut out = super::output::Output::create(&output, Some(&trace))?;
+    // The error says what and where (see `output`).
+    out.write_all(&page)?;
+    out.commit()?;
     eprintln!(
         "lockscope: wrote {} ({:.1} MB; {} of {} spans individually)",
         output.display(),

@@ -90,10 +90,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cpus: args.cpus,
     };
     let t = import(&files, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let f = std::fs::File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    write_trace(&t, std::io::BufWriter::new(f))
+    // With the permissions of the file it is made from, as every output.
+    let mut f = super::output::Output::create(&args.output, Some(&args.file))?;
+    write_trace(&t, &mut f)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", args.output.display()))?;
+    f.commit()?;
     let events: usize = t.events.values().map(Vec::len).sum();
     eprintln!(
         "lockscope: imported {} rows as {events} events of {} threads into {}",

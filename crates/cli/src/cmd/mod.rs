@@ -14,6 +14,7 @@ pub mod import;
 pub mod locks;
 pub mod lockset;
 pub mod occ;
+pub mod output;
 pub mod record;
 pub mod replay;
 pub mod report;

@@ -38,12 +38,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let t = util::open_trace(&args.trace)?;
     let r = spin::analyze(&t, !args.no_symbols);
     if let Some(out) = &args.annotate {
-        use anyhow::Context;
         let a = spin::annotate(&t, &r);
-        let f = std::fs::File::create(out)
-            .with_context(|| format!("cannot create {}", out.display()))?;
-        lockscope_hwtrace::write_trace(&a, std::io::BufWriter::new(f))
+        let mut f = super::output::Output::create(out, Some(&args.trace))?;
+        lockscope_hwtrace::write_trace(&a, &mut f)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+        f.commit()?;
     }
     util::print_result(&r, args.json, spin::render_text)
 }
