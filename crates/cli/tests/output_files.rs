@@ -144,3 +144,51 @@ fn a_full_file_system_is_named_and_the_old_file_survives() {
     assert_eq!(kept, b"the old page");
     assert_eq!(left, ["page.html"], "no temporary file is left");
 }
+
+// See issue 32: `record -o` on a full file system said "the trace's output
+// thread stopped" and exited 2 although the program had exited 0.
+#[test]
+fn a_full_disk_under_record_is_named_and_the_programs_status_comes_back() {
+    let dir = temp("record-full");
+    let bin = build_c("mutex", &dir);
+    let mnt = dir.join("tiny");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("NOTICE: cannot mount a tmpfs here (not root): test skipped");
+        return;
+    }
+    let trace = mnt.join("t.lstrace");
+    let t = trace.to_str().unwrap();
+    let b = bin.to_str().unwrap();
+    // mutex.c exits with 3 and writes about 1 MB of trace: the program's
+    // status comes back. Through `sh -c '...; exit 0'` the program
+    // succeeds: the trace's failure is the exit status, 2.
+    let plain = lockscope(&["record", "-q", "-o", t, "--", b], None);
+    let kept = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
+    let report = lockscope(&["report", t], None);
+    std::fs::remove_file(&trace).unwrap();
+    let script = format!("{b} >/dev/null; exit 0");
+    let ok_prog = lockscope(&["record", "-q", "-o", t, "--", "sh", "-c", &script], None);
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    for (o, code) in [(&plain, 3), (&ok_prog, 2)] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert!(
+            err.contains("is incomplete: the file system is full (ENOSPC)"),
+            "{err}"
+        );
+        assert!(err.contains("bytes (they are kept"), "{err}");
+    }
+    assert!(kept > 64 * 1024, "what was written is kept: {kept} bytes");
+    let r = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        r.contains("lockscope report"),
+        "the partial trace is read: {r}"
+    );
+}

@@ -368,8 +368,18 @@ fn lock(t: &Mutex<Tables>) -> std::sync::MutexGuard<'_, Tables> {
     t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What a converter worker says when the writer thread is gone: the
+/// writer's own error is the cause (see [`is_gone`]).
+const GONE: &str = "the trace's output thread stopped";
+
 fn gone() -> FormatError {
-    FormatError::Io(std::io::Error::other("the trace's output thread stopped"))
+    FormatError::Io(std::io::Error::other(GONE))
+}
+
+/// Whether `e` is a worker's [`gone`]: the consequence of the writer's
+/// failure, not a cause of its own.
+pub(crate) fn is_gone(e: &FormatError) -> bool {
+    matches!(e, FormatError::Io(io) if io.kind() == std::io::ErrorKind::Other && io.to_string() == GONE)
 }
 
 /// A converter worker's loop: messages from the drain in, records out.

@@ -270,6 +270,19 @@ pub enum RecordError {
         /// What went wrong.
         source: lockscope_format::FormatError,
     },
+    /// The program ran to its end, but the trace could not be written
+    /// completely (a full file system): what was written before is kept,
+    /// readable as a truncated trace.
+    TraceIncomplete {
+        /// The trace file.
+        path: PathBuf,
+        /// What went wrong.
+        source: lockscope_format::FormatError,
+        /// Bytes of the trace on disk.
+        bytes: u64,
+        /// The program's exit status, as [`RecordOutcome::exit_status`].
+        exit_status: i32,
+    },
     /// The preload library does not exist.
     NoPreload {
         /// The path tried.
@@ -294,6 +307,23 @@ impl fmt::Display for RecordError {
             RecordError::Output { path, source } => {
                 write!(f, "cannot write the trace {}: {source}", path.display())
             }
+            RecordError::TraceIncomplete {
+                path,
+                source,
+                bytes,
+                exit_status,
+            } => {
+                let cause = match source {
+                    lockscope_format::FormatError::Io(e) => io_cause(e),
+                    e => e.to_string(),
+                };
+                write!(
+                    f,
+                    "the trace {} is incomplete: {cause}, after {bytes} bytes (they are kept: \
+                     `lockscope report` reads what they hold); the program exited with {exit_status}",
+                    path.display()
+                )
+            }
             RecordError::NoPreload { path } => write!(
                 f,
                 "the preload library {} does not exist (build the workspace first)",
@@ -308,7 +338,9 @@ impl std::error::Error for RecordError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RecordError::Spawn { source, .. } | RecordError::Session { source, .. } => Some(source),
-            RecordError::Output { source, .. } => Some(source),
+            RecordError::Output { source, .. } | RecordError::TraceIncomplete { source, .. } => {
+                Some(source)
+            }
             _ => None,
         }
     }
@@ -316,6 +348,17 @@ impl std::error::Error for RecordError {
 
 /// "No such file or directory" rather than std's "No such file or
 /// directory (os error 2)": the error number helps nobody here.
+/// A write error in words a user acts on: the usual causes named first.
+fn io_cause(e: &std::io::Error) -> String {
+    let named = match e.raw_os_error() {
+        Some(libc::ENOSPC) => "the file system is full (ENOSPC)",
+        Some(libc::EDQUOT) => "the disk quota is exceeded (EDQUOT)",
+        Some(libc::EIO) => "an I/O error of the device (EIO)",
+        _ => return os_message(e),
+    };
+    format!("{named}: {}", os_message(e))
+}
+
 fn os_message(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(n) => {

@@ -279,11 +279,14 @@ impl Pipeline {
         drainer.send_finish(duration_ns, exit_status);
         drop(drainer);
         // A worker's own error explains the output's ("a worker stopped"):
-        // it is reported first.
+        // it is reported first, unless it only says that the writer is
+        // gone, in which case the writer's error (a full disk) is the
+        // cause.
         let mut first_err = None;
         for w in self.workers {
             match w.join() {
                 Ok(Ok(())) => {}
+                Ok(Err(e)) if crate::convert::is_gone(&e) => {}
                 Ok(Err(e)) => {
                     first_err.get_or_insert(RecordError::Output {
                         path: output.to_path_buf(),
@@ -300,12 +303,21 @@ impl Pipeline {
             .writer
             .join()
             .map_err(|_| RecordError::Internal("the writer thread panicked".into()))?;
+        // A system error of the writer (a full disk) is the cause of
+        // whatever the workers then said (a channel closed under them).
+        let writer_failed =
+            matches!(&res, Err(lockscope_format::FormatError::Io(e)) if e.raw_os_error().is_some());
         let res = match (res, first_err) {
             (Ok(r), _) => r,
-            (Err(_), Some(e)) => return Err(e),
-            (Err(source), None) => {
-                return Err(RecordError::Output {
+            (Err(_), Some(e)) if !writer_failed => return Err(e),
+            // The program ran to its end; only the trace is short: the
+            // program's exit status goes with the error (the caller
+            // returns it), and what was written stays readable.
+            (Err(source), _) => {
+                return Err(RecordError::TraceIncomplete {
                     path: output.to_path_buf(),
+                    bytes: std::fs::metadata(output).map_or(0, |m| m.len()),
+                    exit_status,
                     source,
                 })
             }

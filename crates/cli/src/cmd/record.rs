@@ -163,6 +163,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             eprintln!("lockscope: error: {e}");
             Ok(code)
         }
+        // The program's own exit status comes back; the trace's failure
+        // has an exit status of its own (2, as any error) only when the
+        // program succeeded, so that a script sees the program's failure
+        // first.
+        Err(e @ RecordError::TraceIncomplete { .. }) => {
+            let RecordError::TraceIncomplete { exit_status, .. } = e else {
+                unreachable!()
+            };
+            eprintln!("lockscope: error: {e}");
+            Ok(if exit_status == 0 { 2 } else { exit_status })
+        }
         Err(e) => Err(e.into()),
     }
 }
