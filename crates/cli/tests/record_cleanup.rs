@@ -1,5 +1,6 @@
 //! A session left behind by a recorder killed with SIGKILL is
-//! removed by the next recorder that starts in the same place.
+//! removed by the next recorder that starts in the same place, and the
+//! killed recorder's trace holds what it had drained.
 
 mod record_util;
 
@@ -118,4 +119,53 @@ fn the_session_of_a_live_recorder_is_not_swept() {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+// See issue 32: a recorder killed with SIGKILL left a 0-byte trace; its
+// idle program's events sat in the converter's and the writer's buffers.
+#[test]
+fn a_sigkilled_recorder_leaves_a_trace_with_what_its_idle_program_did() {
+    let dir = temp("killed-trace");
+    let bin = build_c("burst_then_pause", &dir);
+    let trace = dir.join("a.lstrace");
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(rec.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "truth-burst acquisitions=10000");
+    // The program is idle now; within a few flush periods the file holds
+    // its 10,000 acquisitions, before anything ends.
+    let acquisitions = || -> u64 {
+        let o = lockscope(&["report", "--json", trace.to_str().unwrap()], None);
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .ok()
+            .and_then(|r| {
+                r["locks"]
+                    .as_array()?
+                    .iter()
+                    .map(|l| l["acquisitions"].as_u64())
+                    .sum::<Option<u64>>()
+            })
+            .unwrap_or(0)
+    };
+    poll_until(
+        "the running recorder's trace to hold the burst",
+        SESSION_DEADLINE,
+        || acquisitions() == 10_000,
+    );
+    rec.kill().unwrap(); // SIGKILL: no footer, no clean-up
+    rec.wait().unwrap();
+    assert_eq!(acquisitions(), 10_000, "the killed recorder's trace");
 }

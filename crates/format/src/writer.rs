@@ -99,6 +99,13 @@ impl<W: Write> TraceWriter<W> {
         self.events
     }
 
+    /// Passes what is buffered on to the inner writer's destination (the
+    /// file): what is there is a readable, footer-less trace up to here.
+    pub fn flush(&mut self) -> Result<(), FormatError> {
+        self.w.flush()?;
+        Ok(())
+    }
+
     /// Writes the footer, flushes, and returns the inner writer.
     pub fn finish(mut self, footer: &Footer) -> Result<W, FormatError> {
         self.write(&Record::Footer(footer.clone()))?;

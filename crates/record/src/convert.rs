@@ -58,8 +58,13 @@ const CHUNK_EVENTS: usize = 1 << 16;
 /// everything is flushed: bounds memory with hundreds of threads. Shared
 /// out among the workers.
 const MAX_BUFFERED: usize = 1 << 23;
-/// How often buffered events are written out anyway, so that a recorder
-/// that is itself killed leaves a useful (footer-less) trace.
+/// How often buffered events are written out anyway, by the workers and
+/// then by the writer to the file, also while the program is idle, so
+/// that a recorder that is itself killed (SIGKILL, the OOM killer) leaves
+/// a trace holding all but about the last two of these periods (readable,
+/// without a footer). Before, an idle program's events stayed in a
+/// worker's buffer and the writer's 1 MiB buffer for as long as it was
+/// idle, and a killed recorder left 0 bytes.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// Multiplicative hash for addresses: the default SipHash costs ~20 ns per
@@ -404,7 +409,19 @@ pub(crate) fn worker_loop(
         last_flush: Instant::now(),
         side: Vec::new(),
     };
-    while let Ok(m) = rx.recv() {
+    loop {
+        let m = match rx.recv_timeout(FLUSH_EVERY) {
+            Ok(m) => m,
+            // Idle: what is buffered goes out now (see FLUSH_EVERY).
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if c.buffered > 0 {
+                    c.flush_all()?;
+                }
+                c.last_flush = Instant::now();
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match m {
             Msg::Rec(r) => c.record(r)?,
             Msg::Clock(conv) => c.segs.learn(conv),
@@ -962,7 +979,19 @@ pub(crate) fn output_loop<W: Write>(
         done: 0,
         finish: None,
     };
-    while let Ok(m) = rx.recv() {
+    let mut last_flush = Instant::now();
+    loop {
+        // The file gets what was written at least every FLUSH_EVERY, busy
+        // or idle (the buffer's own writes happen only when it is full).
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            o.tw.flush()?;
+            last_flush = Instant::now();
+        }
+        let m = match rx.recv_timeout(FLUSH_EVERY) {
+            Ok(m) => m,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match m {
             Out::Rec(r) => {
                 match &r {
