@@ -104,3 +104,67 @@ fn diff_fixed_variant_shows_the_wait_gone() {
     assert_eq!(text.lines().next(), Some(v));
     assert!(text.contains("worker (queue_lock.c:"), "{text}");
 }
+
+// See issue 32: diff compared two different programs without a word, and
+// its table was 122 columns wide.
+#[test]
+fn diff_of_two_different_programs_says_so_and_fits_100_columns() {
+    let dir = temp("diff-other");
+    let a_bin = build_c("report/sleep_hold", &dir);
+    let b_bin = build_c("export/queue_lock", &dir);
+    let a = rec(&dir, "a", &a_bin, &[]);
+    let b = rec(&dir, "b", &b_bin, &[]);
+    let d = diff_json(&a, &b);
+    let w = d["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{d}");
+    let w = w[0].as_str().unwrap();
+    assert!(
+        w.contains("different programs (`sleep_hold` and `queue_lock`)"),
+        "{w}"
+    );
+    let text =
+        String::from_utf8(lockscope(&["diff".as_ref(), a.as_os_str(), b.as_os_str()])).unwrap();
+    assert!(text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .starts_with("WARNING: A and B are different programs"));
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with("WARNING") && !l.starts_with("A: ") && !l.starts_with("B: "))
+    {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+    // The same program twice: no warning.
+    let a2 = rec(&dir, "a2", &a_bin, &[]);
+    assert_eq!(diff_json(&a, &a2)["warnings"], serde_json::json!([]));
+}
+
+// Two runs of the same program: the held lock's wait comes with the
+// spread estimated from its waiting threads, and the verdict calls a
+// change within twice that spread what it may be, noise.
+#[test]
+fn diff_estimates_the_spread_of_a_locks_wait_from_its_threads() {
+    let dir = temp("diff-spread");
+    let bin = build_c("export/queue_lock", &dir);
+    let a = rec(&dir, "a", &bin, &[]);
+    let b = rec(&dir, "b", &bin, &[]);
+    let d = diff_json(&a, &b);
+    let l = lock(&d, "queue_lock");
+    let sp = l["wait_spread_percent"]
+        .as_f64()
+        .expect("several waiting threads");
+    assert!(sp > 0.0, "{l}");
+    let p = l["wait_ns"]["percent"].as_f64().unwrap();
+    assert_eq!(l["wait_change_exceeds_spread"], p.abs() > 2.0 * sp, "{l}");
+    let v = d["verdict"].as_str().unwrap();
+    assert_eq!(
+        v.contains("within the run-to-run spread"),
+        p.abs() <= 2.0 * sp,
+        "{v}"
+    );
+}

@@ -55,6 +55,9 @@ pub struct Args {
     pub blame: bool,
 }
 
+/// Size of a Perfetto JSON export past which the protobuf is suggested.
+const PERFETTO_JSON_HINT_BYTES: u64 = 100_000_000;
+
 /// Runs the subcommand; returns the exit code.
 pub fn run(mut args: Args) -> anyhow::Result<i32> {
     let trace = match args.trace.take() {
@@ -105,6 +108,19 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
     match file {
         Some(f) => f.commit()?,
         None => stdout.flush()?,
+    }
+    // Perfetto's JSON is about 25 times its trace; past this size the UI
+    // slows down and the binary protobuf is the better choice.
+    if let (Format::Perfetto, Some(p)) = (&args.format, &args.output) {
+        let bytes = std::fs::metadata(p).map_or(0, |m| m.len());
+        if bytes > PERFETTO_JSON_HINT_BYTES {
+            eprintln!(
+                "lockscope: {} is {:.0} MB of JSON: `--format perfetto-proto` writes the same \
+                 timeline about 3 times smaller (25.6 MB against 8.8 MB for a 1.1 MB trace)",
+                p.display(),
+                bytes as f64 / 1e6
+            );
+        }
     }
     Ok(0)
 }
