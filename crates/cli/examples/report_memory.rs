@@ -54,6 +54,9 @@ fn main() {
                 .args(["report", "--no-symbols"])
                 .arg(&path)
                 .stdout(std::process::Stdio::null())
+                // Its note that a large detailed trace's extra sections
+                // are left out would interleave with the table.
+                .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("run lockscope");
             let mut status = 0;
