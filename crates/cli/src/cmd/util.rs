@@ -136,10 +136,11 @@ pub fn print_result<T: serde::Serialize>(
 }
 
 /// Most events the in-memory sections of `lockscope report` (spinlocks,
-/// barriers, dead writes) load: the trace in memory and their detailed
-/// view take ~165 bytes per event (measured: 1M events 167 MiB, 4M
-/// events 635 MiB peak), so 500,000 events keep the report under 128 MiB
-/// beside its streaming passes. A bound on the file's size, as before,
+/// barriers, dead writes) load: the report took ~165 bytes per event of
+/// such a trace (peaks of 167 MiB at 1M events, 635 MiB at 4M), nearly
+/// all of it the trace in memory and their detailed view; at 500,000
+/// events it peaks at 85 MiB (`examples/report_memory.rs`), under 128 MiB
+/// with room for traces whose accesses spread over more addresses. A bound on the file's size, as before,
 /// bounded nothing: a trace of 256 MB is 50-100M events, gigabytes in
 /// memory. The alternative, the three analyses reading the trace chunk
 /// by chunk through its index, is the lasting fix; until then a larger
