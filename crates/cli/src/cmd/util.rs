@@ -135,15 +135,34 @@ pub fn print_result<T: serde::Serialize>(
     Ok(0)
 }
 
-/// Largest trace the in-memory sections of `lockscope report` (spinlocks,
-/// barriers, dead writes) analyse.
-const REPORT_SECTIONS_MAX_BYTES: u64 = 256 << 20;
+/// Most events the in-memory sections of `lockscope report` (spinlocks,
+/// barriers, dead writes) load: the report took ~165 bytes per event of
+/// such a trace (peaks of 167 MiB at 1M events, 635 MiB at 4M), nearly
+/// all of it the trace in memory and their detailed view; at 500,000
+/// events it peaks at 85 MiB (`examples/report_memory.rs`), under 128 MiB
+/// with room for traces whose accesses spread over more addresses. A bound on the file's size, as before,
+/// bounded nothing: a trace of 256 MB is 50-100M events, gigabytes in
+/// memory. The alternative, the three analyses reading the trace chunk
+/// by chunk through its index, is the lasting fix; until then a larger
+/// trace gets these sections from their own commands.
+const REPORT_SECTIONS_MAX_EVENTS: u64 = 500_000;
 
-/// The whole trace in memory when it is at most 256 MB and readable,
-/// else `None` (the report's extra sections are then left out).
-pub fn open_small_trace(path: &std::path::Path) -> Option<lockscope_format::Trace> {
-    let small = std::fs::metadata(path).is_ok_and(|m| m.len() <= REPORT_SECTIONS_MAX_BYTES);
-    small
-        .then(|| lockscope_format::Trace::open(path).ok())
-        .flatten()
+/// The whole trace in memory when it has at most
+/// [`REPORT_SECTIONS_MAX_EVENTS`] events (`events`, from the report's
+/// index) and is readable, else `None`: the report's extra sections are
+/// then left out, and a note on stderr says so and names the commands
+/// that print them.
+pub fn open_small_trace(path: &std::path::Path, events: u64) -> Option<lockscope_format::Trace> {
+    if events > REPORT_SECTIONS_MAX_EVENTS {
+        // On stderr: the report on stdout stays what it was for the
+        // same sections, and a script reading it sees no new line.
+        eprintln!(
+            "lockscope: spinlocks, barriers and dead writes left out of the report: \
+             {events} events, over the {REPORT_SECTIONS_MAX_EVENTS} it loads in memory; \
+             run `lockscope spin`, `lockscope barriers` or `lockscope deadwrites` on {}",
+            path.display()
+        );
+        return None;
+    }
+    lockscope_format::Trace::open(path).ok()
 }
