@@ -13,6 +13,9 @@ mod trace_reader;
 #[path = "../../../fuzz/targets/hwtrace_parser.rs"]
 mod hwtrace_parser;
 
+#[path = "../../../fuzz/targets/elf_build_id.rs"]
+mod elf_build_id;
+
 /// The body of a fuzz target: runs one input.
 type Body = fn(&[u8]);
 
@@ -21,6 +24,7 @@ type Body = fn(&[u8]);
 const TARGETS: &[(&str, Body)] = &[
     ("trace_reader", trace_reader::run),
     ("hwtrace_parser", hwtrace_parser::run),
+    ("elf_build_id", elf_build_id::run),
 ];
 
 fn fuzz_dir() -> PathBuf {

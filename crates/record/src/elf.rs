@@ -6,7 +6,7 @@
 //! use. The files are whatever the program mapped: untrusted.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 const PT_NOTE: u32 = 4;
@@ -15,7 +15,7 @@ const NT_GNU_BUILD_ID: u32 = 3;
 const MAX_NOTE_SEGMENT: u64 = 64 * 1024;
 const MAX_PHNUM: u64 = 4096;
 
-fn read_at(f: &mut File, off: u64, len: usize) -> Option<Vec<u8>> {
+fn read_at<F: Read + Seek>(f: &mut F, off: u64, len: usize) -> Option<Vec<u8>> {
     f.seek(SeekFrom::Start(off)).ok()?;
     let mut buf = vec![0u8; len];
     f.read_exact(&mut buf).ok()?;
@@ -47,7 +47,19 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
     }
     let mut f = File::open(path).ok()?;
     let len = f.metadata().ok()?.len();
-    let eh = read_at(&mut f, 0, 64.min(len as usize))?;
+    build_id_from(&mut f, len)
+}
+
+/// [`build_id`] of an ELF image held in memory (the body of the
+/// `elf_build_id` fuzz target, whose seeds the stable tests replay).
+pub fn build_id_of_bytes(data: &[u8]) -> Option<Vec<u8>> {
+    build_id_from(&mut Cursor::new(data), data.len() as u64)
+}
+
+/// The build-id of the `len`-byte ELF image `f`; every offset and size in
+/// it is checked against `len` before it is read.
+fn build_id_from<F: Read + Seek>(f: &mut F, len: u64) -> Option<Vec<u8>> {
+    let eh = read_at(f, 0, 64.min(len as usize))?;
     if eh.len() < 52 || eh[..4] != *b"\x7fELF" || eh[5] != 1 {
         return None;
     }
@@ -69,7 +81,7 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
     if phoff.checked_add(table)? > len {
         return None;
     }
-    let ph = read_at(&mut f, phoff, table as usize)?;
+    let ph = read_at(f, phoff, table as usize)?;
     for i in 0..phnum as usize {
         let e = i * phentsize as usize;
         if u32_at(&ph, e)? != PT_NOTE as u64 {
@@ -91,7 +103,7 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
         if size > MAX_NOTE_SEGMENT || off.checked_add(size)? > len {
             continue;
         }
-        let notes = read_at(&mut f, off, size as usize)?;
+        let notes = read_at(f, off, size as usize)?;
         if let Some(id) = find_build_id(&notes, if align == 8 { 8 } else { 4 }) {
             return Some(id);
         }
@@ -139,6 +151,33 @@ mod tests {
                 assert!(build_id(Path::new(p)).is_some_and(|v| v.len() == 20));
             }
         }
+    }
+
+    #[test]
+    fn the_seed_images_give_their_build_id_or_none() {
+        let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/elf_build_id");
+        let id: Vec<u8> = (0x10..0x24).collect();
+        for (file, want) in [
+            ("elf64_build_id.bin", Some(&id)),
+            ("elf32_build_id.bin", Some(&id)),
+            ("elf64_other_note_then_build_id.bin", Some(&id)),
+            ("elf64_truncated_note.bin", None),
+            ("elf64_huge_namesz.bin", None),
+            ("elf64_phnum_past_end.bin", None),
+            ("big_endian.bin", None),
+            ("not_elf.bin", None),
+            ("empty.bin", None),
+        ] {
+            let bytes = std::fs::read(seeds.join(file)).unwrap();
+            assert_eq!(build_id_of_bytes(&bytes).as_ref(), want, "{file}");
+            // The file reader and the in-memory one agree.
+            assert_eq!(build_id(&seeds.join(file)).as_ref(), want, "{file}");
+        }
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(
+            build_id_of_bytes(&std::fs::read(&exe).unwrap()),
+            build_id(&exe)
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use elf::build_id;
+pub use elf::{build_id, build_id_of_bytes};
 pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
 pub use pipeline::{default_writers, drain_dir, drain_dir_with, MAX_WRITERS};
 
