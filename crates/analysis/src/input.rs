@@ -56,6 +56,9 @@ pub struct Meta {
     /// Set when the file ended early: (offset, message). The analysis goes
     /// on with what was read and the report says so.
     pub truncated: Option<String>,
+    /// The same: where the file ended early and what was being read (for
+    /// front ends that word the warning themselves).
+    pub cut_short: Option<(u64, &'static str)>,
     /// Events in the index.
     pub events: u64,
     /// File size in bytes.
@@ -99,6 +102,7 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
             // A recording cut short (crash, full disk) still deserves a
             // report of what it holds; corruption does not.
             Err(FormatError::Truncated { offset, what }) => {
+                m.cut_short = Some((offset, what));
                 m.truncated = Some(format!(
                     "the trace ends early at byte {offset} (while reading {what}); \
                      the report covers what was recorded before"

@@ -264,6 +264,42 @@ impl Trace {
         Trace::read(std::io::BufReader::new(f))
     }
 
+    /// [`Trace::read`] of a trace that may have been cut short (a
+    /// recorder killed, a full disk): the records before the cut, and the
+    /// [`FormatError::Truncated`] that ended them (None for a whole file).
+    /// Every other error (not a trace, corruption) is returned as such.
+    pub fn read_salvaging<R: Read>(r: R) -> Result<(Trace, Option<FormatError>), FormatError> {
+        let mut tr = TraceReader::new(r)?;
+        let mut t = Trace {
+            header: tr.header().clone(),
+            ..Trace::default()
+        };
+        loop {
+            let rec = match tr.next() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => return Ok((t, None)),
+                Err(e @ FormatError::Truncated { .. }) => return Ok((t, Some(e))),
+                Err(e) => return Err(e),
+            };
+            match rec {
+                Record::Events(c) => {
+                    let v = t.events.entry(c.thread).or_default();
+                    c.for_each(|e| v.push(e))?;
+                }
+                Record::Footer(f) => t.footer = Some(f),
+                r => t.records.push(r),
+            }
+        }
+    }
+
+    /// [`Trace::read_salvaging`] of a file.
+    pub fn open_salvaging(
+        path: impl AsRef<Path>,
+    ) -> Result<(Trace, Option<FormatError>), FormatError> {
+        let f = std::fs::File::open(path)?;
+        Trace::read_salvaging(std::io::BufReader::new(f))
+    }
+
     /// Total number of events.
     pub fn event_count(&self) -> usize {
         self.events.values().map(Vec::len).sum()

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-use lockscope_analysis::{critical, input};
+use lockscope_analysis::critical;
 
 use crate::cmd::util;
 
@@ -35,9 +34,7 @@ pub struct Args {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let p = crate::cmd::replay::program(&args.trace)?;
-    let meta = input::index(&args.trace, &mut |_, _| {})
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let (p, meta) = crate::cmd::replay::program_with_meta(&args.trace)?;
     let r = critical::analyze(&p, &meta, args.cpus, !args.no_symbols);
     util::print_result(&r, args.json, critical::render_text)
 }

@@ -55,10 +55,21 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut printed = 0u64;
     let mut per_op: std::collections::BTreeMap<&'static str, u64> = Default::default();
     let limit = args.limit.unwrap_or(u64::MAX);
-    while let Some(rec) = r
-        .next()
-        .with_context(|| format!("while reading {}", args.trace.display()))?
-    {
+    loop {
+        let rec = match r.next() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            // Cut short: what was read is printed, and the warning every
+            // command gives (util::warn_cut_short).
+            Err(e @ lockscope_format::FormatError::Truncated { .. }) => {
+                out.flush()?;
+                crate::cmd::util::warn_cut_short(&args.trace, &e);
+                break;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("while reading {}", args.trace.display()))
+            }
+        };
         match rec {
             Record::Events(chunk) => {
                 if args.thread.is_some_and(|t| t != chunk.thread) {

@@ -12,10 +12,13 @@ use lockscope_export::{folded, perfetto, perfetto_proto, pprof, speedscope, stac
 /// The report of `trace` with the settings every export uses: the text
 /// report's defaults (symbols, overhead correction, user frames), nothing
 /// filtered, so the exported totals are the report's.
+/// A trace cut short gets the warning every command gives.
 pub fn report(trace: &Path) -> anyhow::Result<lockscope_analysis::Report> {
     crate::cmd::util::check_trace_file(trace)?;
-    lockscope_analysis::analyze(trace, &ReportConfig::default(), &mut |_, _, _| {})
-        .with_context(|| format!("cannot read {}", trace.display()))
+    let r = lockscope_analysis::analyze(trace, &ReportConfig::default(), &mut |_, _, _| {})
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    crate::cmd::util::warn_cut_short_report(trace, &r);
+    Ok(r)
 }
 
 /// `--format folded` and `--format pprof`.
@@ -41,9 +44,7 @@ pub fn stacks(trace: &Path, pprof: bool, blame: bool, out: &mut dyn Write) -> an
 
 /// The trace's index and records (not its events).
 fn meta(trace: &Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
-    crate::cmd::util::check_trace_file(trace)?;
-    lockscope_analysis::input::index(trace, &mut |_, _| {})
-        .with_context(|| format!("cannot read {}", trace.display()))
+    crate::cmd::util::index_trace(trace)
 }
 
 /// `--format perfetto` (JSON) and `--format perfetto-proto` (`proto`).

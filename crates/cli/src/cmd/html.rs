@@ -67,9 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(t) => t,
         None => newest_trace()?,
     };
-    crate::cmd::util::check_trace_file(&trace)?;
-    let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {})
-        .with_context(|| format!("cannot read {}", trace.display()))?;
+    let meta = crate::cmd::util::index_trace(&trace)?;
     let output = a.output.unwrap_or_else(|| trace.with_extension("html"));
     let opts = HtmlOptions {
         bins: a.bins,

@@ -31,10 +31,22 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Opens a trace and builds its replayable program.
+/// Opens a trace and builds its replayable program (no warning for a
+/// trace cut short: the caller, `report`, says so itself).
 pub fn program(trace: &std::path::Path) -> anyhow::Result<replay::Program> {
     let meta = open(trace)?;
     replay::build(trace, &meta).with_context(|| format!("cannot replay {}", trace.display()))
+}
+
+/// The index of a trace (warning once when it was cut short) and its
+/// replayable program, for the commands that need both.
+pub fn program_with_meta(
+    trace: &std::path::Path,
+) -> anyhow::Result<(replay::Program, input::Meta)> {
+    let meta = util::index_trace(trace)?;
+    let p = replay::build(trace, &meta)
+        .with_context(|| format!("cannot replay {}", trace.display()))?;
+    Ok((p, meta))
 }
 
 /// Opens and indexes a trace.
@@ -50,7 +62,7 @@ fn open(trace: &std::path::Path) -> anyhow::Result<input::Meta> {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let meta = open(&args.trace)?;
+    let meta = util::index_trace(&args.trace)?;
     // Built and replayed in one go: the simulations start before the
     // build's last pass ends (`build_and_report`).
     let (_, r) = replay::build_and_report(&args.trace, &meta, args.cpus)

@@ -225,6 +225,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
         .with_context(|| format!("cannot report on {}", trace.display()))?;
+    // The warning every command gives (the text report says it too).
+    super::util::warn_cut_short_report(&trace, &report);
     if a.no_advice {
         report.recommendations.clear();
     }

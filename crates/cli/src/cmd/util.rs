@@ -61,6 +61,65 @@ pub fn check_trace_file(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The one salvage policy of every command that reads a trace: a trace
+/// cut short (a recorder killed, a full disk: [`FormatError::Truncated`])
+/// is read up to its last whole record, and this warning, the same for
+/// every command, goes to stderr; the command goes on and exits as it
+/// would have (0 when it succeeds). Any other damage (a flipped byte, not
+/// a trace) is an error naming the byte offset.
+///
+/// [`FormatError::Truncated`]: lockscope_format::FormatError::Truncated
+pub fn warn_cut_short(path: &std::path::Path, e: &lockscope_format::FormatError) {
+    let at = match e {
+        lockscope_format::FormatError::Truncated { offset, what } => {
+            format!(" at byte {offset} (while reading {what})")
+        }
+        _ => String::new(),
+    };
+    eprintln!(
+        "lockscope: WARNING: {} ends early{at}: what follows covers what was recorded \
+         before (the recording was cut short: a killed recorder, a full disk)",
+        path.display()
+    );
+}
+
+/// [`warn_cut_short`] for a command that has only the report of a trace
+/// whose `truncated` note is set: the index says where the file ends
+/// (read again; only a trace cut short pays for it).
+pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_analysis::Report) {
+    if r.truncated.is_none() {
+        return;
+    }
+    if let Some((offset, what)) = lockscope_analysis::input::index(path, &mut |_, _| {})
+        .ok()
+        .and_then(|m| m.cut_short)
+    {
+        warn_cut_short(
+            path,
+            &lockscope_format::FormatError::Truncated { offset, what },
+        );
+    }
+}
+
+/// The index of the trace at `path` (every command that streams a trace
+/// starts here), with the file checked first and the warning of
+/// [`warn_cut_short`] when the trace was cut short.
+pub fn index_trace(path: &std::path::Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
+    check_trace_file(path)?;
+    let meta = lockscope_analysis::input::index(path, &mut |_, _| {})
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if let Some((offset, what)) = &meta.cut_short {
+        warn_cut_short(
+            path,
+            &lockscope_format::FormatError::Truncated {
+                offset: *offset,
+                what: *what,
+            },
+        );
+    }
+    Ok(meta)
+}
+
 /// Prints an error and its causes on one line, each cause once: a
 /// wrapped error whose message already contains its source's text (a
 /// common style: "I/O error: {source}") would otherwise repeat it, once
@@ -90,8 +149,11 @@ pub fn error_line(e: &anyhow::Error) -> String {
 /// (a "best case speedup" of a program they know nothing about).
 pub fn open_trace(path: &std::path::Path) -> anyhow::Result<lockscope_format::Trace> {
     check_trace_file(path)?;
-    let t = lockscope_format::Trace::open(path)
+    let (t, cut) = lockscope_format::Trace::open_salvaging(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if let Some(e) = cut {
+        warn_cut_short(path, &e);
+    }
     if !is_detailed(&t) {
         anyhow::bail!(
             "{}: a timing-mode trace (no memory accesses recorded); this analysis needs a \
@@ -164,5 +226,9 @@ pub fn open_small_trace(path: &std::path::Path, events: u64) -> Option<lockscope
         );
         return None;
     }
-    lockscope_format::Trace::open(path).ok()
+    // A trace cut short gives its sections up to the cut (the report
+    // has said so already).
+    lockscope_format::Trace::open_salvaging(path)
+        .ok()
+        .map(|(t, _)| t)
 }

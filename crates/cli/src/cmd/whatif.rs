@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lockscope_analysis::{detailed::Detailed, input, whatif};
+use lockscope_analysis::{detailed::Detailed, whatif};
 
 use crate::cmd::util;
 
@@ -91,9 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("--shrink {s:?}: PCT must be a whole number from 0 to 100"))?;
         shrink.push((site.to_string(), pct));
     }
-    let p = crate::cmd::replay::program(&args.trace)?;
-    let meta = input::index(&args.trace, &mut |_, _| {})
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let (p, meta) = crate::cmd::replay::program_with_meta(&args.trace)?;
     let cfg = whatif::WhatifConfig {
         cpus: args.cpus,
         remove_locks: args.remove_lock.clone(),

@@ -1,0 +1,114 @@
+//! One salvage policy for every command: a trace cut short (a recorder
+//! killed, a full disk) is read up to its last whole record, every
+//! command prints the same warning on stderr and goes on, exiting 0; a
+//! flipped byte is an error naming its offset, from every command alike.
+
+#[path = "record_util/mod.rs"]
+mod record_util;
+
+use lockscope_test_support::build_c;
+use record_util::{lockscope, record, temp};
+
+/// Every command that reads a timing trace, with its arguments (the
+/// trace is appended, except for diff's second).
+fn commands(dir: &std::path::Path, whole: &str) -> Vec<Vec<String>> {
+    let out = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    [
+        vec!["report".to_string()],
+        vec!["report".into(), "--json".into()],
+        vec![
+            "export".into(),
+            "--format".into(),
+            "pprof".into(),
+            "-o".into(),
+            out("x.pb.gz"),
+        ],
+        vec![
+            "export".into(),
+            "--format".into(),
+            "folded".into(),
+            "-o".into(),
+            out("x.folded"),
+        ],
+        vec![
+            "export".into(),
+            "--format".into(),
+            "perfetto".into(),
+            "-o".into(),
+            out("x.json"),
+        ],
+        vec![
+            "export".into(),
+            "--format".into(),
+            "speedscope".into(),
+            "-o".into(),
+            out("x.ss.json"),
+        ],
+        vec!["html".into(), "-o".into(), out("x.html")],
+        vec!["replay".into()],
+        vec!["whatif".into()],
+        vec!["critical-path".into()],
+        vec!["dump".into(), "--summary".into()],
+        vec!["diff".into(), whole.to_string()],
+    ]
+    .into_iter()
+    .collect()
+}
+
+// See issue 32: export, replay, whatif, critical-path, diff and html used
+// a truncated trace silently; dump rejected it.
+#[test]
+fn every_command_reads_a_trace_cut_short_with_the_same_warning() {
+    let dir = temp("cut-short");
+    let bin = build_c("mutex", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 3, "mutex.c exits with 3: {}", run.stderr);
+    let bytes = std::fs::read(&run.trace_path).unwrap();
+    assert!(bytes.len() > 200_000, "{} bytes", bytes.len());
+    let cut = dir.join("cut.lstrace");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let whole = run.trace_path.to_str().unwrap().to_string();
+    let want = format!(
+        "lockscope: WARNING: {} ends early at byte {}",
+        cut.display(),
+        bytes.len() / 2
+    );
+    for mut cmd in commands(&dir, &whole) {
+        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
+        cmd.insert(at, cut.to_string_lossy().into_owned());
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let o = lockscope(&args, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{cmd:?}: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with(&want)).count(),
+            1,
+            "{cmd:?} says it once: {err}"
+        );
+    }
+}
+
+#[test]
+fn every_command_rejects_a_flipped_byte_naming_its_offset() {
+    let dir = temp("flipped");
+    let bin = build_c("mutex", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    let mut bytes = std::fs::read(&run.trace_path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    let bad = dir.join("flipped.lstrace");
+    std::fs::write(&bad, &bytes).unwrap();
+    let whole = run.trace_path.to_str().unwrap().to_string();
+    for mut cmd in commands(&dir, &whole) {
+        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
+        cmd.insert(at, bad.to_string_lossy().into_owned());
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let o = lockscope(&args, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("byte offset") || err.contains("at byte"),
+            "{cmd:?}: {err}"
+        );
+    }
+}
