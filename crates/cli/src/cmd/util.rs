@@ -113,7 +113,7 @@ pub fn index_trace(path: &std::path::Path) -> anyhow::Result<lockscope_analysis:
             path,
             &lockscope_format::FormatError::Truncated {
                 offset: *offset,
-                what: *what,
+                what,
             },
         );
     }
