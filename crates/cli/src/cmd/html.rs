@@ -84,7 +84,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // file was created.
     let cfg = lockscope_analysis::ReportConfig::default();
     let mut page = Vec::new();
-    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut page)
+    // The in-memory sections read the whole trace when it is small, as
+    // `lockscope report` does.
+    let mut open_whole = || crate::cmd::util::open_small_trace(&trace);
+    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut open_whole, &mut page)
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let mut out = std::fs::File::create(&output)
         .with_context(|| format!("cannot create {}", output.display()))?;
