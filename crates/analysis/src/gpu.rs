@@ -122,6 +122,16 @@ impl ActivityKind {
 /// line), else `module+offset`.
 pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, crate::AnalysisError> {
     let meta = crate::input::index(path, &mut |_, _| {})?;
+    analyze_indexed(path, &meta, symbolize)
+}
+
+/// [`analyze`] of a trace already indexed as `meta` (the report indexes
+/// once for all its sections).
+pub fn analyze_indexed(
+    path: &std::path::Path,
+    meta: &crate::input::Meta,
+    symbolize: bool,
+) -> Result<GpuReport, crate::AnalysisError> {
     let threads = meta
         .threads
         .iter()
@@ -131,13 +141,13 @@ pub fn analyze(path: &std::path::Path, symbolize: bool) -> Result<GpuReport, cra
     let mut end = meta.thread_ends.values().copied().max().unwrap_or(0);
     // Lock waits come from the one interpreter of the lock protocol;
     // GPU events are data the layer passes through.
-    crate::sync::for_each_step(path, &meta, false, |s, _| {
+    crate::sync::for_each_step(path, meta, false, |s, _| {
         end = end.max(s.time);
         g.step(s);
     })?;
-    let mut sym = crate::symbols::Symbolizer::for_meta(&meta, symbolize);
+    let mut sym = crate::symbols::Symbolizer::for_meta(meta, symbolize);
     if symbolize {
-        g.prefer_sourced_frames(&meta, &mut sym);
+        g.prefer_sourced_frames(meta, &mut sym);
     }
     let mut name = |process: u32, pc: u64| {
         if pc == 0 {

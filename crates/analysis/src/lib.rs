@@ -9,6 +9,9 @@
 //! bounded-memory, time-ordered reading), [`model`] (per-thread state
 //! machine, per-lock state, blame), [`symbols`] and [`render`];
 //! [`advice`] turns it into recommendations (which lock to try).
+//! [`full::build`] adds the sections of other analyses (spinlocks,
+//! barrier instances, dead writes, GPU, what-if gains): the whole report
+//! every output format prints.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -20,6 +23,7 @@ pub mod deadwrites;
 pub mod debuginfod;
 pub mod detailed;
 mod error;
+pub mod full;
 pub mod gpu;
 pub mod hangs;
 pub mod hb;
@@ -39,4 +43,5 @@ pub mod ulcp;
 pub mod whatif;
 
 pub use error::AnalysisError;
+pub use full::{FullReport, Sections};
 pub use report::{analyze, analyze_observed, Report, ReportConfig, SortKey, SCHEMA};

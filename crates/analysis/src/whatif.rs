@@ -1191,24 +1191,52 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
     Ok(())
 }
 
-/// The report's "what it would gain" lines: for the `top` locks with the
-/// most waiting in the recorded run, the predicted
-/// speedup of the program without the lock (with its range) and with its
-/// sections half as long (each with its range), next to the lock's
-/// recorded wait, and the command that reproduces it. A lock is shown
-/// only when one of the two gains is larger than its range (the model
-/// cannot tell a smaller gain from none); a closing line says how many
-/// were left out, and why the
-/// trace's predictions are uncertain when they are. Empty when no lock
-/// makes a thread wait in the replay. `trace` is the path as the user
-/// should type it.
-pub fn gain_lines(
-    p: &Program,
-    meta: &Meta,
-    top: usize,
-    trace: &str,
-    symbolize: bool,
-) -> Vec<String> {
+/// One lock of the report's "what it would gain" section (JSON
+/// `gains.locks`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GainOut {
+    /// The lock's name, as the replay's other commands take it
+    /// (`--remove-lock NAME`).
+    pub lock: String,
+    /// Its threads' wait in the recorded run (replayed unchanged), ns.
+    pub wait_ns: u64,
+    /// Predicted speedup of the program without the lock.
+    pub without_speedup: f64,
+    /// Range of that prediction over the lock model's variations.
+    pub without_range: [f64; 2],
+    /// True when the gain without the lock is bounded by its recorded
+    /// wait (the replay would have gained more).
+    pub without_bounded: bool,
+    /// Predicted speedup with the lock's critical sections half as long.
+    pub halved_speedup: f64,
+    /// Range of that prediction.
+    pub halved_range: [f64; 2],
+}
+
+/// The report's "what it would gain" section (JSON `gains`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Gains {
+    /// The locks shown, most recorded wait first.
+    pub locks: Vec<GainOut>,
+    /// Of the `considered` locks threads waited for most, how many were
+    /// left out: neither change gains more than the prediction's range.
+    pub left_out: u64,
+    /// Locks considered (the `top` with most wait, or fewer).
+    pub considered: u64,
+    /// Why the trace's predictions are uncertain, when they are.
+    pub uncertain: Option<String>,
+}
+
+/// The report's "what it would gain" figures: for the `top` locks with
+/// the most waiting in the recorded run, the predicted speedup of the
+/// program without the lock (with its range) and with its sections half
+/// as long (each with its range), next to the lock's recorded wait. A
+/// lock is kept only when one of the two gains is larger than its range
+/// (the model cannot tell a smaller gain from none); `left_out` counts
+/// the others. `None` when no lock makes a thread wait in the replay, or
+/// when the replay's spill file could not be read back (no figures
+/// rather than wrong ones).
+pub fn gains(p: &Program, meta: &Meta, top: usize, symbolize: bool) -> Option<Gains> {
     let cpus = effective_cpus(p, 0);
     let mut names = Names::new(meta, symbolize);
     // The report varies the waiting policy (barging, FIFO hand-off) and
@@ -1223,8 +1251,8 @@ pub fn gain_lines(
         .filter(|&l| waits[l as usize] > 0)
         .collect();
     order.sort_by_key(|&l| (std::cmp::Reverse(waits[l as usize]), l));
-    let mut out = Vec::new();
-    let mut hidden = 0usize;
+    let mut locks = Vec::new();
+    let mut hidden = 0u64;
     for &l in order.iter().take(top) {
         let without = predict(
             p,
@@ -1259,40 +1287,68 @@ pub fn gain_lines(
             hidden += 1;
             continue;
         }
-        let name = names.lock(p, l);
+        locks.push(GainOut {
+            lock: names.lock(p, l),
+            wait_ns: waits[l as usize],
+            without_speedup: without.speedup,
+            without_range: without.range,
+            without_bounded: without.bounded,
+            halved_speedup: halved.speedup,
+            halved_range: halved.range,
+        });
+    }
+    if p.check().is_err() {
+        // A spill file that could not be read back: no figures rather
+        // than wrong ones.
+        return None;
+    }
+    let considered = order.len().min(top) as u64;
+    let uncertain = uncertain(&b);
+    // Nothing to say without a lock that made a thread wait, unless the
+    // replay itself is in doubt (that line stands alone then).
+    (considered > 0 || uncertain.is_some()).then_some(Gains {
+        locks,
+        left_out: hidden,
+        considered,
+        uncertain,
+    })
+}
+
+/// The report's "what it would gain" lines for [`gains`], each with the
+/// command that reproduces it. `trace` is the path as the user should
+/// type it.
+pub fn gain_lines(g: &Gains, trace: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for x in &g.locks {
+        let name = &x.lock;
         out.push(format!(
             "  {name} (waited {} in the recorded run): without it {:.2}x faster ({:.2}-{:.2}{}), \
              with its critical sections half as long {:.2}x ({:.2}-{:.2}) (lockscope whatif \
              {trace} --remove-lock {name})",
-            ms(waits[l as usize]),
-            without.speedup,
-            without.range[0],
-            without.range[1],
-            if without.bounded {
+            ms(x.wait_ns),
+            x.without_speedup,
+            x.without_range[0],
+            x.without_range[1],
+            if x.without_bounded {
                 ", bounded by its recorded wait"
             } else {
                 ""
             },
-            halved.speedup,
-            halved.range[0],
-            halved.range[1],
+            x.halved_speedup,
+            x.halved_range[0],
+            x.halved_range[1],
         ));
     }
-    if hidden > 0 {
+    if g.left_out > 0 {
         out.push(format!(
-            "  ({hidden} of the {} locks threads waited for most left out: neither removing \
+            "  ({} of the {} locks threads waited for most left out: neither removing \
              them nor halving their critical sections gains more than the range of the \
              prediction)",
-            order.len().min(top)
+            g.left_out, g.considered
         ));
     }
-    if let Some(why) = uncertain(&b) {
+    if let Some(why) = &g.uncertain {
         out.push(format!("  uncertain: {why}"));
-    }
-    if p.check().is_err() {
-        // A spill file that could not be read back: no figures rather
-        // than wrong ones (the line is a hint in the report).
-        return Vec::new();
     }
     out
 }

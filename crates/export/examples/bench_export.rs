@@ -104,7 +104,7 @@ fn one(format: &str, trace: &Path) {
                 symbolize: false,
                 ..html::HtmlOptions::default()
             };
-            html::write_analyzed(trace, &meta, &cfg, &opts, &mut out).unwrap();
+            html::write_analyzed(trace, &meta, &cfg, &opts, &mut |_| None, &mut out).unwrap();
         }
         "html-two-pass" => {
             // The report, then the timeline on a second read (what a
@@ -114,7 +114,8 @@ fn one(format: &str, trace: &Path) {
                 symbolize: false,
                 ..html::HtmlOptions::default()
             };
-            html::write(trace, &meta, &r, &opts, &mut out).unwrap();
+            let extra = lockscope_analysis::full::sections(trace, &meta, &r, false, &mut |_| None);
+            html::write(trace, &meta, &r, &extra, &opts, &mut out).unwrap();
         }
         f => panic!("unknown format {f}"),
     }

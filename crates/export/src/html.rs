@@ -20,15 +20,19 @@ use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
+use lockscope_analysis::full::Sections;
 use lockscope_analysis::input::Meta;
 use lockscope_analysis::sync::ObjId;
 use lockscope_analysis::{Report, ReportConfig};
+use lockscope_format::Trace;
 use serde_json::{json, Value};
 
 use crate::names::Names;
 use crate::stacks::{self, WeightedStack};
 use crate::timeline::{self, Item, SpanKind, Timeline};
 use crate::ExportError;
+
+mod sections;
 
 const SCRIPT: &str = include_str!("html/report.js");
 const STYLE: &str = include_str!("html/report.css");
@@ -179,8 +183,9 @@ fn per_lock(waiters: &[WeightedStack], holders: &[WeightedStack]) -> Value {
     )
 }
 
-/// The report part of the page: verdict, tables, recommendations.
-fn report_data(r: &Report) -> Value {
+/// The report part of the page: verdict, tables, recommendations, and
+/// every other section of the report (`sections`).
+fn report_data(r: &Report, extra: &Sections) -> Value {
     let locks: Vec<Value> = r
         .locks
         .iter()
@@ -250,6 +255,7 @@ fn report_data(r: &Report) -> Value {
         "blame": blame,
         "recommendations": recs,
         "notes": r.notes,
+        "sections": sections::sections(r, extra),
     })
 }
 
@@ -500,18 +506,19 @@ impl Agg {
 }
 
 /// Writes the page for the trace at `path`, whose report is `report`
-/// (the trace is read again for the timeline; [`write_analyzed`] reads
-/// it once for both).
+/// with the added `sections` (the trace is read again for the timeline;
+/// [`write_analyzed`] reads it once for both).
 pub fn write(
     path: &Path,
     meta: &Meta,
     report: &Report,
+    sections: &Sections,
     opts: &HtmlOptions,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
     let mut agg = Agg::new(meta, report.duration_ns, opts);
     timeline::scan(path, meta, |item| agg.item(item))?;
-    finish(agg, meta, report, opts, out)
+    finish(agg, meta, report, sections, opts, out)
 }
 
 /// Analyses the trace at `path` (indexed as `meta`) with `cfg` and writes
@@ -524,17 +531,26 @@ pub fn write(
 /// the pass, so it is read twice: analysed, then walked for the timeline
 /// as [`write()`] does (reading and keeping every span until the end is
 /// known was the alternative, memory growing with the trace).
+///
+/// The report's other sections (spinlocks, barrier instances, dead
+/// writes, GPU, what-if gains) come from
+/// [`lockscope_analysis::full::sections`], as in the text and JSON
+/// reports; `open_whole` loads the whole trace for the in-memory ones
+/// (`None`: left out).
 pub fn write_analyzed(
     path: &Path,
     meta: &Meta,
     cfg: &ReportConfig,
     opts: &HtmlOptions,
+    open_whole: &mut dyn FnMut(u64) -> Option<Trace>,
     out: &mut dyn Write,
 ) -> Result<(Report, Summary), ExportError> {
     let Some(duration_ns) = meta.footer.as_ref().map(|f| f.duration_ns) else {
         let report =
             lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |_| {})?;
-        let sum = write(path, meta, &report, opts, out)?;
+        let extra =
+            lockscope_analysis::full::sections(path, meta, &report, opts.symbolize, open_whole);
+        let sum = write(path, meta, &report, &extra, opts, out)?;
         return Ok((report, sum));
     };
     let mut agg = Agg::new(meta, duration_ns, opts);
@@ -543,7 +559,8 @@ pub fn write_analyzed(
         lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |step| {
             tl.step(step, &mut |item| agg.item(item))
         })?;
-    let sum = finish(agg, meta, &report, opts, out)?;
+    let extra = lockscope_analysis::full::sections(path, meta, &report, opts.symbolize, open_whole);
+    let sum = finish(agg, meta, &report, &extra, opts, out)?;
     Ok((report, sum))
 }
 
@@ -552,6 +569,7 @@ fn finish(
     agg: Agg,
     meta: &Meta,
     report: &Report,
+    extra: &Sections,
     opts: &HtmlOptions,
     out: &mut dyn Write,
 ) -> Result<Summary, ExportError> {
@@ -680,7 +698,7 @@ fn finish(
         "spans_total": sum.spans,
         "handoffs": handoffs,
         "strings": strings,
-        "report": report_data(report),
+        "report": report_data(report, extra),
         "flame": {"waiters": flame(&st.waiters), "holders": flame(&st.holders),
             "per_lock": per_lock(&st.waiters, &st.holders)},
     });
@@ -743,7 +761,7 @@ mod tests {
         };
         let meta = lockscope_analysis::input::index(trace, &mut |_, _| {}).unwrap();
         let mut one = Vec::new();
-        let (r1, s1) = write_analyzed(trace, &meta, &cfg, &opts, &mut one).unwrap();
+        let (r1, s1) = write_analyzed(trace, &meta, &cfg, &opts, &mut |_| None, &mut one).unwrap();
         let r2 = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).unwrap();
         assert_eq!(
             serde_json::to_value(&r1).unwrap(),
@@ -751,9 +769,13 @@ mod tests {
             "{}",
             trace.display()
         );
-        assert_eq!(page_data(&one)["report"], report_data(&r2));
+        let extra = lockscope_analysis::full::sections(trace, &meta, &r2, false, &mut |_| None);
+        // Compared as the page holds it: written, then read back (the
+        // parser may land a float on its neighbour, as on both sides).
+        let want: Value = serde_json::from_str(&script_json(&report_data(&r2, &extra))).unwrap();
+        assert_eq!(page_data(&one)["report"], want);
         let mut two = Vec::new();
-        let s2 = write(trace, &meta, &r2, &opts, &mut two).unwrap();
+        let s2 = write(trace, &meta, &r2, &extra, &opts, &mut two).unwrap();
         assert!(one == two, "{}: the one-pass page differs", trace.display());
         assert_eq!((s1.spans, s1.spans_kept), (s2.spans, s2.spans_kept));
         assert!(s1.spans > 0);
@@ -890,7 +912,7 @@ mod tests {
             ..HtmlOptions::default()
         };
         let mut page = Vec::new();
-        let (_, s) = write_analyzed(&trace, &meta, &cfg, &all, &mut page).unwrap();
+        let (_, s) = write_analyzed(&trace, &meta, &cfg, &all, &mut |_| None, &mut page).unwrap();
         let full = page_data(&page);
         assert_eq!(s.spans, s.spans_kept);
         assert!(full["handoffs"].as_array().unwrap().len() > 500);
@@ -900,7 +922,8 @@ mod tests {
                 ..all.clone()
             };
             let mut page = Vec::new();
-            let (_, s) = write_analyzed(&trace, &meta, &cfg, &opts, &mut page).unwrap();
+            let (_, s) =
+                write_analyzed(&trace, &meta, &cfg, &opts, &mut |_| None, &mut page).unwrap();
             let d = page_data(&page);
             assert_eq!(s.spans_kept as usize, max.min(s.spans as usize));
             // The kept spans are the longest of all (ties: the earlier).

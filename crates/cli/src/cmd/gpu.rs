@@ -33,32 +33,3 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.trace.display()))?;
     util::print_result(&r, args.json, gpu::render_text)
 }
-
-/// The GPU section of `lockscope report` (text): the blame-shifting
-/// tables, when some thread waited for the GPU. Programs without CUDA pay
-/// nothing (the report already knows each thread's GPU wait); a CUDA
-/// program's trace is read once more, streaming, in bounded memory.
-pub fn report_section(
-    trace: &std::path::Path,
-    report: &lockscope_analysis::Report,
-    symbolize: bool,
-) -> String {
-    if !report.threads.iter().any(|t| t.gpu_wait_ns > 0) {
-        return String::new();
-    }
-    let Ok(r) = gpu::analyze(trace, symbolize) else {
-        return String::new();
-    };
-    if !r.has_gpu {
-        return String::new();
-    }
-    let mut out = format!(
-        "\nGPU (CPU-GPU blame shifting; details: lockscope gpu {})\n",
-        trace.display()
-    );
-    let mut buf = Vec::new();
-    if gpu::render_text(&r, &mut buf).is_ok() {
-        out += &String::from_utf8_lossy(&buf);
-    }
-    out
-}

@@ -82,7 +82,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // file was created.
     let cfg = lockscope_analysis::ReportConfig::default();
     let mut page = Vec::new();
-    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut page)
+    // The in-memory sections read the whole trace when it is small, as
+    // `lockscope report` does.
+    let mut open_whole = |events| crate::cmd::util::open_small_trace(&trace, events);
+    let (_, s) = html::write_analyzed(&trace, &meta, &cfg, &opts, &mut open_whole, &mut page)
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let mut out = super::output::Output::create(&output, Some(&trace))?;
     // The error says what and where (see `output`).

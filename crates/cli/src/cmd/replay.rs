@@ -31,13 +31,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Opens a trace and builds its replayable program (no warning for a
-/// trace cut short: the caller, `report`, says so itself).
-pub fn program(trace: &std::path::Path) -> anyhow::Result<replay::Program> {
-    let meta = open(trace)?;
-    replay::build(trace, &meta).with_context(|| format!("cannot replay {}", trace.display()))
-}
-
 /// The index of a trace (warning once when it was cut short) and its
 /// replayable program, for the commands that need both.
 pub fn program_with_meta(
@@ -47,17 +40,6 @@ pub fn program_with_meta(
     let p = replay::build(trace, &meta)
         .with_context(|| format!("cannot replay {}", trace.display()))?;
     Ok((p, meta))
-}
-
-/// Opens and indexes a trace.
-fn open(trace: &std::path::Path) -> anyhow::Result<input::Meta> {
-    if !trace.exists() {
-        anyhow::bail!(
-            "{}: no such file (record one with `lockscope record -- PROGRAM`)",
-            trace.display()
-        );
-    }
-    input::index(trace, &mut |_, _| {}).with_context(|| format!("cannot read {}", trace.display()))
 }
 
 /// Runs the subcommand; returns the exit code.

@@ -1,13 +1,13 @@
 //! `lockscope report`: which locks make threads wait, where, for how long,
-//! and whose fault it is. Glue only: the analysis is
-//! `lockscope_analysis::analyze`.
+//! and whose fault it is. Glue only: the whole report is built by
+//! `lockscope_analysis::full::build` and printed by its printers.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use lockscope_analysis::render::{self, CsvTable, TextOptions};
-use lockscope_analysis::{ReportConfig, SortKey};
+use lockscope_analysis::{full, ReportConfig, SortKey};
 
 /// Arguments of `lockscope report`.
 #[derive(clap::Args)]
@@ -223,146 +223,58 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             b.finish_and_clear();
         }
     };
-    let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
-        .with_context(|| format!("cannot report on {}", trace.display()))?;
-    // The warning every command gives (the text report says it too).
-    super::util::warn_cut_short_report(&trace, &report);
-    if a.no_advice {
-        report.recommendations.clear();
-    }
+    // The in-memory sections (spinlocks, barrier instances, dead writes)
+    // read the whole trace, once, and only when it is small: detailed-mode
+    // and imported traces are; the library asks only when the trace has
+    // such events at all.
+    let mut open_whole = |events| crate::cmd::util::open_small_trace(&trace, events);
     let width = if a.wide { None } else { text_width() };
-    let out = if a.json {
-        // Hand-written spinlocks beside the pthread locks: the
-        // `lockscope spin --json` document under `spin`, after the
-        // report's own fields. Left out (not null) when the trace has no
-        // atomic read-modify-write or is too large to search, so that
-        // pthread-only reports keep their exact form.
-        #[derive(serde::Serialize)]
-        struct WithSpin<'a, R> {
-            #[serde(flatten)]
-            report: &'a R,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            spin: Option<lockscope_analysis::spin::SpinReport>,
+    let out = if let Some(t) = csv {
+        // One table of the lock report: the other sections have no CSV
+        // form (docs/report.md), so they are not computed.
+        let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
+            .with_context(|| format!("cannot report on {}", trace.display()))?;
+        // The warning every command gives (the text report says it too).
+        super::util::warn_cut_short_report(&trace, &report);
+        if a.no_advice {
+            report.recommendations.clear();
         }
-        // Only a trace with atomics can have spinlocks: a pthread-only
-        // one is not loaded (a 95 MB trace takes ~1 GB in memory).
-        let spin = (report.detail_events > 0)
-            .then(|| crate::cmd::util::open_small_trace(&trace, report.events))
-            .flatten()
-            .and_then(|t| super::spin::report_json(&t, !a.no_symbols));
-        let v = WithSpin {
-            report: &report,
-            spin,
-        };
-        let mut s = serde_json::to_string_pretty(&v)?;
-        s.push('\n');
-        s
-    } else if let Some(t) = csv {
         render::csv(&report, t)
     } else {
-        render::text(
-            &report,
-            &TextOptions {
-                sites_per_lock: a.sites,
-                lock_threads: a.per_thread,
-                advice: !a.no_advice,
-                paths: a.paths.unwrap_or(0),
-                width,
-            },
-        )
-    };
-    // Hand-written spinlocks beside the pthread locks (text only).
-    let out = if text {
-        // The spinlock, barrier and dead-write sections analyse the whole
-        // trace in memory: it is read once for all of them, and only when
-        // small (detailed-mode and imported traces are; a long
-        // pthread-only recording is skipped). They read only detailed-mode
-        // and imported events: a trace without any is not loaded at all
-        // (a 95 MB pthread trace took ~1 GB and ~2 s to load for nothing).
-        let whole = (report.detail_events > 0)
-            .then(|| crate::cmd::util::open_small_trace(&trace, report.events))
-            .flatten();
-        let extra = whole.as_ref().map_or_else(String::new, |t| {
-            // One detailed view for the three sections: building it is
-            // most of their cost (5 s and 2.4 GB for PARSEC
-            // fluidanimate's 168 MB trace), and a C++ program's trace
-            // with atomics (reference counts) built it twice.
-            if !lockscope_analysis::spin::has_candidates(t) && !super::util::is_detailed(t) {
-                return String::new();
+        let mut full =
+            lockscope_analysis::full::build(&trace, &cfg, &mut progress, &mut open_whole)
+                .with_context(|| format!("cannot report on {}", trace.display()))?;
+        super::util::warn_cut_short_report(&trace, &full.report);
+        if a.no_advice {
+            full.report.recommendations.clear();
+        }
+        if a.json {
+            let mut s = serde_json::to_string_pretty(&full)?;
+            s.push('\n');
+            s
+        } else {
+            let out = render::text(
+                &full.report,
+                &TextOptions {
+                    sites_per_lock: a.sites,
+                    lock_threads: a.per_thread,
+                    advice: !a.no_advice,
+                    paths: a.paths.unwrap_or(0),
+                    width,
+                },
+            );
+            let extra = full::sections_text(&full.sections, &trace);
+            let gain = full::gains_text(&full.sections, &trace);
+            match width {
+                Some(w) => out + &render::fit_lines(&extra, w) + &render::fit_lines(&gain, w),
+                None => out + &extra + &gain,
             }
-            let mut d = lockscope_analysis::detailed::Detailed::from_trace(t, !a.no_symbols);
-            super::spin::report_section(&trace, t, &mut d)
-                // Barriers and dead writes of a detailed trace.
-                + &super::barriers::report_section(&trace, t, &mut d)
-        })
-            // Who made the GPU wait, and what the CPU waited for.
-            + &super::gpu::report_section(&trace, &report, !a.no_symbols);
-        match width {
-            Some(w) => out + &render::fit_lines(&extra, w),
-            None => out + &extra,
         }
-    } else {
-        out
-    };
-    // What fixing the top locks would gain, from the replay (text only).
-    let out = if text {
-        let gain = gain_section(&trace, !a.no_symbols);
-        match width {
-            Some(w) => out + &render::fit_lines(&gain, w),
-            None => out + &gain,
-        }
-    } else {
-        out
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
-}
-
-/// Traces larger than this get a note instead of the what-if lines (the
-/// replay runs once per scenario, seven times: on a large trace that
-/// would be most of the report's time). Its memory grows ~11.5 bytes per
-/// event (a 64 MB, 16M-event trace took 192 MiB): 32 MiB of trace at 3.2
-/// bytes per event or more (lock events take 4-5.5) keeps the report
-/// under 128 MiB. A bound on the event count would hold for any
-/// encoding, but needs the index before the size check.
-const GAIN_MAX_BYTES: u64 = 32 << 20;
-
-/// Locks given a "what it would gain" line.
-const GAIN_TOP: usize = 3;
-
-/// The "what it would gain" section appended to the text report.
-fn gain_section(trace: &std::path::Path, symbolize: bool) -> String {
-    let size = std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0);
-    // The file name only: the command is meant to be run where the user
-    // ran this one, and the output stays the same wherever the trace is.
-    let shown = trace
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| trace.display().to_string());
-    if size > GAIN_MAX_BYTES {
-        return format!(
-            "\nWhat it would gain: skipped (trace over {} MiB); run `lockscope whatif {shown}`\n",
-            GAIN_MAX_BYTES >> 20
-        );
-    }
-    let Ok(p) = super::replay::program(trace) else {
-        return String::new();
-    };
-    let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
-        return String::new();
-    };
-    let lines = lockscope_analysis::whatif::gain_lines(&p, &meta, GAIN_TOP, &shown, symbolize);
-    if lines.is_empty() {
-        return String::new();
-    }
-    let mut s = String::from("\nWhat it would gain (predicted by replaying the trace)\n");
-    for l in lines {
-        s.push_str(&l);
-        s.push('\n');
-    }
-    s
 }
 
 #[cfg(test)]

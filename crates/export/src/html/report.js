@@ -290,6 +290,12 @@
     R.threads, ['t', 'n', 'ns', 'ns', 'ns', 'ns', 'ns', 'ns']);
   table('Blame: waiter site x holder site', 'blame', ['lock', 'waiter site', 'holder site', 'wait', 'waits'],
     R.blame, ['t', 't', 't', 'ns', 'n']);
+  // Every other section of the report, drawn alike (html/sections.rs).
+  (R.sections || []).forEach(function (x) {
+    if (x.heads.length) table(x.title, x.id, x.heads, x.rows, x.fmt);
+    else app.appendChild(el('h2', { id: x.id }, x.title));
+    x.lines.forEach(function (n) { app.appendChild(el('p', { 'class': 'muted' }, n)); });
+  });
   R.notes.forEach(function (n) { app.appendChild(el('p', { 'class': 'muted' }, n)); });
 
   size(); draw();
