@@ -15,11 +15,11 @@ use crate::cmd::util;
 /// read anything another writes after it), with the fraction of redundant
 /// instances per calling context of the barrier call. Redundancy needs a
 /// trace of a program built with `lockscope cc` and recorded with
-/// LOCKSCOPE_ALL_ACCESSES=1.
+/// `lockscope record --all-accesses`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`
-    /// with `LOCKSCOPE_ALL_ACCESSES=1`.
+    /// with `lockscope record --all-accesses`.
     pub trace: PathBuf,
     /// Print JSON (schema `lockscope.barriers/1`) instead of text.
     #[arg(long)]
@@ -40,7 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 /// The barrier and dead-write sections `lockscope report` prints after
 /// the pthread locks, for a detailed trace: empty for a timing trace, a
 /// trace too large to load, or one with neither barriers nor dead writes.
-/// Dead writes need every access (`LOCKSCOPE_ALL_ACCESSES=1`): without
+/// Dead writes need every access (`record --all-accesses`): without
 /// them the section is left out rather than shown with false positives.
 pub fn report_section(
     trace: &std::path::Path,
@@ -62,7 +62,7 @@ pub fn report_section(
             if b.all_accesses {
                 format!(", {} redundant", b.redundant)
             } else {
-                ", redundancy undecided (needs LOCKSCOPE_ALL_ACCESSES=1)".to_string()
+                ", redundancy undecided (needs `lockscope record --all-accesses`)".to_string()
             },
             trace.display()
         );
