@@ -245,7 +245,32 @@ pub fn elide_name(s: &str, w: usize) -> String {
             None => break,
         }
     }
-    pieces.iter().map(Piece::render).collect()
+    if len(&pieces) <= w {
+        return pieces.iter().map(Piece::render).collect();
+    }
+    // Still too long for the column (a table must fit its terminal, or
+    // its rows are word-wrapped into a heap of words): the middle of what
+    // follows the first `function (file:line)`, which stays whole while
+    // it fits, as does a mark after the last location (`[no user
+    // frame]`: two sites may differ only by it) while there is room for
+    // it. The table widens the
+    // column where this makes two names print the same.
+    let first_loc = pieces.iter().position(|p| p.loc).unwrap_or(0);
+    let mark = usize::from(pieces.len() > first_loc + 1 && pieces.last().is_some_and(|p| p.fixed));
+    let cat = |ps: &[Piece]| -> String { ps.iter().map(Piece::render).collect() };
+    let head = cat(&pieces[..=first_loc]);
+    let mid = cat(&pieces[first_loc + 1..pieces.len() - mark]);
+    let tail = cat(&pieces[pieces.len() - mark..]);
+    let (h, t) = (head.chars().count(), tail.chars().count());
+    if h + t + 5 <= w {
+        head + &elide(&mid, w - h - t) + &tail
+    } else if h + 5 <= w {
+        // No room for the mark: the line before it tells more sites
+        // apart than the mark does.
+        head + &elide(&mid, w - h)
+    } else {
+        elide(&(head + &mid + &tail), w)
+    }
 }
 
 /// A site name's pieces: function names, locations, and the text between
