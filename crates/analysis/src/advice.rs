@@ -216,6 +216,22 @@ impl AdviceKind {
             AdviceKind::BreakDeadlock => "break_deadlock",
         }
     }
+
+    /// The heading of the recommendation in words (text, and JSON's
+    /// `title`): the rule id of [`AdviceKind::name`] stays for programs
+    /// that match on it, a reader gets what to do.
+    pub fn title(self) -> &'static str {
+        match self {
+            AdviceKind::QueueLock => "use a queue lock",
+            AdviceKind::Hmcs => "use a NUMA-aware queue lock",
+            AdviceKind::SpinThenPark => "spin, then park",
+            AdviceKind::ReaderWriter => "about the reader-writer lock",
+            AdviceKind::UseMutex => "use a mutex",
+            AdviceKind::ReduceHold => "reduce the hold time",
+            AdviceKind::BalanceWork => "balance the work",
+            AdviceKind::BreakDeadlock => "break the deadlock",
+        }
+    }
 }
 
 /// The recommendation for a lock that threads of a deadlock wait for
@@ -233,6 +249,7 @@ fn break_deadlock(report: &Report, l: &crate::report::LockOut) -> Option<Recomme
     ev.put("threads", d.threads.len() as f64);
     Some(Recommendation {
         kind: AdviceKind::BreakDeadlock,
+        title: AdviceKind::BreakDeadlock.title(),
         lock: l.label.clone(),
         address: l.address.clone(),
         pid: l.pid,
@@ -291,8 +308,10 @@ impl Serialize for Evidence {
 /// One recommendation for one lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recommendation {
-    /// What to change.
+    /// What to change (the rule id, `spin_then_park`).
     pub kind: AdviceKind,
+    /// The same in words (`spin, then park`), the text's heading.
+    pub title: &'static str,
     /// The lock: its symbol, else its address.
     pub lock: String,
     /// Its address (`0x...`).
@@ -420,6 +439,7 @@ pub fn advise(report: &Report, facts: &MachineFacts) -> Vec<Recommendation> {
         };
         let mk = |kind, advice: String, ev: Evidence, text: String, cmd, wait| Recommendation {
             kind,
+            title: AdviceKind::title(kind),
             lock: label.clone(),
             address: l.address.clone(),
             pid: l.pid,
@@ -559,6 +579,7 @@ fn balance_work(b: &crate::report::BarrierOut, thread_time: u64) -> Option<Recom
     );
     Some(Recommendation {
         kind: AdviceKind::BalanceWork,
+        title: AdviceKind::BalanceWork.title(),
         lock: b.name.clone(),
         address: b.address.clone(),
         pid: b.pid,

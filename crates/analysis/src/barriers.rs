@@ -901,8 +901,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> BarriersReport {
     if !outside && total > 0 {
         notes.push(
             "only accesses inside critical sections were recorded: whether a barrier was \
-             redundant cannot be decided. Record with LOCKSCOPE_ALL_ACCESSES=1 in the \
-             environment."
+             redundant cannot be decided. Record with `lockscope record --all-accesses`."
                 .into(),
         );
     }

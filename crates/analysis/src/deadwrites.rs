@@ -401,7 +401,7 @@ pub fn analyze(t: &Trace, d: &mut Detailed) -> DeadWritesReport {
         notes.push(
             "only accesses inside critical sections were recorded: a read outside one is \
              missing and makes the write before it look dead. Record with \
-             LOCKSCOPE_ALL_ACCESSES=1 in the environment."
+             `lockscope record --all-accesses`."
                 .into(),
         );
     }

@@ -320,7 +320,7 @@ pub fn sections_text(s: &Sections, trace: &Path) -> String {
             if b.all_accesses {
                 format!(", {} redundant", b.redundant)
             } else {
-                ", redundancy undecided (needs LOCKSCOPE_ALL_ACCESSES=1)".to_string()
+                ", redundancy undecided (needs `lockscope record --all-accesses`)".to_string()
             },
             trace.display()
         );

@@ -367,7 +367,7 @@ pub fn analyze(d: &mut Detailed) -> LocksetReport {
     if !all_accesses {
         notes.push(
             "only accesses inside critical sections were recorded: unprotected data is \
-             invisible. Record with LOCKSCOPE_ALL_ACCESSES=1 in the environment."
+             invisible. Record with `lockscope record --all-accesses`."
                 .into(),
         );
     }

@@ -82,6 +82,253 @@ pub fn elide(s: &str, w: usize) -> String {
     out
 }
 
+/// Narrowest a function name inside a site name is elided to
+/// (`abc...xyz`): shorter says nothing.
+const MIN_FUNCTION: usize = 9;
+
+/// One piece of a site name for [`elide_name`]: a function name (split at
+/// its `::` qualifiers), a location in parentheses (split at the `/` of
+/// its file's directories), or text kept as it is (` in `, ` < `, a
+/// `[no user frame]` mark).
+struct Piece {
+    /// Components of the path; a single one for fixed text.
+    comps: Vec<String>,
+    /// What joins the components (`::` or `/`).
+    sep: &'static str,
+    /// A location: rendered within parentheses, never cut in the middle.
+    loc: bool,
+    /// Fixed text: never shortened.
+    fixed: bool,
+    /// Leading components replaced by `...`.
+    dropped: usize,
+    /// Length the function name is cut to in its middle, if cut.
+    cut: Option<usize>,
+}
+
+impl Piece {
+    fn text(s: &str) -> Piece {
+        Piece {
+            comps: vec![s.to_string()],
+            sep: "",
+            loc: false,
+            fixed: true,
+            dropped: 0,
+            cut: None,
+        }
+    }
+    fn path(s: &str, sep: &'static str, loc: bool) -> Piece {
+        Piece {
+            comps: split_top(s, sep),
+            sep,
+            loc,
+            fixed: false,
+            dropped: 0,
+            cut: None,
+        }
+    }
+    fn render_dropped(&self, dropped: usize) -> String {
+        let mut s = String::new();
+        if dropped > 0 {
+            s.push_str("...");
+            s.push_str(self.sep);
+        }
+        s.push_str(&self.comps[dropped..].join(self.sep));
+        s
+    }
+    fn render(&self) -> String {
+        // Cut in the middle, a name loses its `...::` mark: the cut's own
+        // `...` says that something is left out.
+        let mut s = match self.cut {
+            Some(c) => elide(&self.comps[self.dropped..].join(self.sep), c),
+            None => self.render_dropped(self.dropped),
+        };
+        if self.loc {
+            s = format!("({s})");
+        }
+        s
+    }
+    /// The fewest more leading components whose dropping shortens the
+    /// piece (`a::f` is shorter than `...::f`), if any.
+    fn next_drop(&self) -> Option<usize> {
+        if self.fixed || self.cut.is_some() {
+            return None;
+        }
+        let now = self.render_dropped(self.dropped).chars().count();
+        (self.dropped + 1..self.comps.len()).find(|&d| self.render_dropped(d).chars().count() < now)
+    }
+}
+
+/// Splits `s` at `sep` outside brackets (`Pool<a::b>::run` has two
+/// components, not three).
+fn split_top(s: &str, sep: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'<' | b'(' | b'[' | b'{' => depth += 1,
+            b'>' | b')' | b']' | b'}' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 && s[i..].starts_with(sep) && i > start {
+            out.push(s[start..i].to_string());
+            i += sep.len();
+            start = i;
+            continue;
+        }
+        i += 1;
+    }
+    out.push(s[start..].to_string());
+    out
+}
+
+/// True for the inside of a site name's parentheses that is a location:
+/// `file:line`, `module+0xoffset`, `GPU kernel`.
+fn is_location(inner: &str) -> bool {
+    let line = inner.rsplit_once(':').is_some_and(|(f, l)| {
+        !f.is_empty() && !l.is_empty() && l.bytes().all(|c| c.is_ascii_digit())
+    });
+    line || inner.contains("+0x") || inner == "GPU kernel"
+}
+
+/// Cuts a site name (`function (file:line)`, with ` in caller (file:line)`
+/// or ` < caller (file:line)` after it) to `w` characters without losing
+/// what tells two sites apart: first the qualifiers of function names and
+/// the directories of files (`...::pop`), then the middle of the longest
+/// function names (down to [`MIN_FUNCTION`]); every `(file:line)` stays
+/// whole. The result is longer than `w` when that is not enough (the
+/// table then widens the column). A name without a location (a lock's
+/// label) loses its qualifiers, then its middle, as [`elide`] does.
+///
+/// Cutting the middle of the whole string, the former rule, kept its head
+/// and tail and lost the line between them: two sites of `queue_pop` both
+/// printed as `queue_pop (prod...prodcons.c:41)`.
+pub fn elide_name(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        return s.to_string();
+    }
+    let mut pieces = parse_name(s);
+    if !pieces.iter().any(|p| p.loc) {
+        let mut p = Piece::path(s, "::", false);
+        while p.render().chars().count() > w {
+            match p.next_drop() {
+                Some(d) => p.dropped = d,
+                None => break,
+            }
+        }
+        return elide(&p.render(), w);
+    }
+    let len =
+        |pieces: &[Piece]| -> usize { pieces.iter().map(|p| p.render().chars().count()).sum() };
+    // Qualifiers and directories first, the longest piece first.
+    while len(&pieces) > w {
+        let best = (0..pieces.len())
+            .filter_map(|i| Some((i, pieces[i].next_drop()?)))
+            .max_by_key(|&(i, _)| pieces[i].render().chars().count());
+        match best {
+            Some((i, d)) => pieces[i].dropped = d,
+            None => break,
+        }
+    }
+    // Then the middle of the longest function name, one character at a
+    // time, so that the function names share the cut.
+    while len(&pieces) > w {
+        let best = (0..pieces.len())
+            .filter(|&i| !pieces[i].fixed && !pieces[i].loc)
+            .map(|i| (i, pieces[i].render().chars().count()))
+            .filter(|&(_, n)| n > MIN_FUNCTION)
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
+        match best {
+            Some((i, n)) => pieces[i].cut = Some(n - 1),
+            None => break,
+        }
+    }
+    if len(&pieces) <= w {
+        return pieces.iter().map(Piece::render).collect();
+    }
+    // Still too long for the column (a table must fit its terminal, or
+    // its rows are word-wrapped into a heap of words): the middle of what
+    // follows the first `function (file:line)`, which stays whole while
+    // it fits, as does a mark after the last location (`[no user
+    // frame]`: two sites may differ only by it) while there is room for
+    // it. The table widens the
+    // column where this makes two names print the same.
+    let first_loc = pieces.iter().position(|p| p.loc).unwrap_or(0);
+    let mark = usize::from(pieces.len() > first_loc + 1 && pieces.last().is_some_and(|p| p.fixed));
+    let cat = |ps: &[Piece]| -> String { ps.iter().map(Piece::render).collect() };
+    let head = cat(&pieces[..=first_loc]);
+    let mid = cat(&pieces[first_loc + 1..pieces.len() - mark]);
+    let tail = cat(&pieces[pieces.len() - mark..]);
+    let (h, t) = (head.chars().count(), tail.chars().count());
+    if h + t + 5 <= w {
+        head + &elide(&mid, w - h - t) + &tail
+    } else if h + 5 <= w {
+        // No room for the mark: the line before it tells more sites
+        // apart than the mark does.
+        head + &elide(&mid, w - h)
+    } else {
+        elide(&(head + &mid + &tail), w)
+    }
+}
+
+/// A site name's pieces: function names, locations, and the text between
+/// them (separators, marks) kept whole.
+fn parse_name(s: &str) -> Vec<Piece> {
+    // Top-level parenthesized groups that are locations.
+    let mut locs: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0i32;
+    let mut open = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => {
+                if depth == 0 {
+                    open = i;
+                }
+                depth += 1;
+            }
+            ')' => {
+                depth -= 1;
+                if depth == 0 && is_location(&s[open + 1..i]) {
+                    locs.push((open, i + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &(a, b) in &locs {
+        // Before a location: [separator] function [space].
+        let text = &s[at..a];
+        let trimmed = text.trim_end();
+        let mut lead = (text.len() - text.trim_start().len()).min(trimmed.len());
+        if at > 0 {
+            for sep in ["in ", "< "] {
+                if trimmed[lead..].starts_with(sep) {
+                    lead += sep.len();
+                }
+            }
+        }
+        if lead > 0 {
+            out.push(Piece::text(&text[..lead]));
+        }
+        if lead < trimmed.len() {
+            out.push(Piece::path(&trimmed[lead..], "::", false));
+        }
+        if trimmed.len() < text.len() {
+            out.push(Piece::text(&text[trimmed.len()..]));
+        }
+        out.push(Piece::path(&s[a + 1..b - 1], "/", true));
+        at = b;
+    }
+    if at < s.len() {
+        out.push(Piece::text(&s[at..]));
+    }
+    out
+}
+
 /// True for a cell that says nothing (a zero count, time or ratio).
 fn is_zero(c: &str) -> bool {
     matches!(c, "0" | "0 ns" | "0.0%" | "0 ns 0.0%" | "0.00" | "-" | "")
@@ -116,6 +363,16 @@ impl Table {
     fn row(&mut self, r: Vec<String>) {
         self.rows.push(r);
     }
+    /// Whether two different cells of column `i` print the same at width
+    /// `w`.
+    fn collides(&self, i: usize, w: usize) -> bool {
+        let mut seen: std::collections::HashMap<String, &str> = Default::default();
+        self.rows.iter().any(|r| {
+            let full = r[i].as_str();
+            let cut = elide_name(full, w);
+            *seen.entry(cut).or_insert(full) != full
+        })
+    }
     /// Renders the table within `width` columns (None: as wide as the
     /// cells). To fit, name (left-aligned) columns are first elided down
     /// to [`MIN_NAME`], then ranked columns are hidden, all-zero ones
@@ -130,6 +387,19 @@ impl Table {
                     .chain([self.head[i].chars().count()])
                     .max()
                     .unwrap_or(0)
+            })
+            .collect();
+        // The narrowest each name column can be: no site name loses its
+        // `(file:line)` (see elide_name).
+        let floor: Vec<usize> = (0..n)
+            .map(|i| {
+                let least = self
+                    .rows
+                    .iter()
+                    .map(|r| elide_name(&r[i], 0).chars().count())
+                    .max()
+                    .unwrap_or(0);
+                MIN_NAME.max(self.head[i].chars().count()).max(least)
             })
             .collect();
         let mut w = natural.clone();
@@ -156,12 +426,21 @@ impl Table {
                 while excess > 0 {
                     let widest = (0..n)
                         .filter(|&i| shown[i] && !self.right[i])
-                        .filter(|&i| w[i] > MIN_NAME.max(self.head[i].chars().count()))
+                        .filter(|&i| w[i] > floor[i])
                         .max_by_key(|&i| w[i]);
                     let Some(i) = widest else { break };
                     w[i] -= 1;
                     excess -= 1;
                 }
+                // Two different names must never print the same: widen a
+                // column until its cut names differ (at its natural width
+                // they are whole), then fit again.
+                for i in (0..n).filter(|&i| shown[i] && !self.right[i]) {
+                    while w[i] < natural[i] && self.collides(i, w[i]) {
+                        w[i] += 1;
+                    }
+                }
+                excess = total(&w, &shown).saturating_sub(width);
                 if excess == 0 {
                     break;
                 }
@@ -183,8 +462,12 @@ impl Table {
                     s.push_str("  ");
                 }
                 first = false;
-                let c = elide(c, w[i]);
-                let pad = w[i] - c.chars().count();
+                let c = if self.right[i] {
+                    elide(c, w[i])
+                } else {
+                    elide_name(c, w[i])
+                };
+                let pad = w[i].saturating_sub(c.chars().count());
                 if self.right[i] {
                     s.push_str(&" ".repeat(pad));
                     s.push_str(&c);
@@ -660,19 +943,26 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
 
     idle_at_exit(r, several, o, &mut out);
     inversions(r, several, &mut out);
-    out.push_str("\nTHREADS (free + lock + unlock + hold + unknown = lifetime)\n");
+    // Blocked time is a column of the sum, not a part of "free" shown
+    // beside it: a thread asleep in pthread_cond_wait or pthread_join read
+    // as 100 % free. A wait with a lock held stays in hold (the thread
+    // does hold it), as in JSON.
+    out.push_str(
+        "\nTHREADS (running + lock + unlock + hold + blocked + unknown = lifetime; blocked: in a \
+         condition, barrier, semaphore, join or GPU wait, no lock held)\n",
+    );
     let mut t = Table::new(&[
         ("tid", true),
         ("name", false),
         ("lifetime", true),
-        ("free", true),
+        ("running", true),
         ("lock", true),
         ("unlock", true),
         ("hold", true),
+        ("blocked", true),
         ("unknown", true),
-        ("blocked (cond/barrier/sem/join)", true),
     ]);
-    t.ranks(&[0, 0, 0, 1, 0, 5, 2, 6, 3]);
+    t.ranks(&[0, 0, 0, 1, 0, 5, 3, 2, 6]);
     for th in &r.threads {
         let lt = th.lifetime_ns;
         let cell = |v: u64| format!("{} {}", ns(v), share(v, lt));
@@ -680,16 +970,12 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
             th.tid.to_string(),
             th.name.clone(),
             ns(lt),
-            cell(th.free_ns),
+            cell(th.running_ns),
             cell(th.lock_ns),
             cell(th.unlock_ns),
             cell(th.hold_ns),
+            cell(th.blocked_ns),
             cell(th.unknown_ns),
-            ns(th.cond_wait_ns
-                + th.barrier_wait_ns
-                + th.sem_wait_ns
-                + th.join_wait_ns
-                + th.gpu_wait_ns),
         ]);
     }
     t.render(&mut out, "  ", o.width);
@@ -1054,14 +1340,17 @@ fn recommendations(r: &Report, several: bool, out: &mut String) {
         out.push_str("  (none: no lock or barrier met a rule's thresholds)\n");
     }
     for (i, a) in r.recommendations.iter().enumerate() {
+        // The heading in words (`spin, then park: qlock`), the advice on
+        // a line of its own: the rule id (`spin_then_park`) is for
+        // programs and stays in JSON's `kind`.
         let _ = writeln!(
             out,
-            "  {}. {} {}: {}",
+            "  {}. {}: {}",
             i + 1,
-            a.kind.name(),
+            a.title,
             lock_label(&a.lock, a.pid, several),
-            a.advice
         );
+        let _ = writeln!(out, "     {}", a.advice);
         let _ = writeln!(out, "     evidence: {}", a.evidence_text);
         if let Some(c) = &a.command {
             let _ = writeln!(out, "     try: {c}");
@@ -1169,7 +1458,7 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
             }
         }
         CsvTable::Threads => {
-            row("tid,pid,name,lifetime_ns,free_ns,lock_ns,unlock_ns,hold_ns,unknown_ns,cond_wait_ns,barrier_wait_ns,sem_wait_ns,join_wait_ns,overhead_ns,events,lost_events"
+            row("tid,pid,name,lifetime_ns,free_ns,lock_ns,unlock_ns,hold_ns,unknown_ns,cond_wait_ns,barrier_wait_ns,sem_wait_ns,join_wait_ns,overhead_ns,events,lost_events,running_ns,blocked_ns"
                 .split(',').map(String::from).collect());
             for t in &r.threads {
                 row(vec![
@@ -1189,6 +1478,9 @@ pub fn csv(r: &Report, table: CsvTable) -> String {
                     s(&t.overhead_ns),
                     s(&t.events),
                     s(&t.lost_events),
+                    // Last, so that the columns before keep their places.
+                    s(&t.running_ns),
+                    s(&t.blocked_ns),
                 ]);
             }
         }
@@ -1231,4 +1523,89 @@ pub(crate) fn advice_and_notes(
         writeln!(out, "note: {n}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name table of `rows` fitted to `width` columns, one cell per
+    /// line.
+    fn fitted(rows: &[&str], width: usize) -> Vec<String> {
+        let mut t = Table::new(&[("wait", true), ("site", false)]);
+        for r in rows {
+            t.row(vec!["1.000 ms".into(), r.to_string()]);
+        }
+        let mut out = String::new();
+        t.render(&mut out, "  ", Some(width));
+        out.lines()
+            .skip(1)
+            .map(|l| {
+                l.trim_start()
+                    .trim_start_matches("1.000 ms")
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    // See issue 29: two sites of one function printed as the same
+    // `queue_pop (prod...prodcons.c:41)`.
+    #[test]
+    fn sites_that_differ_only_in_their_caller_line_stay_apart_when_cut() {
+        let a = "queue_pop (prodcons.c:41) in producer_thread_main_loop (prodcons.c:88)";
+        let b = "queue_pop (prodcons.c:41) in producer_thread_main_loop (prodcons.c:93)";
+        let got = fitted(&[a, b], 70);
+        assert_ne!(got[0], got[1], "{got:?}");
+        for (g, line) in got.iter().zip(["88", "93"]) {
+            // The width less the indent and the wait column.
+            assert!(g.chars().count() <= 70 - 2 - 8 - 2, "{g}");
+            assert!(g.chars().count() < a.len(), "{g}");
+            assert!(g.starts_with("queue_pop (prodcons.c:41) in "), "{g}");
+            assert!(g.ends_with(&format!("(prodcons.c:{line})")), "{g}");
+        }
+    }
+
+    #[test]
+    fn the_qualifiers_of_a_function_go_before_its_name_or_line() {
+        let a = "app::server::network::queue::Queue<T>::pop (queue.rs:41)";
+        assert_eq!(elide_name(a, 34), "...::Queue<T>::pop (queue.rs:41)");
+        // Narrower: every qualifier, then the middle of the function
+        // name, never its location.
+        assert_eq!(elide_name(a, 25), "...::pop (queue.rs:41)");
+        let long = "handle_incoming_request_batch (server.c:120)";
+        assert_eq!(elide_name(long, 30), "handle..._batch (server.c:120)");
+        // A file's directories go first too.
+        assert_eq!(
+            elide_name("worker (src/net/deep/dir/server.c:120)", 30),
+            "worker (.../dir/server.c:120)"
+        );
+        // Names that fit, and names without a location, as before.
+        assert_eq!(
+            elide_name("worker (server.c:120)", 30),
+            "worker (server.c:120)"
+        );
+        assert_eq!(
+            elide_name("(no holder: hand-off / wake-up latency)", 20).len(),
+            20
+        );
+    }
+
+    #[test]
+    fn sites_that_differ_only_in_a_long_function_name_never_print_the_same() {
+        let a = "handle_alpha_request_from_the_network_queue_and_reply (server.c:120)";
+        let b = "handle_gamma_request_from_the_network_queue_and_reply (server.c:120)";
+        let c = "app::server::alpha::Handler<T>::handle_request (server.rs:7)";
+        let d = "app::server::gamma::Handler<T>::handle_request (server.rs:7)";
+        let got = fitted(&[a, b, c, d], 52);
+        for i in 0..got.len() {
+            for j in i + 1..got.len() {
+                assert_ne!(got[i], got[j], "{got:?}");
+            }
+        }
+        assert!(got[0].ends_with(" (server.c:120)"), "{got:?}");
+        assert!(got[1].ends_with(" (server.c:120)"), "{got:?}");
+        assert!(got[2].ends_with("handle_request (server.rs:7)"), "{got:?}");
+        assert!(got[3].ends_with("handle_request (server.rs:7)"), "{got:?}");
+    }
 }

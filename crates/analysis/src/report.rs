@@ -825,7 +825,7 @@ pub struct BlockingOut {
 }
 
 /// One thread's time breakdown. free + lock + unlock + hold + unknown =
-/// lifetime.
+/// lifetime, and free = running + blocked.
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadOut {
     /// OS tid.
@@ -848,6 +848,13 @@ pub struct ThreadOut {
     pub hold_ns: u64,
     /// Not classifiable.
     pub unknown_ns: u64,
+    /// Of free: blocked on a condition variable, barrier, semaphore, join
+    /// or the GPU while holding no lock (the same waits with a lock held
+    /// are hold). Added beside `free_ns`, whose meaning stays.
+    pub blocked_ns: u64,
+    /// Of free: the rest, `free_ns - blocked_ns` (computing, or in calls
+    /// lockscope does not record: sleep, I/O).
+    pub running_ns: u64,
     /// Of free/hold: waiting on condition variables.
     pub cond_wait_ns: u64,
     /// Of free/hold: waiting at barriers.
@@ -2309,6 +2316,7 @@ fn futex_cond_out(l: LockOut, threads: &mut [ThreadOut]) -> CondOut {
             let w = lt.wait_ns.min(t.lock_ns);
             t.lock_ns -= w;
             t.free_ns += w;
+            t.blocked_ns += w;
             t.cond_wait_ns += w;
         }
     }
@@ -2543,6 +2551,8 @@ fn thread_rows(meta: &Meta, model: &Model) -> Vec<ThreadOut> {
             unlock_ns: t.cats[2],
             hold_ns: t.cats[3],
             unknown_ns: t.cats[4],
+            blocked_ns: t.blocked_free,
+            running_ns: t.cats[0].saturating_sub(t.blocked_free),
             cond_wait_ns: t.blocked[0],
             barrier_wait_ns: t.blocked[1],
             sem_wait_ns: t.blocked[2],

@@ -432,7 +432,7 @@ fn detect(ops: &[MemOp]) -> Verdict {
         .filter(|o| o.kind == Kind::Store && o.after.is_none())
         .count();
     let not_recorded = "its release was not recorded (a plain store `lock = 0`? record with \
-                        LOCKSCOPE_ALL_ACCESSES=1, or release with an atomic store)";
+                        `lockscope record --all-accesses`, or release with an atomic store)";
     // Changes in the only order a lock allows (see the module doc).
     let mut owner: Option<(u32, usize)> = None;
     let mut changes: Vec<(usize, usize)> = Vec::new(); // (acq op, rel op)
@@ -1136,7 +1136,7 @@ fn lockset(
         notes.push(
             "no plain accesses were recorded, so what the spinlocks protect is unknown: detailed \
              mode records accesses outside pthread critical sections only with \
-             LOCKSCOPE_ALL_ACCESSES=1 in the environment"
+             `lockscope record --all-accesses`"
                 .into(),
         );
     }
@@ -1907,7 +1907,9 @@ mod tests {
         let r = run(vec![vec![xchg(1, L, 0, 1)], vec![xchg(6, L, 0, 1)]]);
         assert!(r.spinlocks.is_empty());
         assert!(
-            r.rejected[0].reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            r.rejected[0]
+                .reason
+                .contains("lockscope record --all-accesses"),
             "{r:#?}"
         );
         let r = run(vec![vec![xchg(1, L, 0, 1), xchg(9, L, 0, 1)]]);

@@ -288,12 +288,13 @@ fn sorted_by_addressable_wait_and_rendered() {
     );
     let text = lockscope_analysis::render::text(&r, &Default::default());
     let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
-    assert!(sec.contains("1. reduce_hold 0x7000:"), "{sec}");
-    assert!(sec.contains("2. queue_lock 0x5000:"), "{sec}");
+    assert!(sec.contains("1. reduce the hold time: 0x7000\n"), "{sec}");
+    assert!(sec.contains("2. use a queue lock: 0x5000\n"), "{sec}");
     assert!(sec.contains("try: lockscope run --lock mcs -- ./synthetic"));
     let v = serde_json::to_value(&r).unwrap();
     let j = &v["recommendations"][1];
     assert_eq!(j["kind"], "queue_lock");
+    assert_eq!(j["title"], "use a queue lock");
     assert_eq!(j["lock"], "0x5000");
     assert_eq!(j["evidence"]["contended"], 100);
     assert_eq!(j["evidence"]["contended_ratio"], 0.5);
@@ -619,6 +620,6 @@ fn a_lock_held_across_a_long_sleep_gets_reduce_hold_first() {
     // The same order in the text report.
     let text = lockscope_analysis::render::text(&r, &Default::default());
     let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
-    assert!(sec.contains("1. reduce_hold 0x5000:"), "{sec}");
-    assert!(sec.contains("2. spin_then_park 0x5000:"), "{sec}");
+    assert!(sec.contains("1. reduce the hold time: 0x5000\n"), "{sec}");
+    assert!(sec.contains("2. spin, then park: 0x5000\n"), "{sec}");
 }

@@ -57,6 +57,6 @@ fn lockset_finds_the_protected_data_and_the_unprotected_counter() {
         assert!(j["notes"][0]
             .as_str()
             .unwrap()
-            .contains("LOCKSCOPE_ALL_ACCESSES=1"));
+            .contains("lockscope record --all-accesses"));
     }
 }

@@ -273,7 +273,7 @@ fn openmp_region_ends_and_barriers_are_waits_blamed_on_the_slowest_thread() {
     // report says to balance the region's work, naming it.
     assert!(
         text.contains(&format!(
-            "balance_work main._omp_fn.0: balance the work before this barrier: thread {} arrives late",
+            "balance the work: main._omp_fn.0\n     balance the work before this barrier: thread {} arrives late",
             tid_of(0)
         )),
         "{text}"

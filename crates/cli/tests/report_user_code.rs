@@ -31,7 +31,8 @@ fn json(trace: &Path, extra: &[&str]) -> Value {
     serde_json::from_str(&report(trace, &a)).unwrap()
 }
 
-/// The RECOMMENDATIONS lines of a text report, as (kind, lock) pairs.
+/// The RECOMMENDATIONS headings of a text report (`N. title: lock`), as
+/// (title, lock) pairs.
 fn text_recs(text: &str) -> Vec<(String, String)> {
     let sec = text
         .split("\nRECOMMENDATIONS")
@@ -42,9 +43,8 @@ fn text_recs(text: &str) -> Vec<(String, String)> {
             let l = l.trim_start();
             let (num, rest) = l.split_once(". ")?;
             num.parse::<u32>().ok()?;
-            let (kind, rest) = rest.split_once(' ')?;
-            let (lock, _) = rest.split_once(": ")?;
-            Some((kind.to_string(), lock.to_string()))
+            let (title, lock) = rest.split_once(": ")?;
+            Some((title.to_string(), lock.to_string()))
         })
         .collect()
 }
@@ -56,7 +56,7 @@ fn json_recs(r: &Value) -> Vec<(String, String)> {
         .iter()
         .map(|x| {
             (
-                x["kind"].as_str().unwrap().to_string(),
+                x["title"].as_str().unwrap().to_string(),
                 x["lock"].as_str().unwrap().to_string(),
             )
         })
@@ -71,10 +71,15 @@ fn json_recs(r: &Value) -> Vec<(String, String)> {
 #[test]
 fn advice_does_not_depend_on_top_or_format() {
     let t = golden("sleep_hold.lstrace");
-    let all = json_recs(&json(&t, &[]));
+    let j = json(&t, &[]);
+    assert_eq!(j["recommendations"][0]["kind"], "reduce_hold");
+    let all = json_recs(&j);
     assert_eq!(
         all,
-        vec![("reduce_hold".to_string(), "0x5637faf36100".to_string())]
+        vec![(
+            "reduce the hold time".to_string(),
+            "0x5637faf36100".to_string()
+        )]
     );
     for extra in [
         &["--top", "1", "--sort", "name"][..],

@@ -379,7 +379,7 @@ fn spin_takes_a_plain_store_release_when_it_is_recorded() {
         );
         let reason = j["rejected"][0]["reason"].as_str().unwrap();
         assert!(
-            reason.contains("LOCKSCOPE_ALL_ACCESSES=1"),
+            reason.contains("lockscope record --all-accesses"),
             "{}: {reason}",
             c.label
         );

@@ -225,7 +225,8 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
         .env(
             lockscope_capture::session::ENV_ON_FULL,
             if cfg.wait_when_full { "wait" } else { "drop" },
-        );
+        )
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)));
     // GPU capture: the CUDA driver loads this library and calls its
     // `InitializeInjection` when the program first uses CUDA. Someone
     // else's injection (another profiler) wins: two cannot coexist.

@@ -119,6 +119,13 @@ pub struct RecordConfig {
     /// help only when several threads are busy. As many threads copy the
     /// rings in drain passes that find megabytes waiting.
     pub writers: usize,
+    /// More environment for the program, set after the recorder's own
+    /// variables: the settings of the injected runtimes that the user
+    /// chose on the command line (`record --all-accesses` sets
+    /// `LOCKSCOPE_ALL_ACCESSES=1`). The runtimes read the environment
+    /// because it is all they have before `main`; a variable the user
+    /// set already reaches the program unchanged unless listed here.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl RecordConfig {
@@ -142,6 +149,7 @@ impl RecordConfig {
             session_parent: None,
             gpu: true,
             writers: 0,
+            env: Vec::new(),
         }
     }
 }

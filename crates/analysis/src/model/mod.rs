@@ -268,6 +268,10 @@ pub struct ThreadModel {
     /// Blocked in cond / barrier / sem / join / GPU waits (part of Free or
     /// Hold).
     pub blocked: [u64; 5],
+    /// The part of `blocked` counted as Free (waits while holding no
+    /// lock): the THREADS table shows it apart from the running time, so
+    /// that a thread asleep in `pthread_cond_wait` is not called free.
+    pub blocked_free: u64,
     /// Recorder overhead subtracted from this thread, ns.
     pub overhead_ns: u64,
     /// Events of this thread.

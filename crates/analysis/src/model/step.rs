@@ -42,6 +42,9 @@ impl Model {
             };
             if let Some(b) = blocked {
                 th.blocked[b] += seg.corrected_ns;
+                if cat == Cat::Free {
+                    th.blocked_free += seg.corrected_ns;
+                }
             }
         }
         let op = e.op();

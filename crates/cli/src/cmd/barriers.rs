@@ -15,11 +15,11 @@ use crate::cmd::util;
 /// read anything another writes after it), with the fraction of redundant
 /// instances per calling context of the barrier call. Redundancy needs a
 /// trace of a program built with `lockscope cc` and recorded with
-/// LOCKSCOPE_ALL_ACCESSES=1.
+/// `lockscope record --all-accesses`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`
-    /// with `LOCKSCOPE_ALL_ACCESSES=1`.
+    /// with `lockscope record --all-accesses`.
     pub trace: PathBuf,
     /// Print JSON (schema `lockscope.barriers/1`) instead of text.
     #[arg(long)]

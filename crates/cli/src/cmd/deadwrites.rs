@@ -13,12 +13,12 @@ use crate::cmd::util;
 /// same or another thread, with no read in between. Reported by pair of
 /// (dead, killing) code contexts, with bytes, counts and the fraction of
 /// all bytes written that were dead. Needs a trace of a program built with
-/// `lockscope cc` and recorded with LOCKSCOPE_ALL_ACCESSES=1
-/// (LOCKSCOPE_OUTSIDE_FRAMES=N adds call paths).
+/// `lockscope cc` and recorded with `lockscope record --all-accesses`
+/// (`--outside-frames N` adds call paths).
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`
-    /// with `LOCKSCOPE_ALL_ACCESSES=1`.
+    /// with `lockscope record --all-accesses`.
     pub trace: PathBuf,
     /// Print JSON (schema `lockscope.deadwrites/1`) instead of text.
     #[arg(long)]

@@ -10,12 +10,12 @@ use crate::cmd::util;
 /// Which lock protects which data; shared data with no common lock.
 ///
 /// The Eraser state machine per memory location. Needs a trace of a program
-/// built with `lockscope cc` and recorded with LOCKSCOPE_ALL_ACCESSES=1 to
-/// see accesses outside critical sections.
+/// built with `lockscope cc` and recorded with `lockscope record --all-accesses`
+/// to see accesses outside critical sections.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace recorded from a program built with `lockscope cc`/`c++`
-    /// (with `LOCKSCOPE_ALL_ACCESSES=1` to see unprotected accesses).
+    /// (with `lockscope record --all-accesses` to see unprotected accesses).
     pub trace: PathBuf,
     /// Print JSON (schema `lockscope.lockset/1`) instead of text.
     #[arg(long)]

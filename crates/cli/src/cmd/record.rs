@@ -83,6 +83,62 @@ pub struct Args {
     /// installed; programs without CUDA are not affected either way.
     #[arg(long)]
     no_gpu: bool,
+    /// The libcupti to load for GPU capture (CUPTI ships under the CUDA
+    /// toolkit's extras/CUPTI/lib64, often not on the loader's path).
+    /// Sets LOCKSCOPE_CUPTI for the program.
+    #[arg(long, value_name = "FILE")]
+    cupti: Option<PathBuf>,
+    /// How long a thread waits at the end of an OpenMP parallel region
+    /// for the others before it gives up, ms (default 10000): the limit
+    /// that keeps a program whose threads wait for tasks from hanging.
+    /// Sets LOCKSCOPE_OMP_WAIT_MS for the program.
+    #[arg(long, value_name = "MS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    omp_wait_ms: Option<u32>,
+    /// Record every memory access, not only those inside critical sections, for
+    /// `lockscope lockset`, `deadwrites`, `barriers` and what `spin` says
+    /// locks protect. Sets LOCKSCOPE_ALL_ACCESSES=1 for the program.
+    #[arg(
+        long,
+        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+    )]
+    all_accesses: bool,
+    /// Call-path depth of each access inside a critical
+    /// section (default 16, at most 64; 0: the access's pc only). Sets
+    /// LOCKSCOPE_ACCESS_FRAMES.
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+    )]
+    access_frames: Option<u32>,
+    /// With --all-accesses: call-path depth of each access
+    /// outside critical sections (default 0, the pc only, half the
+    /// volume; `deadwrites` and `barriers` name call paths with it). Sets
+    /// LOCKSCOPE_OUTSIDE_FRAMES.
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+    )]
+    outside_frames: Option<u32>,
+    /// Call-path depth of atomics and heap allocations
+    /// (default 32, at most 64). Sets LOCKSCOPE_EVENT_FRAMES.
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+    )]
+    event_frames: Option<u32>,
+    /// Record each access of a run of identical ones
+    /// (same address, size, kind, locks held) instead of the first plus a
+    /// repeat count. Bigger traces, the same analyses. Sets
+    /// LOCKSCOPE_COALESCE=0.
+    #[arg(
+        long,
+        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+    )]
+    no_coalesce: bool,
     /// The program to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -119,6 +175,7 @@ fn default_output() -> anyhow::Result<(PathBuf, bool)> {
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let lib = crate::cmd::util::find_library("liblockscope_preload.so", "LOCKSCOPE_PRELOAD_LIB")?;
+    let env = runtime_env(&args);
     let mut it = args.command.into_iter();
     let program = it.next().expect("clap requires PROGRAM");
     let prog_args: Vec<OsString> = it.collect();
@@ -144,6 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
     cfg.gpu = !args.no_gpu;
     cfg.writers = args.writers.map_or(0, |n| n as usize);
+    cfg.env = env;
     match lockscope_record::record(cfg) {
         Ok(out) => {
             print_summary(&out, &program, args.quiet);
@@ -176,6 +234,39 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The settings of the injected runtimes chosen by flags, as the
+/// environment variables they read (the preload library and detailed
+/// mode's runtime start before `main`, with nothing but the environment to
+/// read). A flag not given leaves the variable as the user's environment
+/// has it, so that `LOCKSCOPE_ALL_ACCESSES=1 lockscope record` works as
+/// before.
+fn runtime_env(args: &Args) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let mut set = |k: &str, v: OsString| env.push((k.into(), v));
+    if args.all_accesses {
+        set("LOCKSCOPE_ALL_ACCESSES", "1".into());
+    }
+    if args.no_coalesce {
+        set("LOCKSCOPE_COALESCE", "0".into());
+    }
+    if let Some(n) = args.access_frames {
+        set("LOCKSCOPE_ACCESS_FRAMES", n.to_string().into());
+    }
+    if let Some(n) = args.outside_frames {
+        set("LOCKSCOPE_OUTSIDE_FRAMES", n.to_string().into());
+    }
+    if let Some(n) = args.event_frames {
+        set("LOCKSCOPE_EVENT_FRAMES", n.to_string().into());
+    }
+    if let Some(ms) = args.omp_wait_ms {
+        set("LOCKSCOPE_OMP_WAIT_MS", ms.to_string().into());
+    }
+    if let Some(p) = &args.cupti {
+        set("LOCKSCOPE_CUPTI", p.clone().into_os_string());
+    }
+    env
 }
 
 fn thousands(n: u64) -> String {

@@ -14,7 +14,7 @@ use crate::cmd::util;
 /// spinlock. Reports acquisitions, failed attempts, waiting and holding
 /// times per lock, thread and site, what each lock protects, and warnings.
 /// Works on traces of programs built with `lockscope cc`/`c++` (record with
-/// LOCKSCOPE_ALL_ACCESSES=1 to see what the locks protect) and on hardware
+/// `lockscope record --all-accesses` to see what the locks protect) and on hardware
 /// traces brought in with `lockscope import`.
 #[derive(clap::Args)]
 pub struct Args {

@@ -322,7 +322,7 @@ pub(super) fn sections(r: &Report, s: &Sections) -> Vec<Value> {
             format!("{} instances, {} redundant", b.instances, b.redundant)
         } else {
             format!(
-                "{} instances, redundancy undecided (needs LOCKSCOPE_ALL_ACCESSES=1)",
+                "{} instances, redundancy undecided (needs `lockscope record --all-accesses`)",
                 b.instances
             )
         };
