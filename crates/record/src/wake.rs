@@ -40,7 +40,11 @@ const BUDGET: Duration = Duration::from_millis(20);
 /// How long the waker gives the sleeper to get into the kernel before it
 /// wakes it: a rwlock's reader sleeps about as long as a writer's
 /// section, microseconds. A round where it was not asleep yet is not a
-/// sample (its wait did not return 0).
+/// sample (its wait did not return 0). Short on purpose: the figure is
+/// the least a sleeping waiter pays (the analysis takes the larger of it
+/// and the recorded hand-off after a wait as long). Longer sleeps cost
+/// more where the CPU goes deeper idle: on the development VM 3-10 us
+/// after 20 us, 10-15 us after 0.2-3 ms (under load, niced).
 const SETTLE: Duration = Duration::from_micros(20);
 /// The longest a wait sleeps, or the waker spins for the sleeper to run,
 /// before looking at the clock and the stop flag again: nothing can hang
