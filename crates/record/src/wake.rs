@@ -20,7 +20,7 @@
 //! slept and was woken (returned 0, not `EAGAIN`). The median of the
 //! samples after a short warm-up. With one CPU it works the same way: the
 //! waker spins up to [`SPIN_AFTER_WAKE`] for the scheduler to preempt it,
-//! then yields.
+//! then naps.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,7 +46,7 @@ const BUDGET: Duration = Duration::from_millis(20);
 /// recorder niced behind other jobs, each thread getting a small share of
 /// a CPU) two tries in a row got no figure in 20 ms.
 const HARD_BUDGET: Duration = Duration::from_millis(60);
-/// How long the waker spins for the sleeper before it yields its CPU
+/// How long the waker spins for the sleeper before it leaves its CPU
 /// (the sleeper may be queued behind it).
 const SPIN_AFTER_WAKE: Duration = Duration::from_micros(200);
 /// How long the waker gives the sleeper to get into the kernel before it
@@ -160,17 +160,20 @@ impl PingPong {
     /// the development VM where a real hand-off to a sleeping rwlock
     /// reader took tens.
     fn waker(&self, soft: u64, hard: u64) {
-        // Spins until `done` or for `spin`, then yields its CPU (the other
-        // thread may be queued behind it: one CPU, or a loaded machine)
-        // until `done` or `hard`.
+        // Spins until `done` or for `spin`, then sleeps in short naps
+        // until `done` or `hard`: the other thread may be queued behind
+        // it (one CPU), or behind other jobs on the other CPU, and an idle
+        // CPU is what the scheduler moves it to. Yielding instead kept
+        // this CPU busy: a niced sleeper queued behind a busy job on a
+        // loaded machine did not run for 60 ms, one recording in seven
+        // got no figure.
         let until = |spin: Duration, done: &dyn Fn() -> bool| {
             let t = self.now() + spin.as_nanos() as u64;
             while !done() && self.now() < t {
                 std::hint::spin_loop();
             }
             while !done() && self.now() < hard {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
+                std::thread::sleep(Duration::from_micros(50));
             }
             done()
         };
