@@ -848,21 +848,28 @@ fn uncertain(b: &Baselines) -> Option<String> {
 
 /// Why a reader-writer scenario on lock `l` is uncertain beyond the
 /// trace's reasons: a mutex in the recording whose scenario keeps
-/// writers. Its hand-offs between readers and writers are replayed with
-/// the wake-up latencies of the recorded mutex, whose waiters on 2 CPUs
-/// seldom fall asleep (0.3-0.5 us), while a glibc rwlock's do (readers
-/// woken by a writer's release waited 33 us on average in a recording of
-/// `tests/programs/whatif/rw_table.c` with 5 % updates): with writers, a
-/// real rwlock can be several times slower than the mutex it replaces,
-/// which the replay does not predict.
+/// writers, in a trace that does not carry the machine's wake-up latency
+/// of a sleeping waiter. A glibc rwlock's waiters sleep at every hand-off
+/// between readers and writers (readers woken by a writer's release
+/// waited 33 us on average in a recording of
+/// `tests/programs/whatif/rw_table.c` with 5 % updates), while the
+/// recorded mutex's waiters on 2 CPUs seldom fell asleep (0.3-0.5 us);
+/// with writers, a real rwlock can be several times slower than the
+/// mutex it replaces. With the latency in the header (format 1.2) the
+/// replay charges it to every woken waiter of the lock
+/// ([`crate::replay::Program::sleeping_wake_ns`]) and its range varies it
+/// with the other latencies; without it the replay has only the mutex's
+/// hand-offs, as before the field existed, and says so.
 fn rw_uncertain(p: &Program, b: &Baselines, l: u32, writers_left: bool) -> Option<String> {
     let mut why = b.reasons.clone();
-    if writers_left && !p.has_readers(l) {
+    if writers_left && !p.has_readers(l) && p.sleeping_wake_ns == 0 {
         why.push(
             "the lock was a mutex and keeps writers: a real reader-writer lock wakes sleeping \
              waiters at every hand-off between readers and writers, slower than the recorded \
              mutex's hand-offs the replay uses (glibc's rwlock with 5-20 % writers ran 0.2-0.8x \
-             as fast as the mutex on 2 CPUs, where this model predicted gains)"
+             as fast as the mutex on 2 CPUs, where this model predicted gains); the trace does \
+             not carry the machine's wake-up latency of a sleeping waiter (recorded before \
+             trace format 1.2), which the replay would charge to them"
                 .to_string(),
         );
     }

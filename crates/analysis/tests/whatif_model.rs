@@ -256,3 +256,62 @@ fn predictions_are_deterministic() {
     let b = serde_json::to_string(&whatif(&tb, &c)).unwrap();
     assert_eq!(a, b);
 }
+
+/// A writer (site 0x30) and a reader (site 0x10) of lock L that take
+/// turns: section k holds L from k ms to k+1 ms, the writer's the even
+/// ones, and each thread asks for its next section 0.1 ms after its
+/// last one ended, so it always waits for the other's. Recorded as a
+/// mutex whose waiters got it the instant it was released (hand-off
+/// latency 0): 5 hand-offs, each between the writer and the reader.
+fn alternating_writer_and_reader(sleeping_wake_ns: u64) -> Tb {
+    let mut tb = Tb::new();
+    tb.header.sleeping_wake_ns = sleeping_wake_ns;
+    tb.thread(1, "w", 0, 5 * MS + 100 * US)
+        .thread(2, "r", 0, 6 * MS + 100 * US);
+    tb.section(1, 0, MS, L, 0x30);
+    for k in 1..6u64 {
+        let (th, site) = if k % 2 == 0 { (1, 0x30) } else { (2, 0x10) };
+        tb.waited_section(th, (k - 1) * MS + 100 * US, k * MS, (k + 1) * MS, L, site);
+    }
+    tb
+}
+
+// The replay gave the waiters of a mutex turned into a rwlock the
+// mutex's recorded hand-offs, where a glibc rwlock's waiters sleep at
+// every hand-off: gains predicted for a fix that was 0.2-0.9x as fast.
+#[test]
+fn a_rwlock_scenario_charges_the_headers_sleeping_wake_up_to_every_hand_off() {
+    let readers = WhatifConfig {
+        readers: vec!["0x10".into()],
+        ..cfg()
+    };
+    let old = &whatif(&alternating_writer_and_reader(0), &readers).scenarios[0];
+    let s = &whatif(&alternating_writer_and_reader(25 * US), &readers).scenarios[0];
+    // Each of the 5 hand-offs waits 25 us more, on the only path there is.
+    assert_eq!(s.predicted_wall_ns, old.predicted_wall_ns + 5 * 25 * US);
+    // The range varies the latency with the others (half, twice).
+    assert!(s.range[0] < s.speedup && s.speedup < s.range[1], "{s:?}");
+    assert!(
+        s.range[0] <= 6.1e6 / (6.1e6 + 2.0 * 125e3) + 1e-9,
+        "twice the latency is in the range: {:?}",
+        s.range
+    );
+    // With the latency measured, the scenario is not flagged for it;
+    // without it (a trace older than format 1.2), the prediction is
+    // today's and says why it cannot be trusted.
+    assert_eq!(s.uncertain, None, "{s:?}");
+    let why = old.uncertain.as_deref().unwrap_or("");
+    assert!(
+        why.contains("keeps writers") && why.contains("format 1.2"),
+        "{why:?}"
+    );
+    // The unchanged mutex keeps its recorded hand-offs: removing nothing
+    // but shrinking a section elsewhere is not charged the latency.
+    let shrink = WhatifConfig {
+        shrink: vec![("0x30".into(), 100)],
+        ..cfg()
+    };
+    let a = &whatif(&alternating_writer_and_reader(0), &shrink).scenarios[0];
+    let b = &whatif(&alternating_writer_and_reader(25 * US), &shrink).scenarios[0];
+    assert_eq!(a.predicted_wall_ns, b.predicted_wall_ns);
+}

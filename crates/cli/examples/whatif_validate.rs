@@ -9,7 +9,9 @@
 //! lockscope --example whatif_validate [FILTER]` (needs gcc with OpenMP).
 //! `WHATIF_RUNS` (5) timed runs per build, `WHATIF_TRACES` (3)
 //! recordings per case, `WHATIF_THREADS` ("2 4"). FILTER keeps the cases
-//! whose name contains it. A benchmark that prints figures, not a test:
+//! whose name contains it. `LOCKSCOPE_BEFORE=PATH` also predicts from
+//! the same recordings with another `lockscope` binary (a build before a
+//! change to the model) and prints its figures on a `before:` line. A benchmark that prints figures, not a test:
 //! timings on a shared machine vary, and the table says so with the
 //! spread of the timed runs.
 
@@ -230,6 +232,8 @@ fn main() {
             let mut preds = Vec::new();
             let (mut lo, mut hi) = (f64::MAX, 0.0f64);
             let mut notes = Vec::new();
+            let before_bin = std::env::var_os("LOCKSCOPE_BEFORE");
+            let (mut before, mut blo, mut bhi) = (Vec::new(), f64::MAX, 0.0f64);
             for k in 0..traces {
                 let trace = dir.join(format!("{stem}-{t}-{k}.lstrace"));
                 let mut rec = Command::new(lockscope());
@@ -254,6 +258,22 @@ fn main() {
                 check("lockscope whatif", &o);
                 let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("whatif JSON");
                 let (x, l, h, note) = prediction(&v, case.whatif.contains(&"--ulcp-free"));
+                if let Some(bin) = &before_bin {
+                    let o = Command::new(bin)
+                        .arg("whatif")
+                        .args(case.whatif)
+                        .args(["--json", "--top", "0"])
+                        .arg(&trace)
+                        .output()
+                        .expect("lockscope whatif (before)");
+                    check("lockscope whatif (before)", &o);
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&o.stdout).expect("whatif JSON");
+                    let (x, l, h, _) = prediction(&v, case.whatif.contains(&"--ulcp-free"));
+                    before.push(x);
+                    blo = blo.min(l);
+                    bhi = bhi.max(h);
+                }
                 preds.push(x);
                 lo = lo.min(l);
                 hi = hi.max(h);
@@ -286,6 +306,13 @@ fn main() {
                 }
             );
             println!("    per recording: {}", list.join(" "));
+            if !before.is_empty() {
+                let b = median(before);
+                println!(
+                    "    before: {b:.2}x ({blo:.2}-{bhi:.2}) {:+.1}%",
+                    (b / real - 1.0) * 100.0
+                );
+            }
             for n in notes {
                 println!("    uncertain: {n}");
             }

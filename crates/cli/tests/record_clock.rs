@@ -7,7 +7,7 @@ use record_util::*;
 use std::process::Command;
 
 #[test]
-fn clock_choice_is_recorded_in_the_trace_header() {
+fn clock_choice_and_wake_up_latency_are_recorded_in_the_trace_header() {
     let dir = temp("clock_default");
     let bin = build_c("mutex", &dir);
     let run = record(&dir, &["--quiet"], &bin, &[], b"");
@@ -24,6 +24,11 @@ fn clock_choice_is_recorded_in_the_trace_header() {
             .unwrap();
         assert!(v > 0.0 && v < 1e6, "{key} = {v}");
     }
+    // The machine's wake-up latency of a sleeping waiter (format 1.2),
+    // measured before the program started: more than a clock read, less
+    // than the 2 ms after which a waiter of the measurement stops waiting.
+    let wake = t.header.sleeping_wake_ns;
+    assert!(wake > 100 && wake < 2_000_000, "sleeping_wake_ns = {wake}");
     let ix = Index::new(t);
     check_integrity(&ix);
     check_truth(&ix, &truths(&run.stdout), Some(&bin));

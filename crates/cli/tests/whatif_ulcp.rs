@@ -170,12 +170,14 @@ fn ulcp_free_refuses_a_timing_mode_trace() {
 /// bumps (one round in four) write. Making those readers is what
 /// `--readers lookup` does by naming the site, so both predict the same.
 ///
-/// The counts and the equality are exact in every recording. That
-/// sharing the lookups predicts a gain is a figure of the recording: one
-/// made while other tests (or four spinning processes) shared the 2 CPUs
-/// predicted 0.90x (in CI) and 0.98x (1 of 10 runs under four
-/// spinning processes). So a recording that predicts no gain is made
-/// again, up to three times; a model that never predicts one fails.
+/// The counts and the equality are exact in every recording. Whether
+/// sharing the lookups gains is not asserted: with one write in four, a
+/// glibc rwlock's waiters sleep at every hand-off, which the replay
+/// charges since the recorder measures the machine's wake-up latency
+/// (`tests/programs/whatif/rw_table.c` at 20 % updates ran 0.2-1.06x
+/// as fast as the mutex); the prediction must use that latency (not be
+/// flagged for missing it) and lie within its range. A recording whose latency
+/// measurement failed under load is made again, up to three times.
 #[test]
 fn rwlock_from_read_sets_shares_exactly_the_read_only_sections() {
     let c = compilers()[0];
@@ -231,12 +233,18 @@ fn rwlock_from_read_sets_shares_exactly_the_read_only_sections() {
         );
         assert_eq!(rw["predicted_wall_ns"], named["predicted_wall_ns"], "{j:#}");
         let speedup = rw["speedup"].as_f64().unwrap();
-        if speedup > 1.0 {
+        let range = [
+            rw["range"][0].as_f64().unwrap(),
+            rw["range"][1].as_f64().unwrap(),
+        ];
+        assert!(range[0] <= speedup && speedup <= range[1], "{rw:#}");
+        let why = rw["uncertain"].as_str().unwrap_or("");
+        if !why.contains("format 1.2") {
             return;
         }
         speedups.push(speedup);
     }
-    panic!("sharing the read-only sections never predicted a gain: {speedups:?}");
+    panic!("no recording carried the sleeping wake-up latency: {speedups:?}");
 }
 
 /// On a fixture with every kind of pair, `--ulcp-free` counts exactly the

@@ -60,6 +60,6 @@ pub const MAGIC: [u8; 8] = *b"\x7fLSTRACE";
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version written by this build. Minor versions only add
 /// record kinds or trailing fields, which older readers skip.
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 2;
 /// Conventional file extension of a trace.
 pub const FILE_EXTENSION: &str = "lstrace";

@@ -49,6 +49,14 @@ pub struct Header {
     pub cache_line: u32,
     /// Free-form key/value facts (stack mode, kernel, capture mode...).
     pub extra: Vec<(String, String)>,
+    /// Wake-up latency of a sleeping waiter on the recording machine, ns:
+    /// the median time from a `FUTEX_WAKE` to the woken thread running,
+    /// measured by the recorder before the program starts (since format
+    /// 1.2). 0: not measured (an older trace, or the measurement failed).
+    /// What a waiter that blocks in the kernel at every hand-off (a glibc
+    /// rwlock's) pays in a what-if, where the recording only shows the
+    /// hand-offs of the lock it had.
+    pub sleeping_wake_ns: u64,
 }
 
 impl Header {
@@ -416,6 +424,8 @@ pub(crate) fn encode_header(h: &Header, out: &mut Vec<u8>) {
         put_str(out, k);
         put_str(out, v);
     }
+    // 1.2: a trailing field, skipped by older readers.
+    put_varint(out, h.sleeping_wake_ns);
 }
 
 pub(crate) fn decode_header(c: &mut Cursor) -> Result<Header, FormatError> {
@@ -431,12 +441,17 @@ pub(crate) fn decode_header(c: &mut Cursor) -> Result<Header, FormatError> {
         cpus: c.varint_u32("header cpus")?,
         cache_line: c.varint_u32("header cache line")?,
         extra: Vec::new(),
+        sleeping_wake_ns: 0,
     };
     let n = c.count(2, "header extra count")?;
     for _ in 0..n {
         let k = c.string("header extra key")?;
         let v = c.string("header extra value")?;
         h.extra.push((k, v));
+    }
+    // Absent before 1.2: 0, not measured.
+    if !c.is_empty() {
+        h.sleeping_wake_ns = c.varint("header sleeping wake-up latency")?;
     }
     Ok(h)
 }

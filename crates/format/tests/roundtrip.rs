@@ -15,6 +15,7 @@ fn sample() -> (Header, Vec<Record>, Vec<Event>) {
         cpus: 2,
         cache_line: 64,
         extra: vec![("stacks".into(), "contended".into())],
+        sleeping_wake_ns: 31_500,
     };
     let records = vec![
         Record::String(StringEntry {
@@ -226,6 +227,33 @@ fn unknown_record_kinds_are_skipped() {
     assert!(matches!(t.records[0], Record::Unknown { kind: 77, .. }));
     assert!(t.footer.is_some());
     let _ = tr.next();
+}
+
+#[test]
+fn a_header_written_before_1_2_reads_as_no_sleeping_wake_up_latency() {
+    let bytes = write_sample();
+    // The header record: kind at 12, payload length at 13, payload from
+    // 17, then its CRC. Drop the 1.2 trailing field (31,500: a 3-byte
+    // varint) as a 1.1 writer would not have written it, and mark the
+    // file 1.1.
+    let len = u32::from_le_bytes(bytes[13..17].try_into().unwrap()) as usize;
+    let payload = &bytes[17..17 + len - 3];
+    let mut old = bytes[..12].to_vec();
+    old[10] = 1;
+    old.push(0);
+    old.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    old.extend_from_slice(payload);
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(payload);
+    old.extend_from_slice(&crc32fast_hash(&framed).to_le_bytes());
+    old.extend_from_slice(&bytes[17 + len + 4..]);
+    let t = Trace::read(&old[..]).unwrap();
+    assert_eq!(t.header.sleeping_wake_ns, 0);
+    assert_eq!(t.header.extra, sample().0.extra);
+    assert!(t.footer.is_some());
+    // And the current writer's value round-trips.
+    let t = Trace::read(&bytes[..]).unwrap();
+    assert_eq!(t.header.sleeping_wake_ns, 31_500);
 }
 
 // Bitwise CRC-32 (IEEE), to build test input without a dev-dependency.

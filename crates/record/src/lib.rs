@@ -47,6 +47,7 @@ mod maps;
 mod pipeline;
 mod sessiondir;
 mod slotbuf;
+mod wake;
 
 use std::ffi::OsString;
 use std::fmt;

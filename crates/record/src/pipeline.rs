@@ -149,6 +149,7 @@ impl Pipeline {
         extra: Vec<(String, String)>,
         writers: usize,
         start: Option<tsc::ClockPair>,
+        sleeping_wake_ns: u64,
     ) -> Result<Pipeline, RecordError> {
         let writers = writers.clamp(1, MAX_WRITERS);
         let file = File::create(output).map_err(|e| RecordError::Output {
@@ -202,6 +203,7 @@ impl Pipeline {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             cache_line: cache_line(),
             extra,
+            sleeping_wake_ns,
         };
         // Unbounded channels, bounded by bytes: `queued` counts the raw
         // slots in flight (the drain adds, the workers subtract).
@@ -429,6 +431,16 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     // chosen: a pair is of the chosen clock): the set-up below is part of
     // its baseline.
     let start_pair = tsc::pair();
+    // The machine's wake-up latency of a sleeping waiter, for what-ifs
+    // that make waiters sleep (see `wake`). Measured here, before the
+    // program starts and after the start of the first tick-rate estimate:
+    // its 1-20 ms count towards the estimate's 1 ms baseline instead of
+    // adding to the start-up. Not in the program's cost probe, beside the
+    // hook costs: it would delay every process's start, exec'd and forked
+    // ones included, for a figure of the machine, not of the process.
+    // 0 when it could not be measured: the analysis treats the trace as
+    // one written before the field existed.
+    let sleeping_wake_ns = crate::wake::sleeping_wake_ns().unwrap_or(0);
     extra.push(("clock".to_string(), clock.to_string()));
     extra.push(("clock_tsc_ns".to_string(), format!("{:.1}", costs.tsc_ns)));
     extra.push((
@@ -446,6 +458,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
             cfg.writers
         },
         Some(start_pair),
+        sleeping_wake_ns,
     )?;
     // Created before the program starts, so that each of its processes
     // maps it at start-up. Without it (cannot happen on a writable
@@ -590,6 +603,9 @@ pub fn drain_dir_with(
         Vec::new(),
         writers,
         None,
+        // A session someone else filled: no program start to measure
+        // before; 0 says not measured.
+        0,
     )?;
     let mut last_list = Instant::now() - LIST_EVERY;
     while !stop.load(Ordering::Acquire) {

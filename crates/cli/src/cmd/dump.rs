@@ -49,8 +49,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let h = r.header().clone();
     writeln!(
         out,
-        "header command={:?} host={} cpus={} tsc_hz={:.0} version={} extra={:?}",
-        h.command, h.host, h.cpus, h.tsc_hz, h.recorder_version, h.extra
+        "header command={:?} host={} cpus={} tsc_hz={:.0} version={} extra={:?} \
+         sleeping_wake_ns={}",
+        h.command, h.host, h.cpus, h.tsc_hz, h.recorder_version, h.extra, h.sleeping_wake_ns
     )?;
     let mut printed = 0u64;
     let mut per_op: std::collections::BTreeMap<&'static str, u64> = Default::default();
