@@ -361,7 +361,10 @@ impl Table {
         self.rank = r.to_vec();
     }
     fn row(&mut self, r: Vec<String>) {
-        self.rows.push(r);
+        // Every cell of every table: a name (a thread's, a file's) with a
+        // newline or a tab would break the table.
+        self.rows
+            .push(r.into_iter().map(|c| term(&c).into_owned()).collect());
     }
     /// Whether two different cells of column `i` print the same at width
     /// `w`.
@@ -629,13 +632,38 @@ fn lock_label(name: &str, pid: u32, several: bool) -> String {
     }
 }
 
+/// `s` as a terminal shows it safely on one line: control characters
+/// (a newline or tab in a thread name, an escape sequence in a path) are
+/// written as `\n`, `\t`, `\r`, `\e` or `\xNN`, and a backslash stays
+/// as it is. Text output only: JSON and CSV carry names as they are.
+pub fn term(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut o = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
+            '\r' => o.push_str("\\r"),
+            '\x1b' => o.push_str("\\e"),
+            c if c.is_control() => {
+                let _ = write!(o, "\\x{:02x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(o)
+}
+
 /// Terminal tables.
 pub fn text(r: &Report, o: &TextOptions) -> String {
     let several = several_processes(r);
     let mut out = String::new();
-    let _ = writeln!(out, "lockscope report: {}", r.command.join(" "));
+    let command: Vec<_> = r.command.iter().map(|a| term(a)).collect();
+    let _ = writeln!(out, "lockscope report: {}", command.join(" "));
     if !r.verdict.text.is_empty() {
-        let _ = writeln!(out, "verdict: {}", r.verdict.text);
+        let _ = writeln!(out, "verdict: {}", term(&r.verdict.text));
     }
     let _ = writeln!(
         out,
@@ -1551,6 +1579,12 @@ mod tests {
 
     // See issue 29: two sites of one function printed as the same
     // `queue_pop (prod...prodcons.c:41)`.
+    #[test]
+    fn control_characters_in_names_are_shown_escaped() {
+        assert!(matches!(term("plain name"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(term("a\nb\tc\x1b[31m\x7f"), "a\\nb\\tc\\e[31m\\x7f");
+    }
+
     #[test]
     fn sites_that_differ_only_in_their_caller_line_stay_apart_when_cut() {
         let a = "queue_pop (prodcons.c:41) in producer_thread_main_loop (prodcons.c:88)";

@@ -1107,3 +1107,36 @@ fn report_idle_workers_at_exit_are_not_hangs() {
         );
     }
 }
+
+// See issue 32: a thread name with a newline or a tab broke the text
+// tables. Text shows control characters escaped; JSON keeps the name.
+#[test]
+fn a_thread_name_with_control_characters_is_escaped_in_text_only() {
+    let dir = temp("odd-names");
+    let bin = build_c("report/odd_names", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let t = run.trace_path.to_str().unwrap();
+    let r: Value = serde_json::from_str(&ok(&lockscope(&["report", t, "--json"], None))).unwrap();
+    let raw = "odd\nname\tx\u{1b}[1m";
+    assert!(
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|th| th["name"] == raw),
+        "{}",
+        r["threads"]
+    );
+    let text = ok(&lockscope(&["report", t], None));
+    assert!(text.contains("odd\\nname\\tx\\e[1m"), "{text}");
+    assert!(!text.contains('\t') && !text.contains('\u{1b}'), "{text}");
+    // Every THREADS row is one line: as many rows as threads.
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.starts_with("THREADS"))
+        .skip(2)
+        .take_while(|l| !l.trim().is_empty())
+        .count();
+    assert_eq!(rows, r["threads"].as_array().unwrap().len(), "{text}");
+}

@@ -38,8 +38,25 @@ pub(crate) fn parse_line(line: &str) -> Option<MapLine> {
         end,
         perms: perms.to_string(),
         offset: u64::from_str_radix(offset, 16).ok()?,
-        path: rest.trim_start_matches(' ').to_string(),
+        path: unescape_path(rest.trim_start_matches(' ')),
     })
+}
+
+/// The kernel writes a newline in a mapped file's path as `\012` (the one
+/// character its maps files escape; a backslash is not). A path with that
+/// sequence is read as a newline when the file does not exist as written
+/// but does with the newline: then symbols and build-ids are found in
+/// the real file. Any other path is kept as written.
+fn unescape_path(p: &str) -> String {
+    if !p.contains("\\012") || !p.starts_with('/') {
+        return p.to_string();
+    }
+    let real = p.replace("\\012", "\n");
+    if !std::path::Path::new(p).exists() && std::path::Path::new(&real).exists() {
+        real
+    } else {
+        p.to_string()
+    }
 }
 
 /// Parses the complete lines of `text`; returns them and the number of
@@ -56,6 +73,25 @@ pub(crate) fn parse_complete(text: &[u8]) -> (Vec<MapLine>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_newline_the_kernel_escaped_in_a_path_is_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("odd\nname.so");
+        std::fs::write(&real, b"x").unwrap();
+        let shown = real.to_str().unwrap().replace('\n', "\\012");
+        let l = parse_line(&format!("1000-2000 r-xp 00000000 00:00 0 {shown}")).unwrap();
+        assert_eq!(l.path, real.to_str().unwrap());
+        // A path that really holds the four characters stays as it is.
+        let lit = d.path().join("lit\\012eral");
+        std::fs::write(&lit, b"x").unwrap();
+        let l = parse_line(&format!(
+            "1000-2000 r-xp 00000000 00:00 0 {}",
+            lit.display()
+        ))
+        .unwrap();
+        assert_eq!(l.path, lit.to_str().unwrap());
+    }
 
     #[test]
     fn parses_real_and_rejects_junk() {

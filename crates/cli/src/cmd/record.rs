@@ -372,6 +372,8 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
     let prog = Path::new(program)
         .file_name()
         .map_or_else(|| program.to_string_lossy(), |f| f.to_string_lossy());
+    // A name with a newline or an escape sequence is shown escaped.
+    let prog = lockscope_analysis::render::term(&prog).into_owned();
     let bpe = if o.events > 0 {
         o.bytes as f64 / o.events as f64
     } else {
