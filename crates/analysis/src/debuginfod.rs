@@ -132,6 +132,13 @@ fn cache_dir() -> Option<PathBuf> {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DebuginfodError {
+    /// The same request failed earlier in this process, with this
+    /// message: it is not sent again (a report asks for one file from
+    /// several analyses).
+    Earlier {
+        /// What the earlier attempt said.
+        what: String,
+    },
     /// A URL lockscope cannot use (names the URL and why).
     Url {
         /// The URL.
@@ -201,6 +208,7 @@ pub enum DebuginfodError {
 impl fmt::Display for DebuginfodError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            DebuginfodError::Earlier { what } => write!(f, "{what}"),
             DebuginfodError::Url { url, why } => write!(f, "{url}: {why}"),
             DebuginfodError::Io { url, source } => write!(f, "{url}: {source}"),
             DebuginfodError::Status { url, status } => write!(f, "{url}: HTTP {status}"),
@@ -270,6 +278,18 @@ pub fn debuginfo(cfg: &Config, build_id: &[u8]) -> Outcome {
             let _ = std::fs::remove_file(&target);
         }
     }
+    // A fetch that failed in this process is not tried again: the
+    // report's analyses each symbolize (the gains, the GPU pass), and a
+    // refused download (too large, too slow, a server error) was asked
+    // for once per analysis. A file not found is remembered on disk.
+    let key = (cfg.cache.clone(), hex.clone());
+    if let Some(msgs) = failed().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        out.errors = msgs
+            .into_iter()
+            .map(|what| DebuginfodError::Earlier { what })
+            .collect();
+        return out;
+    }
     if let Err(e) = create_private_dir(&dir) {
         out.errors.push(DebuginfodError::Cache {
             path: dir,
@@ -321,7 +341,20 @@ pub fn debuginfo(cfg: &Config, build_id: &[u8]) -> Outcome {
         // Remember "not found", as elfutils does: an empty file.
         let _ = std::fs::File::create(&target);
     }
+    if !out.errors.is_empty() {
+        if let Ok(mut m) = failed().lock() {
+            m.insert(key, out.errors.iter().map(ToString::to_string).collect());
+        }
+    }
     out
+}
+
+/// Fetches that failed in this process: (cache, build-id) -> messages.
+type Failed = std::sync::Mutex<std::collections::HashMap<(PathBuf, String), Vec<String>>>;
+
+fn failed() -> &'static Failed {
+    static F: std::sync::OnceLock<Failed> = std::sync::OnceLock::new();
+    F.get_or_init(Default::default)
 }
 
 /// `cache_miss_s` of the cache (elfutils keeps its settings as files
