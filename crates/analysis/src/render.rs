@@ -197,7 +197,7 @@ fn is_location(inner: &str) -> bool {
 /// or ` < caller (file:line)` after it) to `w` characters without losing
 /// what tells two sites apart: first the qualifiers of function names and
 /// the directories of files (`...::pop`), then the middle of the longest
-/// function names (down to [`MIN_FUNCTION`]); every `(file:line)` stays
+/// function names (down to `MIN_FUNCTION` characters); every `(file:line)` stays
 /// whole. The result is longer than `w` when that is not enough (the
 /// table then widens the column). A name without a location (a lock's
 /// label) loses its qualifiers, then its middle, as [`elide`] does.
