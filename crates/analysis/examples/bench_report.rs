@@ -18,7 +18,6 @@
 //! prints the same figures.
 //! A PATH that exists is used as it is (not generated again, not deleted).
 
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -62,44 +61,7 @@ impl Rng {
 }
 
 fn generate(path: &Path, events: u64, threads: u32) -> u64 {
-    let header = Header {
-        tsc_hz: 1e9,
-        command: vec!["synthetic-bench".into()],
-        host: "bench".into(),
-        recorder_version: "bench".into(),
-        cpus: 2,
-        cache_line: 64,
-        ..Header::default()
-    };
-    let f = std::fs::File::create(path).expect("create trace");
-    let mut w = TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header).unwrap();
-    w.write(&Record::Process(Process {
-        id: 1,
-        pid: 1000,
-        argv: vec!["synthetic-bench".into()],
-        exe: "/nonexistent".into(),
-        swapped_lock: String::new(),
-        ..Process::default()
-    }))
-    .unwrap();
-    for t in 1..=threads {
-        w.write(&Record::Thread(Thread {
-            id: t,
-            process: 1,
-            tid: 1000 + t,
-            name: format!("worker-{t}"),
-            start_ns: 0,
-            parent: 0,
-        }))
-        .unwrap();
-    }
-    w.write(&Record::Overhead(Overhead {
-        process: 1,
-        acquire_ns: 10.0,
-        release_ns: 10.0,
-        event_ns: 10.0,
-    }))
-    .unwrap();
+    let mut w = lockscope_test_support::synthetic_trace(path, "synthetic-bench", threads);
     const LOCKS: usize = 16;
     let mut free_at = [0u64; LOCKS];
     let mut next = vec![1_000u64; threads as usize];

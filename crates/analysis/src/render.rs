@@ -1109,18 +1109,8 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         t.render(&mut out, "  ", o.width);
     }
     let a = &r.anomalies;
-    let items = [
-        ("clock steps back", a.clock_backwards),
-        ("unknown intervals", a.unknown_intervals),
-        ("unmatched releases", a.unmatched_releases),
-        ("unmatched completions", a.unmatched_completions),
-        ("interrupted waits", a.interrupted_waits),
-        ("held at exit", a.held_at_exit),
-        ("lost releases", a.lost_releases),
-        ("unknown ops", a.unknown_ops),
-        ("events of unknown threads", a.orphan_events),
-    ];
-    let bad: Vec<String> = items
+    let bad: Vec<String> = a
+        .named()
         .iter()
         .filter(|(_, v)| *v > 0)
         .map(|(k, v)| format!("{k} {}", count(*v)))

@@ -120,6 +120,11 @@ pub struct Report {
     pub lost_events: u64,
     /// Set when the trace was cut short.
     pub truncated: Option<String>,
+    /// The same, as the byte offset where the file ends and what was
+    /// being read (for front ends that word the warning themselves). Not
+    /// in the JSON: `truncated` says it there.
+    #[serde(skip)]
+    pub cut_short: Option<(u64, &'static str)>,
     /// Detailed-mode and imported events among [`Report::events`]
     /// (accesses, atomics, allocations): the whole-trace sections (spin
     /// locks, barriers, dead writes) are worth loading the trace for only
@@ -1550,6 +1555,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
             .max(lost_records)
             .max(lost_annot),
         truncated: meta.truncated.clone(),
+        cut_short: meta.cut_short,
         // Set by `analyze`, which counts them in its pass.
         detail_events: 0,
         overhead,

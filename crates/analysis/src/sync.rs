@@ -560,6 +560,24 @@ pub struct Anomalies {
     pub orphan_events: u64,
 }
 
+impl Anomalies {
+    /// The counts every printer lists as anomalies, by name (all but
+    /// `overlapping_holds`, which the text report explains in a note).
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("clock steps back", self.clock_backwards),
+            ("unknown intervals", self.unknown_intervals),
+            ("unmatched releases", self.unmatched_releases),
+            ("unmatched completions", self.unmatched_completions),
+            ("interrupted waits", self.interrupted_waits),
+            ("held at exit", self.held_at_exit),
+            ("lost releases", self.lost_releases),
+            ("unknown ops", self.unknown_ops),
+            ("events of unknown threads", self.orphan_events),
+        ]
+    }
+}
+
 /// Recorder costs of one process, ns.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cost {

@@ -11,6 +11,8 @@
 //!   (kept for inspection when the test fails).
 //! - [`build_c`]: compile a C fixture of `tests/programs/` with gcc.
 //! - [`shell_code`]: a process's exit status as a shell prints it.
+//! - [`synthetic_trace`]: the preamble of a generated trace (one process,
+//!   its threads, the recorder's costs) for benchmarks and memory tests.
 //! - [`tool_or_skip`]: a program a test needs from outside (python3,
 //!   pbzip2, memcached ...): skipped with a message when missing, except
 //!   under `scripts/test.sh` (CI), which installs it and makes a missing
@@ -141,6 +143,58 @@ pub fn build_cxx(rel: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
         .unwrap_or_else(|e| panic!("g++ must be installed to build the fixtures: {e}"));
     assert!(st.success(), "g++ failed on {}", src.display());
     out
+}
+
+/// A trace writer on `path` whose header, process (pid 1000, trace id
+/// 1), threads (ids 1..=`threads`, tids 1001.., named `worker-N`) and
+/// recorder costs (10 ns each) are written: the caller adds the events
+/// and the footer. For traces of known shape and size (benchmarks of the
+/// reader, bounded-memory tests).
+pub fn synthetic_trace(
+    path: &Path,
+    command: &str,
+    threads: u32,
+) -> lockscope_format::TraceWriter<std::io::BufWriter<std::fs::File>> {
+    use lockscope_format::{Header, Overhead, Process, Record, Thread, TraceWriter};
+    let header = Header {
+        tsc_hz: 1e9,
+        command: vec![command.into()],
+        host: "bench".into(),
+        recorder_version: "bench".into(),
+        cpus: 2,
+        cache_line: 64,
+        ..Header::default()
+    };
+    let f = std::fs::File::create(path).expect("create trace");
+    let mut w = TraceWriter::new(std::io::BufWriter::with_capacity(1 << 20, f), &header)
+        .expect("write the header");
+    let mut records = vec![Record::Process(Process {
+        id: 1,
+        pid: 1000,
+        argv: vec![command.into()],
+        exe: "/nonexistent".into(),
+        ..Process::default()
+    })];
+    records.extend((1..=threads).map(|t| {
+        Record::Thread(Thread {
+            id: t,
+            process: 1,
+            tid: 1000 + t,
+            name: format!("worker-{t}"),
+            start_ns: 0,
+            parent: 0,
+        })
+    }));
+    records.push(Record::Overhead(Overhead {
+        process: 1,
+        acquire_ns: 10.0,
+        release_ns: 10.0,
+        event_ns: 10.0,
+    }));
+    for r in &records {
+        w.write(r).expect("write the preamble");
+    }
+    w
 }
 
 /// Set by `scripts/test.sh` (the README's test command, which CI runs),

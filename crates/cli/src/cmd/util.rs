@@ -83,17 +83,9 @@ pub fn warn_cut_short(path: &std::path::Path, e: &lockscope_format::FormatError)
     );
 }
 
-/// [`warn_cut_short`] for a command that has only the report of a trace
-/// whose `truncated` note is set: the index says where the file ends
-/// (read again; only a trace cut short pays for it).
+/// [`warn_cut_short`] for a command that has only the report of a trace.
 pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_analysis::Report) {
-    if r.truncated.is_none() {
-        return;
-    }
-    if let Some((offset, what)) = lockscope_analysis::input::index(path, &mut |_, _| {})
-        .ok()
-        .and_then(|m| m.cut_short)
-    {
+    if let Some((offset, what)) = r.cut_short {
         warn_cut_short(
             path,
             &lockscope_format::FormatError::Truncated { offset, what },

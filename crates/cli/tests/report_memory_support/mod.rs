@@ -1,12 +1,9 @@
 //! A synthetic detailed-mode trace of known size, for the bounded-memory
 //! test of `lockscope report` and its benchmark (`examples/report_memory.rs`).
 
-use std::io::BufWriter;
 use std::path::Path;
 
-use lockscope_format::{
-    phase, Event, Footer, Header, Op, Overhead, Process, Record, Thread, ThreadEnd, TraceWriter,
-};
+use lockscope_format::{phase, Event, Footer, Op, Record, ThreadEnd};
 
 /// Writes a trace of `threads` threads, each taking one of 8 mutexes in
 /// turn until `events` events in all; with `detailed`, each section reads
@@ -14,43 +11,7 @@ use lockscope_format::{
 /// barrier and dead-write sections read them), else it is a timing-mode
 /// trace of lock and unlock events only. Returns the number written.
 pub fn write_trace(path: &Path, events: u64, threads: u32, detailed: bool) -> u64 {
-    let header = Header {
-        tsc_hz: 1e9,
-        command: vec!["synthetic-detailed".into()],
-        host: "bench".into(),
-        recorder_version: "bench".into(),
-        cpus: 2,
-        cache_line: 64,
-        ..Header::default()
-    };
-    let f = std::fs::File::create(path).expect("create trace");
-    let mut w = TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header).unwrap();
-    w.write(&Record::Process(Process {
-        id: 1,
-        pid: 1000,
-        argv: vec!["synthetic-detailed".into()],
-        exe: "/nonexistent".into(),
-        ..Process::default()
-    }))
-    .unwrap();
-    for t in 1..=threads {
-        w.write(&Record::Thread(Thread {
-            id: t,
-            process: 1,
-            tid: 1000 + t,
-            name: format!("worker-{t}"),
-            start_ns: 0,
-            parent: 0,
-        }))
-        .unwrap();
-    }
-    w.write(&Record::Overhead(Overhead {
-        process: 1,
-        acquire_ns: 10.0,
-        release_ns: 10.0,
-        event_ns: 10.0,
-    }))
-    .unwrap();
+    let mut w = lockscope_test_support::synthetic_trace(path, "synthetic-detailed", threads);
     let per_section = if detailed { 4 } else { 2 };
     let per_thread = events / u64::from(threads) / per_section;
     let mut n = 0;

@@ -242,22 +242,13 @@ pub(super) fn sections(r: &Report, s: &Sections) -> Vec<Value> {
                 .collect(),
         ));
     }
-    let a = &r.anomalies;
-    let bad: Vec<String> = [
-        ("clock steps back", a.clock_backwards),
-        ("unknown intervals", a.unknown_intervals),
-        ("unmatched releases", a.unmatched_releases),
-        ("unmatched completions", a.unmatched_completions),
-        ("interrupted waits", a.interrupted_waits),
-        ("held at exit", a.held_at_exit),
-        ("lost releases", a.lost_releases),
-        ("unknown ops", a.unknown_ops),
-        ("events of unknown threads", a.orphan_events),
-    ]
-    .iter()
-    .filter(|(_, v)| *v > 0)
-    .map(|(k, v)| format!("{k}: {v}"))
-    .collect();
+    let bad: Vec<String> = r
+        .anomalies
+        .named()
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
     if !bad.is_empty() {
         out.push(lines("Anomalies", "anomalies", bad));
     }
