@@ -22,6 +22,25 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A tmpfs of `size` mounted at `dir/tiny` (a full file system on
+/// demand), or None with a notice where mounting needs root. The caller
+/// unmounts it.
+fn tiny_tmpfs(dir: &Path, size: &str) -> Option<std::path::PathBuf> {
+    let mnt = dir.join("tiny");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("NOTICE: cannot mount a tmpfs here (not root): test skipped");
+        return None;
+    }
+    Some(mnt)
+}
+
 // See issue 32: `export -o keep.pb.gz BAD.lstrace` truncated keep.pb.gz.
 #[test]
 fn a_failed_export_or_page_keeps_the_existing_output_file_as_it_was() {
@@ -107,18 +126,9 @@ fn a_full_file_system_is_named_and_the_old_file_survives() {
     let bin = build_c("mutex", &dir);
     let run = record(&dir, &[], &bin, &[], b"");
     assert_eq!(run.code, 3, "mutex.c exits with 3: {}", run.stderr);
-    let mnt = dir.join("tiny");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&mnt)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("NOTICE: cannot mount a tmpfs here (not root): test skipped");
+    let Some(mnt) = tiny_tmpfs(&dir, "64k") else {
         return;
-    }
+    };
     let dest = mnt.join("page.html");
     std::fs::write(&dest, b"the old page").unwrap();
     let o = lockscope(
@@ -151,18 +161,9 @@ fn a_full_file_system_is_named_and_the_old_file_survives() {
 fn a_full_disk_under_record_is_named_and_the_programs_status_comes_back() {
     let dir = temp("record-full");
     let bin = build_c("mutex", &dir);
-    let mnt = dir.join("tiny");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"])
-        .arg(&mnt)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("NOTICE: cannot mount a tmpfs here (not root): test skipped");
+    let Some(mnt) = tiny_tmpfs(&dir, "128k") else {
         return;
-    }
+    };
     let trace = mnt.join("t.lstrace");
     let t = trace.to_str().unwrap();
     let b = bin.to_str().unwrap();
