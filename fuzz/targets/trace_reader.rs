@@ -26,6 +26,18 @@ fn exercise(bytes: &[u8]) {
             }
         }
     }
+    // Skipping damage (`--skip-corrupt`): must end, each stretch skipped
+    // inside the file, never twice over the same bytes.
+    if let Ok(r) = TraceReader::new(std::io::Cursor::new(bytes)) {
+        if let Ok(mut r) = r.skipping_corrupt() {
+            while let Ok(Some(_)) = r.next() {}
+            let mut end = 0;
+            for s in r.skipped() {
+                assert!(s.offset >= end && s.offset + s.bytes <= bytes.len() as u64);
+                end = s.offset + s.bytes;
+            }
+        }
+    }
 }
 
 /// Input as `(kind u8, len u8, payload[len])*` turned into framed records

@@ -165,7 +165,7 @@ pub fn build(
     progress: &mut dyn FnMut(u64, u64, u8),
     open_whole: &mut dyn FnMut(u64) -> Option<Trace>,
 ) -> Result<FullReport, AnalysisError> {
-    let meta = crate::input::index(path, &mut |d, t| progress(d, t, 0))?;
+    let meta = crate::input::index_with(path, cfg.skip_corrupt, &mut |d, t| progress(d, t, 0))?;
     let report = analyze_observed(path, &meta, cfg, progress, |_| {})?;
     let sections = sections(path, &meta, &report, cfg.symbolize, open_whole);
     Ok(FullReport { report, sections })

@@ -59,6 +59,11 @@ pub struct Meta {
     /// The same: where the file ended early and what was being read (for
     /// front ends that word the warning themselves).
     pub cut_short: Option<(u64, &'static str)>,
+    /// Damaged stretches stepped over ([`index_with`] with
+    /// `skip_corrupt`): the events and records they held are missing.
+    pub skipped: Vec<lockscope_format::Skipped>,
+    /// [`Meta::skipped`] in words, for the report.
+    pub damaged: Option<String>,
     /// Events in the index.
     pub events: u64,
     /// File size in bytes.
@@ -74,6 +79,19 @@ pub struct Meta {
 /// Reads a trace's records (not its events) and indexes its event chunks.
 /// `progress(done, total)` is called now and then with byte counts.
 pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, AnalysisError> {
+    index_with(path, false, progress)
+}
+
+/// [`index`], and with `skip_corrupt` past damaged records
+/// ([`lockscope_format::TraceReader::skipping_corrupt`]): they are left
+/// out of the index, listed in [`Meta::skipped`] and worded in
+/// [`Meta::damaged`], and every pass over the events reads only the
+/// chunks indexed, so no later reader meets the damage again.
+pub fn index_with(
+    path: &Path,
+    skip_corrupt: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Meta, AnalysisError> {
     let io = |e| AnalysisError::Io {
         path: path.display().to_string(),
         source: e,
@@ -81,6 +99,9 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
     let f = File::open(path).map_err(io)?;
     let file_bytes = f.metadata().map_err(io)?.len();
     let mut tr = TraceReader::new(BufReader::with_capacity(1 << 20, f))?;
+    if skip_corrupt {
+        tr = tr.skipping_corrupt()?;
+    }
     let prefix = TraceIndex::read_prefix(path, tr.offset())?;
     let mut m = Meta {
         header: tr.header().clone(),
@@ -114,7 +135,9 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
         match rec {
             Record::Events(c) => {
                 m.events += u64::from(c.count);
-                m.index.add(&c, at, tr.offset());
+                // Where the chunk really starts: not `at` when damage
+                // before it was stepped over.
+                m.index.add(&c, tr.record_offset(), tr.offset());
             }
             Record::String(s) => {
                 m.strings.insert(s.id, s.text);
@@ -157,9 +180,26 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
             _ => {}
         }
     }
+    m.skipped = tr.skipped().to_vec();
+    m.damaged = damaged_line(&m.skipped);
     m.semaphore_locks = semaphore_locks(path, &m)?;
     progress(file_bytes, file_bytes);
     Ok(m)
+}
+
+/// The report's sentence for damaged stretches stepped over.
+pub fn damaged_line(skipped: &[lockscope_format::Skipped]) -> Option<String> {
+    let first = skipped.first()?;
+    let bytes: u64 = skipped.iter().map(|s| s.bytes).sum();
+    let n = skipped.len();
+    Some(format!(
+        "{n} damaged stretch{} of the trace ({bytes} bytes, the first at byte {}) \
+         {} skipped (--skip-corrupt): the events and records in {} are missing",
+        if n == 1 { "" } else { "es" },
+        first.offset,
+        if n == 1 { "was" } else { "were" },
+        if n == 1 { "it" } else { "them" },
+    ))
 }
 
 /// The trace's semaphores used as locks. A second, time-ordered pass over

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::hist::Summary;
-use crate::input::{index, Meta};
+use crate::input::Meta;
 use crate::model::{Anomalies, Culprit, Kind, Model, ModelConfig};
 use crate::symbols::{Location, Symbolizer};
 use crate::AnalysisError;
@@ -88,6 +88,9 @@ pub struct ReportConfig {
     /// (libc, libstdc++, Rust std, lockscope); default: by the innermost
     /// user frame ([`crate::symbols::Location::user_view`]).
     pub frames_all: bool,
+    /// Read past damaged records instead of failing
+    /// ([`crate::input::index_with`]).
+    pub skip_corrupt: bool,
 }
 
 impl Default for ReportConfig {
@@ -101,6 +104,7 @@ impl Default for ReportConfig {
             lock_filter: None,
             thread_filter: None,
             frames_all: false,
+            skip_corrupt: false,
         }
     }
 }
@@ -125,6 +129,13 @@ pub struct Report {
     /// in the JSON: `truncated` says it there.
     #[serde(skip)]
     pub cut_short: Option<(u64, &'static str)>,
+    /// Set when damaged records were skipped (`--skip-corrupt`): how many,
+    /// how many bytes, where the first was.
+    pub damaged: Option<String>,
+    /// The same stretches, for front ends. Not in the JSON: `damaged`
+    /// says it there.
+    #[serde(skip)]
+    pub skipped: Vec<lockscope_format::Skipped>,
     /// Detailed-mode and imported events among [`Report::events`]
     /// (accesses, atomics, allocations): the whole-trace sections (spin
     /// locks, barriers, dead writes) are worth loading the trace for only
@@ -979,7 +990,7 @@ pub fn analyze(
     cfg: &ReportConfig,
     progress: &mut dyn FnMut(u64, u64, u8),
 ) -> Result<Report, AnalysisError> {
-    let meta = index(path, &mut |d, t| progress(d, t, 0))?;
+    let meta = crate::input::index_with(path, cfg.skip_corrupt, &mut |d, t| progress(d, t, 0))?;
     analyze_observed(path, &meta, cfg, progress, |_| {})
 }
 
@@ -1556,6 +1567,8 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
             .max(lost_annot),
         truncated: meta.truncated.clone(),
         cut_short: meta.cut_short,
+        damaged: meta.damaged.clone(),
+        skipped: meta.skipped.clone(),
         // Set by `analyze`, which counts them in its pass.
         detail_events: 0,
         overhead,

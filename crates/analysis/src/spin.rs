@@ -1395,6 +1395,9 @@ pub fn annotate(t: &Trace, r: &SpinReport) -> Trace {
         records: t.records.clone(),
         events: t.events.clone(),
         footer: t.footer.clone(),
+        // An annotated trace is written whole: what the source skipped
+        // is not damage in the new file.
+        skipped: Vec::new(),
     };
     out.header
         .extra

@@ -28,6 +28,13 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Read a damaged trace past its damage (a flipped byte, a bad disk
+    /// block) instead of stopping with an error: each damaged record is
+    /// stepped over to the next whole one, the command goes on with the
+    /// rest, and a warning says how many bytes were skipped and where.
+    /// For the commands that read a trace.
+    #[arg(long, global = true)]
+    skip_corrupt: bool,
 }
 
 #[derive(Subcommand)]
@@ -58,6 +65,7 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    cmd::util::set_skip_corrupt(cli.skip_corrupt);
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Report(a) => cmd::report::run(a),
@@ -92,7 +100,8 @@ fn main() {
             }) {
                 std::process::exit(141);
             }
-            eprintln!("lockscope: error: {}", cmd::util::error_line(&e));
+            let line = cmd::util::error_line(&e);
+            eprintln!("lockscope: error: {line}{}", cmd::util::corrupt_hint(&line));
             std::process::exit(2);
         }
     }

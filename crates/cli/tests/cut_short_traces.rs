@@ -1,7 +1,8 @@
 //! One salvage policy for every command: a trace cut short (a recorder
 //! killed, a full disk) is read up to its last whole record, every
 //! command prints the same warning on stderr and goes on, exiting 0; a
-//! flipped byte is an error naming its offset, from every command alike.
+//! flipped byte is an error naming its offset, from every command alike,
+//! and with `--skip-corrupt` every command reads past it the same way.
 
 #[path = "record_util/mod.rs"]
 mod record_util;
@@ -111,4 +112,66 @@ fn every_command_rejects_a_flipped_byte_naming_its_offset() {
             "{cmd:?}: {err}"
         );
     }
+}
+
+// See issue 32: a flipped byte rejected the whole trace, with no way to
+// skip the damaged record.
+#[test]
+fn every_command_reads_past_a_flipped_byte_with_skip_corrupt() {
+    let dir = temp("skip-corrupt");
+    let bin = build_c("mutex", &dir);
+    let run = record(&dir, &[], &bin, &[], b"");
+    let mut bytes = std::fs::read(&run.trace_path).unwrap();
+    // The event chunk holding the middle byte, found by reading the good
+    // trace: its offset, length and event count are the ground truth.
+    let mid = (bytes.len() / 2) as u64;
+    let mut r = lockscope_format::TraceReader::new(&bytes[..]).unwrap();
+    let (mut total, mut victim) = (0u64, None);
+    while let Some(rec) = r.next().unwrap() {
+        if let lockscope_format::Record::Events(c) = rec {
+            total += u64::from(c.count);
+            let (at, end) = (r.record_offset(), r.offset());
+            if (at..end).contains(&mid) {
+                victim = Some((at, end - at, u64::from(c.count)));
+            }
+        }
+    }
+    let (at, len, lost) = victim.expect("the middle byte is in an event chunk");
+    bytes[mid as usize] ^= 0x5a;
+    let bad = dir.join("flipped.lstrace");
+    std::fs::write(&bad, &bytes).unwrap();
+    let want = format!(
+        "lockscope: WARNING: {}: 1 damaged stretch of the trace ({len} bytes, the first at byte {at}) was skipped",
+        bad.display()
+    );
+    let whole = run.trace_path.to_str().unwrap().to_string();
+    for mut cmd in commands(&dir, &whole) {
+        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
+        cmd.insert(at, bad.to_string_lossy().into_owned());
+        cmd.insert(1, "--skip-corrupt".into());
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let o = lockscope(&args, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{cmd:?}: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with(&want)).count(),
+            1,
+            "{cmd:?} says it once: {err}"
+        );
+    }
+    // Exactly the damaged chunk's events are missing, and the JSON says so.
+    let o = lockscope(
+        &["report", "--json", "--skip-corrupt", bad.to_str().unwrap()],
+        None,
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["events"].as_u64(), Some(total - lost), "{}", j["damaged"]);
+    assert!(j["damaged"]
+        .as_str()
+        .is_some_and(|d| d.contains(&format!("at byte {at}"))));
+    // Without the flag, the error says how to read past the damage.
+    let o = lockscope(&["report", bad.to_str().unwrap()], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--skip-corrupt"), "{err}");
 }

@@ -46,7 +46,7 @@ mod writer;
 
 pub use error::FormatError;
 pub use event::{barrier, phase, repeat, Event, Op};
-pub use reader::{Trace, TraceReader};
+pub use reader::{Skipped, Trace, TraceReader};
 pub use record::{
     CodeName, EventChunk, Footer, Header, LockInfo, Loss, LossReason, MapEntry, Overhead, Process,
     ProcessEnd, Record, StackTrace, StringEntry, Thread, ThreadEnd, ThreadName,

@@ -1,7 +1,7 @@
 //! Reading a trace.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::record::{decode_header, kind};
@@ -20,6 +20,39 @@ pub struct TraceReader<R: Read> {
     version: (u16, u16),
     footer: Option<Footer>,
     done: bool,
+    /// Set by [`TraceReader::skipping_corrupt`]: how to move in the file
+    /// to look for the next whole record after a damaged one. A plain
+    /// `Read` cannot go back, and the scan must (a candidate frame that
+    /// fails its checksum is read and then abandoned), so skipping is
+    /// offered only for seekable readers, through this function pointer
+    /// rather than a `Seek` bound on every reader.
+    seek: Option<fn(&mut R, u64) -> std::io::Result<()>>,
+    /// Length of the file (known in skip mode only).
+    file_len: u64,
+    /// Byte offset of the record [`TraceReader::next`] returned last.
+    last_at: u64,
+    /// The damaged stretches stepped over, in file order.
+    skipped: Vec<Skipped>,
+}
+
+/// A damaged stretch of a trace that a reader in skip mode
+/// ([`TraceReader::skipping_corrupt`]) stepped over: from `offset`, the
+/// start of the record that failed, to the next record that is whole
+/// (its frame, length and checksum right), `bytes` later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Byte offset of the damaged record.
+    pub offset: u64,
+    /// Bytes stepped over.
+    pub bytes: u64,
+}
+
+/// Record kinds a resynchronising scan accepts as the start of a record:
+/// every kind written so far and the footer, plus room for kinds a newer
+/// minor version may add (which older readers skip as `Unknown`). The
+/// header (kind 0) appears only once, at the start.
+fn plausible_kind(k: u8) -> bool {
+    (1..64).contains(&k) || k == kind::FOOTER
 }
 
 /// Reads exactly `buf.len()` bytes; distinguishes a clean EOF before the
@@ -99,8 +132,12 @@ impl<R: Read> TraceReader<R> {
             version: (major, minor),
             footer: None,
             done: false,
+            seek: None,
+            file_len: 0,
+            last_at: 0,
+            skipped: Vec::new(),
         };
-        match tr.next_raw()? {
+        match tr.frame()? {
             Some((kind::HEADER, payload, at)) => {
                 let mut c = Cursor::new(&payload, at + 5);
                 tr.header = decode_header(&mut c)?;
@@ -142,8 +179,137 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
-    /// Reads one framed record: (kind, payload, offset of the record).
+    /// Byte offset of the record [`TraceReader::next`] returned last: the
+    /// [`TraceReader::offset`] before that call, unless damage before it
+    /// was stepped over (skip mode).
+    pub fn record_offset(&self) -> u64 {
+        self.last_at
+    }
+
+    /// The damaged stretches stepped over so far (skip mode only).
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    /// Reads one framed record; in skip mode, steps over damage first.
     fn next_raw(&mut self) -> Result<Option<(u8, Vec<u8>, u64)>, FormatError> {
+        let at = self.offset;
+        match self.frame() {
+            Err(e @ (FormatError::Corrupt { .. } | FormatError::Truncated { .. }))
+                if self.seek.is_some() =>
+            {
+                self.step_over(at, e)
+            }
+            r => r,
+        }
+    }
+
+    /// After the record at `at` failed with `e`: finds the next whole
+    /// record and reads it, noting the stretch in between as skipped.
+    ///
+    /// First where the damaged record's own length says the next one
+    /// starts (a flipped byte in a payload leaves the framing right: one
+    /// record lost, nothing scanned), else byte by byte from `at + 1`
+    /// for a frame whose kind is plausible, whose length fits in the
+    /// file and whose checksum matches: CRC-32 makes a false start about
+    /// one in 4 billion candidates. A `Truncated` error with nothing
+    /// whole after it is a trace cut short (a length claiming more bytes
+    /// than remain is also what a flipped length byte looks like, hence
+    /// the scan), and is returned as such; damage with nothing whole
+    /// after it is skipped to the end of the file.
+    fn step_over(
+        &mut self,
+        at: u64,
+        e: FormatError,
+    ) -> Result<Option<(u8, Vec<u8>, u64)>, FormatError> {
+        let Some(seek) = self.seek else {
+            return Err(e);
+        };
+        let mut resume = None;
+        if let Some(p) = self.claimed_end(at)? {
+            if p == self.file_len || self.whole_frame_at(p)? {
+                resume = Some(p);
+            }
+        }
+        if resume.is_none() {
+            let mut p = at + 1;
+            while p + 9 <= self.file_len {
+                if self.whole_frame_at(p)? {
+                    resume = Some(p);
+                    break;
+                }
+                p += 1;
+            }
+        }
+        let Some(p) = resume else {
+            if matches!(e, FormatError::Truncated { .. }) {
+                return Err(e);
+            }
+            self.skipped.push(Skipped {
+                offset: at,
+                bytes: self.file_len - at,
+            });
+            self.offset = self.file_len;
+            return Ok(None);
+        };
+        self.skipped.push(Skipped {
+            offset: at,
+            bytes: p - at,
+        });
+        seek(&mut self.r, p)?;
+        self.offset = p;
+        if p == self.file_len {
+            return Ok(None);
+        }
+        self.frame()
+    }
+
+    /// Where the record at `at` says the next one starts, if its length
+    /// field is within the file.
+    fn claimed_end(&mut self, at: u64) -> Result<Option<u64>, FormatError> {
+        let Some(seek) = self.seek else {
+            return Ok(None);
+        };
+        seek(&mut self.r, at)?;
+        let mut head = [0u8; 5];
+        if !read_full(&mut self.r, &mut head, at, "a record header").unwrap_or(false) {
+            return Ok(None);
+        }
+        let len = u64::from(u32::from_le_bytes([head[1], head[2], head[3], head[4]]));
+        let end = at + 9 + len;
+        Ok((end <= self.file_len).then_some(end))
+    }
+
+    /// True if a whole record (plausible kind, length within the file,
+    /// matching checksum) starts at `p`. Moves the reader.
+    fn whole_frame_at(&mut self, p: u64) -> Result<bool, FormatError> {
+        let Some(seek) = self.seek else {
+            return Ok(false);
+        };
+        seek(&mut self.r, p)?;
+        let mut head = [0u8; 5];
+        if !read_full(&mut self.r, &mut head, p, "a record header").unwrap_or(false) {
+            return Ok(false);
+        }
+        let k = head[0];
+        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        if !plausible_kind(k) || len > MAX_RECORD_BYTES || p + 9 + u64::from(len) > self.file_len {
+            return Ok(false);
+        }
+        let mut payload = Vec::new();
+        let got = (&mut self.r)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)?;
+        let mut crc = [0u8; 4];
+        if got < len as usize || !read_full(&mut self.r, &mut crc, p, "a checksum").unwrap_or(false)
+        {
+            return Ok(false);
+        }
+        Ok(crate::writer::record_crc(k, &payload) == u32::from_le_bytes(crc))
+    }
+
+    /// Reads one framed record: (kind, payload, offset of the record).
+    fn frame(&mut self) -> Result<Option<(u8, Vec<u8>, u64)>, FormatError> {
         let at = self.offset;
         let mut head = [0u8; 5];
         if !read_full(&mut self.r, &mut head, at, "a record header")? {
@@ -202,6 +368,7 @@ impl<R: Read> TraceReader<R> {
             self.done = true;
             return Ok(None);
         };
+        self.last_at = at;
         let mut c = Cursor::new(&payload, at + 5);
         let rec = Record::decode(k, &mut c, at)?;
         if let Record::Footer(f) = &rec {
@@ -209,6 +376,20 @@ impl<R: Read> TraceReader<R> {
             self.done = true;
         }
         Ok(Some(rec))
+    }
+}
+
+impl<R: Read + Seek> TraceReader<R> {
+    /// Reads past damage instead of stopping at it (`--skip-corrupt`): a
+    /// record that fails its checksum or framing is stepped over to the
+    /// next whole record, and [`TraceReader::skipped`] lists what was
+    /// lost. The header must be whole (it says how to read the rest). A
+    /// trace cut short still ends with [`FormatError::Truncated`].
+    pub fn skipping_corrupt(mut self) -> Result<Self, FormatError> {
+        self.file_len = self.r.seek(SeekFrom::End(0))?;
+        self.r.seek(SeekFrom::Start(self.offset))?;
+        self.seek = Some(|r: &mut R, at: u64| r.seek(SeekFrom::Start(at)).map(|_| ()));
+        Ok(self)
     }
 }
 
@@ -223,6 +404,8 @@ pub struct Trace {
     pub events: BTreeMap<u32, Vec<Event>>,
     /// The footer, if the trace is complete.
     pub footer: Option<Footer>,
+    /// Damaged stretches stepped over (read with `skip_corrupt` only).
+    pub skipped: Vec<Skipped>,
 }
 
 impl Trace {
@@ -269,7 +452,12 @@ impl Trace {
     /// [`FormatError::Truncated`] that ended them (None for a whole file).
     /// Every other error (not a trace, corruption) is returned as such.
     pub fn read_salvaging<R: Read>(r: R) -> Result<(Trace, Option<FormatError>), FormatError> {
-        let mut tr = TraceReader::new(r)?;
+        Trace::salvage_from(TraceReader::new(r)?)
+    }
+
+    fn salvage_from<R: Read>(
+        mut tr: TraceReader<R>,
+    ) -> Result<(Trace, Option<FormatError>), FormatError> {
         let mut t = Trace {
             header: tr.header().clone(),
             ..Trace::default()
@@ -277,8 +465,14 @@ impl Trace {
         loop {
             let rec = match tr.next() {
                 Ok(Some(rec)) => rec,
-                Ok(None) => return Ok((t, None)),
-                Err(e @ FormatError::Truncated { .. }) => return Ok((t, Some(e))),
+                Ok(None) => {
+                    t.skipped = tr.skipped().to_vec();
+                    return Ok((t, None));
+                }
+                Err(e @ FormatError::Truncated { .. }) => {
+                    t.skipped = tr.skipped().to_vec();
+                    return Ok((t, Some(e)));
+                }
                 Err(e) => return Err(e),
             };
             match rec {
@@ -298,6 +492,21 @@ impl Trace {
     ) -> Result<(Trace, Option<FormatError>), FormatError> {
         let f = std::fs::File::open(path)?;
         Trace::read_salvaging(std::io::BufReader::new(f))
+    }
+
+    /// [`Trace::open_salvaging`], and with `skip_corrupt` past damaged
+    /// records too ([`TraceReader::skipping_corrupt`]); the stretches
+    /// stepped over are in [`Trace::skipped`].
+    pub fn open_salvaging_with(
+        path: impl AsRef<Path>,
+        skip_corrupt: bool,
+    ) -> Result<(Trace, Option<FormatError>), FormatError> {
+        let f = std::io::BufReader::new(std::fs::File::open(path)?);
+        let mut tr = TraceReader::new(f)?;
+        if skip_corrupt {
+            tr = tr.skipping_corrupt()?;
+        }
+        Trace::salvage_from(tr)
     }
 
     /// Total number of events.

@@ -271,3 +271,139 @@ fn crc32fast_hash(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// A trace of the sample's tables and `chunks` event chunks of 100
+/// events each on threads 1..=chunks, with the byte range of each chunk.
+fn chunked_sample(chunks: u32) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+    let (h, recs, ev) = sample();
+    let mut w = TraceWriter::new(Vec::new(), &h).unwrap();
+    for r in &recs {
+        w.write(r).unwrap();
+    }
+    let mut ranges = Vec::new();
+    for t in 1..=chunks {
+        let at = w.bytes_written() as usize;
+        w.write_events(t, &ev[..100]).unwrap();
+        ranges.push(at..w.bytes_written() as usize);
+    }
+    let bytes = w
+        .finish(&Footer {
+            duration_ns: 1001,
+            events: 100 * u64::from(chunks),
+            lost: 0,
+            exit_status: 0,
+        })
+        .unwrap();
+    (bytes, ranges)
+}
+
+/// Reads `bytes` skipping damage: (events per thread, skipped, footer
+/// read, the error that ended it).
+fn read_skipping(
+    bytes: &[u8],
+) -> (
+    std::collections::BTreeMap<u32, usize>,
+    Vec<Skipped>,
+    bool,
+    Option<FormatError>,
+) {
+    let mut r = TraceReader::new(std::io::Cursor::new(bytes))
+        .unwrap()
+        .skipping_corrupt()
+        .unwrap();
+    let mut per = std::collections::BTreeMap::new();
+    let mut end = None;
+    loop {
+        match r.next() {
+            Ok(Some(Record::Events(c))) => {
+                *per.entry(c.thread).or_insert(0) += c.count as usize;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                end = Some(e);
+                break;
+            }
+        }
+    }
+    (per, r.skipped().to_vec(), r.footer().is_some(), end)
+}
+
+// See issue 32: one flipped byte rejected the whole trace, with no way to
+// read the rest.
+#[test]
+fn skip_corrupt_loses_exactly_the_damaged_chunk_wherever_its_byte_flips() {
+    let (bytes, ranges) = chunked_sample(5);
+    let victim = &ranges[2];
+    // Every byte of the third chunk: its kind, its length, its payload,
+    // its checksum.
+    for pos in victim.clone() {
+        let mut b = bytes.clone();
+        b[pos] ^= 0x55;
+        let (per, skipped, footer, end) = read_skipping(&b);
+        assert!(end.is_none(), "byte {pos}: {end:?}");
+        assert!(footer, "byte {pos}: the footer after the damage is read");
+        let want: std::collections::BTreeMap<u32, usize> =
+            [1, 2, 4, 5].into_iter().map(|t| (t, 100)).collect();
+        assert_eq!(per, want, "byte {pos}");
+        assert_eq!(
+            skipped,
+            vec![Skipped {
+                offset: victim.start as u64,
+                bytes: victim.len() as u64
+            }],
+            "byte {pos}"
+        );
+    }
+    // Not damaged: nothing skipped.
+    let (per, skipped, footer, end) = read_skipping(&bytes);
+    assert!(end.is_none() && footer && skipped.is_empty());
+    assert_eq!(per.values().sum::<usize>(), 500);
+}
+
+#[test]
+fn skip_corrupt_ends_on_every_flipped_byte_and_loses_at_most_one_record() {
+    let (bytes, ranges) = chunked_sample(4);
+    // The header must be whole (it says how to read the rest).
+    let header_end = TraceReader::new(&bytes[..]).unwrap().offset() as usize;
+    let footer_at = ranges.last().unwrap().end;
+    for pos in header_end..bytes.len() {
+        let mut b = bytes.clone();
+        b[pos] ^= 0xa5;
+        let (per, skipped, _, end) = read_skipping(&b);
+        // A flipped length in the last record (the footer) claims bytes
+        // that are not there, with nothing whole after it: that is what
+        // a trace cut short looks like, and it is read as one.
+        if pos >= footer_at && matches!(end, Some(FormatError::Truncated { .. })) {
+            assert!(skipped.is_empty(), "byte {pos}: {skipped:?}");
+            assert_eq!(per.values().sum::<usize>(), 400, "byte {pos}");
+            continue;
+        }
+        assert!(end.is_none(), "byte {pos}: {end:?}");
+        assert_eq!(skipped.len(), 1, "byte {pos}: {skipped:?}");
+        let s = skipped[0];
+        assert!(
+            s.offset as usize <= pos && pos < (s.offset + s.bytes) as usize,
+            "byte {pos} is in the stretch skipped, {s:?}"
+        );
+        let lost_chunks = ranges.iter().filter(|r| r.contains(&pos)).count();
+        assert_eq!(
+            per.values().sum::<usize>(),
+            400 - 100 * lost_chunks,
+            "byte {pos}"
+        );
+    }
+}
+
+#[test]
+fn skip_corrupt_still_reports_a_trace_cut_short() {
+    let (bytes, ranges) = chunked_sample(3);
+    let cut = &bytes[..ranges[1].start + 20];
+    let (per, skipped, footer, end) = read_skipping(cut);
+    assert!(
+        matches!(end, Some(FormatError::Truncated { .. })),
+        "{end:?}"
+    );
+    assert!(skipped.is_empty() && !footer);
+    assert_eq!(per.values().sum::<usize>(), 100);
+}

@@ -38,6 +38,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot open {}", args.trace.display()))?;
     let mut r = TraceReader::new(std::io::BufReader::new(file))
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    if crate::cmd::util::skip_corrupt() {
+        r = r
+            .skipping_corrupt()
+            .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    }
     for op in &args.ops {
         if !(0..=255u8).any(|v| Op::from_u8(v).is_some_and(|o| o.name() == op)) {
             let names: Vec<&str> = (0..=255u8).filter_map(Op::from_u8).map(Op::name).collect();
@@ -59,11 +64,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     loop {
         let rec = match r.next() {
             Ok(Some(rec)) => rec,
-            Ok(None) => break,
+            Ok(None) => {
+                out.flush()?;
+                crate::cmd::util::warn_skipped(&args.trace, r.skipped());
+                break;
+            }
             // Cut short: what was read is printed, and the warning every
             // command gives (util::warn_cut_short).
             Err(e @ lockscope_format::FormatError::Truncated { .. }) => {
                 out.flush()?;
+                crate::cmd::util::warn_skipped(&args.trace, r.skipped());
                 crate::cmd::util::warn_cut_short(&args.trace, &e);
                 break;
             }

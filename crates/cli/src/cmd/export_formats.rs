@@ -15,7 +15,11 @@ use lockscope_export::{folded, perfetto, perfetto_proto, pprof, speedscope, stac
 /// A trace cut short gets the warning every command gives.
 pub fn report(trace: &Path) -> anyhow::Result<lockscope_analysis::Report> {
     crate::cmd::util::check_trace_file(trace)?;
-    let r = lockscope_analysis::analyze(trace, &ReportConfig::default(), &mut |_, _, _| {})
+    let cfg = ReportConfig {
+        skip_corrupt: crate::cmd::util::skip_corrupt(),
+        ..ReportConfig::default()
+    };
+    let r = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {})
         .with_context(|| format!("cannot read {}", trace.display()))?;
     crate::cmd::util::warn_cut_short_report(trace, &r);
     Ok(r)

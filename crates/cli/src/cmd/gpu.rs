@@ -29,7 +29,8 @@ pub struct Args {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let r = gpu::analyze(&args.trace, !args.no_symbols)
+    let meta = util::index_trace(&args.trace)?;
+    let r = gpu::analyze_indexed(&args.trace, &meta, !args.no_symbols)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.trace.display()))?;
     util::print_result(&r, args.json, gpu::render_text)
 }

@@ -181,6 +181,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         lock_filter: a.lock.clone(),
         thread_filter: a.thread.clone(),
         frames_all: a.frames == "all",
+        skip_corrupt: super::util::skip_corrupt(),
     };
     let trace = match &a.trace {
         Some(t) => t.clone(),

@@ -83,8 +83,10 @@ pub fn warn_cut_short(path: &std::path::Path, e: &lockscope_format::FormatError)
     );
 }
 
-/// [`warn_cut_short`] for a command that has only the report of a trace.
+/// [`warn_cut_short`] for a command that has only the report of a trace
+/// (and [`warn_skipped`]).
 pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_analysis::Report) {
+    warn_skipped(path, &r.skipped);
     if let Some((offset, what)) = r.cut_short {
         warn_cut_short(
             path,
@@ -93,13 +95,50 @@ pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_analysis::Rep
     }
 }
 
+/// `--skip-corrupt`, set once by `main` before any command runs. A
+/// process-wide setting of the front end, not of the libraries: they take
+/// it as a parameter (`index_with`, `ReportConfig::skip_corrupt`,
+/// `Trace::open_salvaging_with`); a field in every command's arguments
+/// would only be copied here.
+static SKIP_CORRUPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `--skip-corrupt` (see [`SKIP_CORRUPT`]).
+pub fn set_skip_corrupt(on: bool) {
+    SKIP_CORRUPT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `--skip-corrupt` was given.
+pub fn skip_corrupt() -> bool {
+    SKIP_CORRUPT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The second half of the salvage policy: with `--skip-corrupt`, damaged
+/// records were stepped over; this warning, the same for every command,
+/// says how much and where (nothing when none was).
+pub fn warn_skipped(path: &std::path::Path, skipped: &[lockscope_format::Skipped]) {
+    if let Some(line) = lockscope_analysis::input::damaged_line(skipped) {
+        eprintln!("lockscope: WARNING: {}: {line}", path.display());
+    }
+}
+
+/// What to add to an error line that names a corrupt trace: the flag that
+/// reads past the damage (empty for other errors, or when it was given).
+pub fn corrupt_hint(line: &str) -> &'static str {
+    if line.contains("trace is corrupt at byte offset") && !skip_corrupt() {
+        " (to read the rest of the trace, skipping what is damaged: --skip-corrupt)"
+    } else {
+        ""
+    }
+}
+
 /// The index of the trace at `path` (every command that streams a trace
 /// starts here), with the file checked first and the warning of
 /// [`warn_cut_short`] when the trace was cut short.
 pub fn index_trace(path: &std::path::Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
     check_trace_file(path)?;
-    let meta = lockscope_analysis::input::index(path, &mut |_, _| {})
+    let meta = lockscope_analysis::input::index_with(path, skip_corrupt(), &mut |_, _| {})
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    warn_skipped(path, &meta.skipped);
     if let Some((offset, what)) = &meta.cut_short {
         warn_cut_short(
             path,
@@ -141,8 +180,9 @@ pub fn error_line(e: &anyhow::Error) -> String {
 /// (a "best case speedup" of a program they know nothing about).
 pub fn open_trace(path: &std::path::Path) -> anyhow::Result<lockscope_format::Trace> {
     check_trace_file(path)?;
-    let (t, cut) = lockscope_format::Trace::open_salvaging(path)
+    let (t, cut) = lockscope_format::Trace::open_salvaging_with(path, skip_corrupt())
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    warn_skipped(path, &t.skipped);
     if let Some(e) = cut {
         warn_cut_short(path, &e);
     }
@@ -220,7 +260,7 @@ pub fn open_small_trace(path: &std::path::Path, events: u64) -> Option<lockscope
     }
     // A trace cut short gives its sections up to the cut (the report
     // has said so already).
-    lockscope_format::Trace::open_salvaging(path)
+    lockscope_format::Trace::open_salvaging_with(path, skip_corrupt())
         .ok()
         .map(|(t, _)| t)
 }
