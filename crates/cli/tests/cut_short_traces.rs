@@ -87,6 +87,12 @@ fn every_command_reads_a_trace_cut_short_with_the_same_warning() {
             "{cmd:?} says it once: {err}"
         );
     }
+    // The HTML page says it too.
+    let page = std::fs::read_to_string(dir.join("x.html")).unwrap();
+    assert!(
+        page.contains("the trace ends early at byte"),
+        "no warning in the page"
+    );
 }
 
 #[test]
@@ -159,6 +165,11 @@ fn every_command_reads_past_a_flipped_byte_with_skip_corrupt() {
             "{cmd:?} says it once: {err}"
         );
     }
+    let page = std::fs::read_to_string(dir.join("x.html")).unwrap();
+    assert!(
+        page.contains("1 damaged stretch of the trace"),
+        "no warning in the page"
+    );
     // Exactly the damaged chunk's events are missing, and the JSON says so.
     let o = lockscope(
         &["report", "--json", "--skip-corrupt", bad.to_str().unwrap()],

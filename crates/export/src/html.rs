@@ -249,6 +249,9 @@ fn report_data(r: &Report, extra: &Sections) -> Value {
         "duration_ns": r.duration_ns,
         "events": r.events,
         "lost_events": r.lost_events,
+        // Nothing silently partial: a trace cut short or read past its
+        // damage says so on the page as in the text report.
+        "warnings": r.truncated.iter().chain(r.damaged.iter()).collect::<Vec<_>>(),
         "total_wait_ns": r.locks.iter().map(|l| l.wait_ns.total).sum::<u64>(),
         "locks": locks,
         "threads": threads,

@@ -37,6 +37,9 @@
   app.appendChild(el('div', { 'class': 'muted' }, 'recorded ' + ms(R.duration_ns) + ', ' +
     R.events + ' events' + (R.lost_events ? ', ' + R.lost_events + ' lost' : '') +
     ', total lock wait ' + ms(R.total_wait_ns)));
+  (R.warnings || []).forEach(function (w) {
+    app.appendChild(el('p', { 'class': 'warning' }, 'WARNING: ' + w));
+  });
   app.appendChild(el('p', { 'class': 'verdict', id: 'verdict' }, R.verdict));
 
   // ---- timeline ----
