@@ -9,11 +9,15 @@
  *     the attempts that failed.
  * Every thread counts its own calls and prints truth lines (truth.h
  * format) after the region; the test compares them with the trace
- * exactly. `omp_locks [ITERS]`: ITERS defaults to 20,000. The critical sections do a little work so that the threads
+ * exactly. `omp_locks [ITERS [wait]]`: ITERS defaults to 20,000; with
+ * `wait`, threads 0 and 1 then meet once more on the omp_lock_t in a way
+ * that makes thread 1 wait, whatever the load. The critical sections do a little work so that the threads
  * meet in them and some calls wait. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <omp.h>
+#include <string.h>
+#include <time.h>
 
 #include "truth.h"
 
@@ -40,6 +44,7 @@ static void work(volatile long *x) {
 
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : ITERS;
+    int handshake = argc > 2 && strcmp(argv[2], "wait") == 0;
     omp_init_lock(&set_lk);
     omp_init_lock(&test_lk);
 #pragma omp parallel num_threads(THREADS)
@@ -66,6 +71,32 @@ int main(int argc, char **argv) {
             work(&test_sum);
             c.test_ok++;
             omp_unset_lock(&test_lk);
+        }
+        /* One wait that happens whatever the machine's load (on two busy
+         * CPUs the loop above can run with no call that waited): thread 0
+         * holds set_lk until thread 1 says it is about to take it, then
+         * 50 ms more, so thread 1's omp_set_lock finds it held. Only
+         * with `wait`: the detailed-mode test wants every section to
+         * touch its lock's counter. */
+        if (handshake && omp_get_num_threads() >= 2 && me < 2) {
+            static int holding, about;
+            if (me == 0) {
+                omp_set_lock(&set_lk);
+                c.set++;
+                __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
+                while (!__atomic_load_n(&about, __ATOMIC_ACQUIRE))
+                    ;
+                struct timespec ts = {0, 50 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                omp_unset_lock(&set_lk);
+            } else {
+                while (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE))
+                    ;
+                __atomic_store_n(&about, 1, __ATOMIC_RELEASE);
+                omp_set_lock(&set_lk);
+                c.set++;
+                omp_unset_lock(&set_lk);
+            }
         }
         counts[me] = c;
     }

@@ -116,9 +116,10 @@ pub struct ScenarioOut {
     /// Lock wait in the recorded run of the locks the scenario removes
     /// (hand-off latencies included), ns; `null` for other scenarios.
     pub recorded_wait_ns: Option<u64>,
-    /// The gain was cut to what the removed locks cost in the recorded
-    /// run (their waits and the CPU their unlocks spent waking waiters):
-    /// removing a lock cannot save more.
+    /// The gain was cut to what the removed (or reader-shared) locks
+    /// cost in the recorded run (their waits and the CPU their unlocks
+    /// spent waking waiters): removing a lock cannot save more, and
+    /// sharing it among readers cannot save more than removing it.
     pub bounded: bool,
     /// Threads that end earlier, most gain first.
     pub threads: Vec<ThreadGain>,
@@ -768,8 +769,8 @@ struct Predicted {
 
 /// Replays `sc` under every variation of the lock model (arrival order)
 /// and compares each with the unchanged run under the same variation.
-/// `removed`: the locks the scenario removes, whose gain the critical
-/// path bounds.
+/// `removed`: the locks the scenario removes or lets readers share,
+/// whose gain their recorded cost bounds.
 fn predict(p: &Program, cpus: u32, b: &Baselines, sc: &Scenario, removed: &[u32]) -> Predicted {
     let mut rs = par_map(&b.grants, |&g| {
         simulate(
@@ -973,7 +974,12 @@ pub fn analyze_with(
             readers: keys,
             ..Scenario::default()
         };
-        let r = predict(p, cpus, &b, &sc, &[]);
+        // A lock whose readers share it saves at most what removing it
+        // would: the same bound (under outside load the reader scenario
+        // was predicted at 1.48x where removing the lock was bounded at
+        // 1.26x, on a fixture whose every section is a reader).
+        let relaxed: Vec<u32> = changed.keys().copied().collect();
+        let r = predict(p, cpus, &b, &sc, &relaxed);
         let what = format!(
             "{rw_kind} reader-writer lock: sections entered at {} read (share the lock)",
             cfg.readers.join(", ")
@@ -999,7 +1005,8 @@ pub fn analyze_with(
             reader_turns: vec![(l, turns)],
             ..Scenario::default()
         };
-        let r = predict(p, cpus, &b, &sc, &[]);
+        // Bounded as removing the lock is (see --readers above).
+        let r = predict(p, cpus, &b, &sc, &[l]);
         let what = format!(
             "{rw_kind} reader-writer lock {}: the {readers} of its {} critical sections that \
              only read share it",
@@ -1106,7 +1113,7 @@ pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::R
         if s.bounded {
             writeln!(
                 out,
-                "  (bounded: removing a lock saves at most the waiting for it in the recorded run)"
+                "  (bounded: removing or sharing a lock saves at most the waiting for it in the recorded run)"
             )?;
         }
         if let Some(why) = &s.uncertain {

@@ -67,7 +67,7 @@ fn barrier_events(ix: &Index) -> Vec<(u64, lockscope_format::Event)> {
 fn openmp_critical_sections_and_locks_are_recorded_exactly() {
     let dir = temp("omp");
     let bin = build_omp(&dir);
-    let run = record(&dir, &[], &bin, &[], b"");
+    let run = record(&dir, &[], &bin, &["20000", "wait"], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
     // What the program computes is unchanged: every section ran.
     // 3 threads x 20,000 sections x (0 + 1 + ... + 19) per lock.
@@ -86,9 +86,11 @@ fn openmp_critical_sections_and_locks_are_recorded_exactly() {
     check_truth(&ix, &truth, None);
 
     // A call that waited is BEGIN then DONE|CONTENDED on the same lock,
-    // as for a pthread mutex; and with three threads meeting in short
-    // sections 20,000 times each, some did wait on the lock words the
-    // hooks can read (the named section's and omp_set_lock's).
+    // as for a pthread mutex; with `wait` thread 1 waited at least once
+    // on set_lk (a handshake, not luck: on two busy CPUs the threads
+    // could go through 60,000 short sections with 3 waits, none on the
+    // lock words the hooks can read, the named section's and
+    // omp_set_lock's).
     let tally = truth
         .iter()
         .find(|t| t.op == "MutexLock" && t.addr != truth[0].addr)

@@ -136,6 +136,12 @@ fn removing_a_lock_over_disjoint_sections_predicts_a_parallel_speedup() {
         (readers - predicted).abs() <= predicted * 0.1,
         "readers {readers} vs removed {predicted}: {jr:#}"
     );
+    // Never more: sharing a lock cannot save more than removing it (under
+    // outside load it was predicted at 1.48x against 1.26x).
+    assert!(
+        readers <= predicted + 1e-9,
+        "readers {readers} vs removed {predicted}: {jr:#}"
+    );
 
     let measured = best_wall(&locked) / best_wall(&free);
     println!(
