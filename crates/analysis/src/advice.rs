@@ -371,9 +371,7 @@ fn run_command(r: &Report, l: &LockOut, opts: &str) -> Option<String> {
     Some(format!("lockscope run {opts} -- {}", args.join(" ")))
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.1}%", v * 100.0)
-}
+use crate::units::pct;
 
 /// What a lock's figures say, computed once.
 struct Figures {

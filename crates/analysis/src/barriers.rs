@@ -972,9 +972,7 @@ pub fn advice(r: &BarriersReport) -> Vec<String> {
     out
 }
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
-}
+use crate::units::ms;
 
 /// Text rendering.
 pub fn render_text(r: &BarriersReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {

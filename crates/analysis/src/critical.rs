@@ -335,9 +335,7 @@ fn attribute(
 /// Columns the text output fits in.
 const WIDTH: usize = 100;
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
-}
+use crate::units::ms;
 
 /// Renders a critical path as text.
 pub fn render_text(r: &CriticalPath, out: &mut dyn std::io::Write) -> std::io::Result<()> {

@@ -398,12 +398,4 @@ pub fn gains_text(s: &Sections, trace: &Path) -> String {
     s
 }
 
-/// A duration as the spinlock table shows it (`lockscope spin`'s units).
-fn short_ns(v: u64) -> String {
-    match v {
-        0..=999 => format!("{v}ns"),
-        1_000..=999_999 => format!("{:.1}us", v as f64 / 1e3),
-        1_000_000..=999_999_999 => format!("{:.1}ms", v as f64 / 1e6),
-        _ => format!("{:.2}s", v as f64 / 1e9),
-    }
-}
+use crate::units::short_ns;

@@ -933,19 +933,22 @@ pub fn render_text(r: &GpuReport, out: &mut dyn std::io::Write) -> std::io::Resu
     if !r.has_gpu {
         return writeln!(out, "{}", r.verdict);
     }
+    use crate::units::pct;
+    // Column figures below are numbers in a column headed "ms".
     let ms = |ns: u64| ns as f64 / 1e6;
+    let ms_text = crate::units::ms;
     writeln!(out, "GPU: {}", r.verdict)?;
     writeln!(
         out,
-        "window {:.3} ms: GPU idle {:.3} ms ({:.1}%), kernels {:.3} ms, copies {:.3} ms \
-         ({:.3} ms overlapped with kernels), CPU waiting for the GPU {:.3} ms",
-        ms(r.window_ns),
-        ms(r.gpu_idle_ns),
-        100.0 * r.gpu_idle_fraction,
-        ms(r.kernel_ns),
-        ms(r.copy_ns),
-        ms(r.copy_kernel_overlap_ns),
-        ms(r.cpu_wait_ns)
+        "window {}: GPU idle {} ({}), kernels {}, copies {} \
+         ({} overlapped with kernels), CPU waiting for the GPU {}",
+        ms_text(r.window_ns),
+        ms_text(r.gpu_idle_ns),
+        pct(r.gpu_idle_fraction),
+        ms_text(r.kernel_ns),
+        ms_text(r.copy_ns),
+        ms_text(r.copy_kernel_overlap_ns),
+        ms_text(r.cpu_wait_ns)
     )?;
     writeln!(
         out,
@@ -970,11 +973,11 @@ pub fn render_text(r: &GpuReport, out: &mut dyn std::io::Write) -> std::io::Resu
         for l in c.waiting_for_locks.iter().take(3) {
             writeln!(
                 out,
-                "{:>12}  {:>6}    waiting for lock {} {:.3} ms",
+                "{:>12}  {:>6}    waiting for lock {} {}",
                 "",
                 "",
                 l.lock,
-                ms(l.ns)
+                ms_text(l.ns)
             )?;
         }
     }

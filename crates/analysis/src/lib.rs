@@ -40,6 +40,7 @@ pub mod spin;
 pub mod symbols;
 pub mod sync;
 pub mod ulcp;
+pub mod units;
 pub mod whatif;
 
 pub use error::AnalysisError;

@@ -5,27 +5,8 @@ use std::fmt::Write as _;
 
 use crate::report::Report;
 
-/// A duration for humans: 3 significant digits and a unit.
-pub fn ns(v: u64) -> String {
-    let f = v as f64;
-    if v < 1_000 {
-        format!("{v} ns")
-    } else if v < 1_000_000 {
-        format!("{:.3} us", f / 1e3)
-    } else if v < 1_000_000_000 {
-        format!("{:.3} ms", f / 1e6)
-    } else {
-        format!("{:.3} s", f / 1e9)
-    }
-}
-
-fn nsf(v: f64) -> String {
-    ns(v.round() as u64)
-}
-
-fn pct(a: f64) -> String {
-    format!("{:.1}%", a * 100.0)
-}
+pub use crate::units::{count, ns};
+use crate::units::{ns_f64 as nsf, pct};
 
 fn share(a: u64, b: u64) -> String {
     if b == 0 {
@@ -33,19 +14,6 @@ fn share(a: u64, b: u64) -> String {
     } else {
         pct(a as f64 / b as f64)
     }
-}
-
-/// Integer with thousands separators.
-pub fn count(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A left/right aligned table.

@@ -2755,9 +2755,7 @@ pub fn effective_cpus(p: &Program, cpus: u32) -> u32 {
     }
 }
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
-}
+use crate::units::ms;
 
 /// Renders a replay report as text.
 pub fn render_text(r: &ReplayReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {

@@ -1833,7 +1833,7 @@ fn is_zero(v: &u64) -> bool {
 }
 
 fn share_str(a: u64, b: u64) -> String {
-    format!("{:.1}%", ratio(a, b) * 100.0)
+    crate::units::pct(ratio(a, b))
 }
 
 /// Stage 2 finding: the verdict line on the full report.

@@ -1081,9 +1081,7 @@ pub fn analyze_with(
     })
 }
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
-}
+use crate::units::ms;
 
 /// Renders a what-if report as text.
 pub fn render_text(r: &WhatifReport, out: &mut dyn std::io::Write) -> std::io::Result<()> {

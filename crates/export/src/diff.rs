@@ -358,9 +358,7 @@ fn swap_mark(l: &LockDiff) -> String {
     )
 }
 
-fn ms(ns: f64) -> String {
-    format!("{:.3} ms", ns / 1e6)
-}
+use lockscope_analysis::units::ms_f64 as ms;
 
 /// Milliseconds in at most 7 characters: `318.2`, `12.34`, `0.012`.
 fn short_ms(ns: f64) -> String {
