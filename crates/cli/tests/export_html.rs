@@ -126,6 +126,45 @@ fn html_loads_draws_and_hovers_in_chromium() {
     assert!(hover.starts_with("wait held_lock"), "{hover}");
     assert!(hover.contains("at wait_for_it (sleep_hold.c:"), "{hover}");
     assert!(hover.contains("call path:"), "{hover}");
+    // The time axis is labelled at round values in one unit: equal steps
+    // of 1, 2 or 5 times a power of ten, from 0.
+    let ticks: Vec<&str> = r["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(ticks.len() >= 4, "{ticks:?}");
+    let unit = ticks[0].split(' ').nth(1).unwrap();
+    let v: Vec<f64> = ticks
+        .iter()
+        .map(|t| {
+            let (n, u) = t.split_once(' ').unwrap();
+            assert_eq!(u, unit, "{ticks:?}");
+            n.parse().unwrap()
+        })
+        .collect();
+    assert_eq!(v[0], 0.0, "{ticks:?}");
+    let step = v[1];
+    let mantissa = step / 10f64.powf(step.log10().floor());
+    assert!(
+        [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-6),
+        "{ticks:?}"
+    );
+    assert!(
+        v.windows(2)
+            .all(|w| (w[1] - w[0] - step).abs() < step * 1e-6),
+        "{ticks:?}"
+    );
+    // Rows: every thread once.
+    let mut rows: Vec<u64> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    rows.sort();
+    assert_eq!(rows, (0..rows.len() as u64).collect::<Vec<_>>(), "{r}");
     // The per-lock flame graph of the only contended lock can be chosen.
     assert_eq!(r["flame_lock"], "lock held_lock", "{r}");
     // The report's verdict and tables are on the page.

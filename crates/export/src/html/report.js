@@ -8,6 +8,9 @@
   var COL = { wait: '#d33', hold: '#37c', blocked: '#999', unlock: '#a5c' };
   var CATS = ['wait', 'hold', 'blocked', 'unlock'];
   var BG = '#ffffff';
+  // More hand-off arrows than this in view are a green smear that hides
+  // the spans: then only the hovered row's are drawn.
+  var MAX_ARROWS = 200;
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -22,6 +25,19 @@
     return Math.round(ns) + ' ns';
   }
   function pct(x) { return (100 * x).toFixed(1) + '%'; }
+  // Counts with thousands separators, as the text report writes them.
+  function cnt(n) { return Number(n).toLocaleString('en-US'); }
+  // Time-axis ticks at round values: the step is 1, 2 or 5 times a power
+  // of ten (about `n` ticks in view), written in the unit the step needs.
+  function tickStep(span, n) {
+    var raw = span / n, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+  }
+  function tickLabel(t, step) {
+    var u = step >= 1e9 ? [1e9, ' s'] : step >= 1e6 ? [1e6, ' ms'] : step >= 1e3 ? [1e3, ' us'] : [1, ' ns'];
+    var dec = Math.max(0, Math.ceil(-Math.log10(step / u[0]) - 1e-9));
+    return (t / u[0]).toFixed(dec) + u[1];
+  }
   var tip = el('div', { id: 'tip' });
   document.body.appendChild(tip);
   function showTip(text, x, y) {
@@ -35,7 +51,7 @@
   // ---- header ----
   app.appendChild(el('h1', null, 'lockscope: ' + R.command));
   app.appendChild(el('div', { 'class': 'muted' }, 'recorded ' + ms(R.duration_ns) + ', ' +
-    R.events + ' events' + (R.lost_events ? ', ' + R.lost_events + ' lost' : '') +
+    cnt(R.events) + ' events' + (R.lost_events ? ', ' + cnt(R.lost_events) + ' lost' : '') +
     ', total lock wait ' + ms(R.total_wait_ns)));
   (R.warnings || []).forEach(function (w) {
     app.appendChild(el('p', { 'class': 'warning' }, 'WARNING: ' + w));
@@ -49,7 +65,12 @@
     var s = el('span'); s.style.background = COL[c]; legend.appendChild(s);
     legend.appendChild(document.createTextNode(c));
   });
-  legend.appendChild(document.createTextNode('   (wheel: zoom, drag: pan, double-click: whole run; arrows: hand-offs) '));
+  legend.appendChild(document.createTextNode('   (wheel: zoom, drag: pan, double-click: whole run; ' +
+    'arrows: hand-offs, the hovered row\'s when over ' + MAX_ARROWS + ' are in view) '));
+  var rowSel = el('select', { id: 'row-order' });
+  rowSel.appendChild(el('option', { value: 'start' }, 'rows: by process, then start'));
+  rowSel.appendChild(el('option', { value: 'wait' }, 'rows: most lock wait first'));
+  legend.appendChild(rowSel);
   var reset = el('button', null, 'whole run');
   legend.appendChild(reset);
   app.appendChild(legend);
@@ -62,6 +83,27 @@
   // Spans per thread, sorted by start (the data is).
   var spansOf = D.threads.map(function () { return []; });
   D.spans.forEach(function (s) { spansOf[s[0]].push(s); });
+  // Display order of the rows: order[row] is a thread index, rowOf its
+  // inverse. By process, then by when the thread first did anything (the
+  // order a reader follows a run in); or by lock wait, most first.
+  var order = D.threads.map(function (_, i) { return i; }), rowOf = order.slice();
+  function firstBin(ti) {
+    var f = Infinity;
+    D.heat[ti].forEach(function (bins) { if (bins.length) f = Math.min(f, bins[0][0]); });
+    return f;
+  }
+  function waitOf(ti) { var w = 0; D.heat[ti][0].forEach(function (b) { w += b[1]; }); return w; }
+  function sortRows(mode) {
+    var k = D.threads.map(function (_, ti) { return mode === 'wait' ? -waitOf(ti) : firstBin(ti); });
+    order.sort(function (a, b) {
+      var pa = D.threads[a].pid || 0, pb = D.threads[b].pid || 0;
+      if (mode !== 'wait' && pa !== pb) return pa - pb;
+      return (k[a] - k[b]) || (D.threads[a].tid - D.threads[b].tid);
+    });
+    order.forEach(function (ti, row) { rowOf[ti] = row; });
+  }
+  sortRows('start');
+  var hoverRow = -1;
   function kindCat(k) { return k === 'wait' ? 'wait' : (k === 'hold' || k === 'GPU work') ? 'hold' : k === 'unlock' ? 'unlock' : 'blocked'; }
 
   function size() {
@@ -75,15 +117,16 @@
     var scale = W / (v1 - v0);
     // time axis
     ctx.fillStyle = '#444'; ctx.font = '11px sans-serif';
-    for (var i = 0; i <= 8; i++) {
-      var t = v0 + (v1 - v0) * i / 8, x = LABEL + W * i / 8;
+    var step = tickStep(v1 - v0, 8);
+    for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
+      var x = xOf(t);
       ctx.fillRect(x, TOP - 4, 1, 4);
-      ctx.fillText(ms(t), Math.min(x + 2, cv.width - 60), 11);
+      ctx.fillText(tickLabel(t, step), Math.min(x + 2, cv.width - 60), 11);
     }
     var cols = [new Float64Array(W), new Float64Array(W), new Float64Array(W), new Float64Array(W)];
     for (var ti = 0; ti < nT; ti++) {
-      var y = TOP + ti * ROW;
-      ctx.fillStyle = ti % 2 ? '#f7f7f7' : '#fdfdfd';
+      var y = TOP + rowOf[ti] * ROW;
+      ctx.fillStyle = rowOf[ti] % 2 ? '#f7f7f7' : '#fdfdfd';
       ctx.fillRect(LABEL, y, W, ROW - 1);
       ctx.fillStyle = '#222';
       var th = D.threads[ti];
@@ -128,13 +171,21 @@
         ctx.fillRect(Math.max(LABEL, xa), y + (ROW - 1 - hh), Math.min(xb, cv.width) - Math.max(LABEL, xa), hh);
       }
     }
-    // Hand-off arrows: release -> the acquisition it let in.
+    // Hand-off arrows: release -> the acquisition it let in. All of them
+    // when few are in view; else only the hovered row's.
     ctx.strokeStyle = '#090'; ctx.fillStyle = '#090'; ctx.lineWidth = 1;
+    var inView = 0;
+    for (var a0 = 0; a0 < D.handoffs.length && inView <= MAX_ARROWS; a0++) {
+      var h0 = D.handoffs[a0];
+      if (!(h0[3] < v0 || h0[1] > v1)) inView++;
+    }
+    var onlyTi = inView <= MAX_ARROWS ? -1 : hoverRow >= 0 ? order[hoverRow] : -2;
     var drawn = 0;
-    for (var a = 0; a < D.handoffs.length && drawn < 2000; a++) {
+    for (var a = 0; a < D.handoffs.length && drawn < MAX_ARROWS && onlyTi !== -2; a++) {
       var ho = D.handoffs[a];
       if (ho[3] < v0 || ho[1] > v1) continue;
-      var fx = xOf(ho[1]), fy = TOP + ho[0] * ROW + ROW / 2, tx = xOf(ho[3]), ty = TOP + ho[2] * ROW + ROW / 2;
+      if (onlyTi >= 0 && ho[0] !== onlyTi && ho[2] !== onlyTi) continue;
+      var fx = xOf(ho[1]), fy = TOP + rowOf[ho[0]] * ROW + ROW / 2, tx = xOf(ho[3]), ty = TOP + rowOf[ho[2]] * ROW + ROW / 2;
       ctx.beginPath(); ctx.moveTo(fx, fy); ctx.lineTo(tx, ty); ctx.stroke();
       ctx.beginPath(); ctx.moveTo(tx, ty); ctx.lineTo(tx - 4, ty + (ty > fy ? -6 : 6)); ctx.lineTo(tx + 4, ty + (ty > fy ? -6 : 6)); ctx.fill();
       drawn++;
@@ -175,12 +226,16 @@
       var w = v1 - v0; v0 = Math.max(0, Math.min(D.duration_ns - w, drag.v0 + dt)); v1 = v0 + w;
       draw(); return;
     }
-    var ti = Math.floor((y - TOP) / ROW);
-    if (x < LABEL || ti < 0 || ti >= nT) { hideTip(); return; }
+    var row = Math.floor((y - TOP) / ROW);
+    var newHover = (row >= 0 && row < nT) ? row : -1;
+    if (newHover !== hoverRow) { hoverRow = newHover; draw(); }
+    if (x < LABEL || row < 0 || row >= nT) { hideTip(); return; }
+    var ti = order[row];
     var t = v0 + (x - LABEL) * (v1 - v0) / (cv.width - LABEL);
     showTip(describe(ti, t, 2 * (v1 - v0) / (cv.width - LABEL)), e.clientX, e.clientY);
   });
-  cv.addEventListener('mouseleave', hideTip);
+  cv.addEventListener('mouseleave', function () { hideTip(); if (hoverRow >= 0) { hoverRow = -1; draw(); } });
+  rowSel.addEventListener('change', function () { sortRows(rowSel.value); draw(); });
   cv.addEventListener('mousedown', function (e) { var r = cv.getBoundingClientRect(); drag = { x: e.clientX - r.left, v0: v0 }; });
   addEventListener('mouseup', function () { drag = null; });
   cv.addEventListener('wheel', function (e) {
@@ -195,7 +250,7 @@
   function whole() { v0 = 0; v1 = D.duration_ns; draw(); }
   cv.addEventListener('dblclick', whole);
   reset.addEventListener('click', whole);
-  app.appendChild(el('div', { 'class': 'muted' }, D.spans.length + ' longest of ' + D.spans_total +
+  app.appendChild(el('div', { 'class': 'muted' }, cnt(D.spans.length) + ' longest of ' + cnt(D.spans_total) +
     ' spans shown individually; the rest as per-pixel shares of ' + ms(D.bin_ns) + ' bins'));
 
   // ---- flame graphs ----
@@ -248,6 +303,8 @@
   flameGraph('Wait by holder call path: blame (click to zoom)', D.flame.holders, 2, 'flame-holders');
 
   // ---- tables ----
+  // Number columns that are identifiers, written without separators.
+  var ID_COL = /^(tid|pid|thread|process|id|line)$/i;
   function table(title, id, heads, rows, fmt) {
     app.appendChild(el('h2', null, title));
     var t = el('table', { id: id }), thead = el('tr');
@@ -268,7 +325,8 @@
       rows.forEach(function (r) {
         var tr = el('tr');
         r.forEach(function (v, i) {
-          var f = fmt[i], s = v === null ? '-' : f === 'ns' ? ms(v) : f === '%' ? pct(v) : String(v);
+          var f = fmt[i], s = v === null ? '-' : f === 'ns' ? ms(v) : f === '%' ? pct(v) :
+            (f === 'n' && typeof v === 'number' && !ID_COL.test(heads[i])) ? cnt(v) : String(v);
           tr.appendChild(el('td', { 'class': f === 't' ? 't' : '' }, s));
         });
         body.appendChild(tr);
@@ -314,12 +372,17 @@
       if (!(r0 > 240 && g0 > 240 && b0 > 240)) painted++;
     }
     out.painted = painted;
+    // The whole run's time-axis labels (round values, one unit).
+    var st = tickStep(D.duration_ns, 8), labels = [];
+    for (var tt = 0; tt <= D.duration_ns; tt += st) labels.push(tickLabel(tt, st));
+    out.ticks = labels;
+    out.rows = order.slice();
     // Hover the longest wait span and read the tooltip.
     var longest = null;
     D.spans.forEach(function (s) { if (s[1] === 'wait' && (!longest || s[3] - s[2] > longest[3] - longest[2])) longest = s; });
     if (longest) {
       var rect = cv.getBoundingClientRect();
-      var mx = (xOf(longest[2]) + xOf(longest[3])) / 2, my = TOP + longest[0] * ROW + ROW / 2;
+      var mx = (xOf(longest[2]) + xOf(longest[3])) / 2, my = TOP + rowOf[longest[0]] * ROW + ROW / 2;
       cv.dispatchEvent(new MouseEvent('mousemove', { clientX: rect.left + mx, clientY: rect.top + my, bubbles: true }));
       out.hover = tip.textContent;
       hideTip();
