@@ -74,22 +74,33 @@ int main(int argc, char **argv) {
         }
         /* One wait that happens whatever the machine's load (on two busy
          * CPUs the loop above can run with no call that waited): thread 0
-         * holds set_lk until thread 1 says it is about to take it, then
-         * 50 ms more, so thread 1's omp_set_lock finds it held. Only
+         * holds set_lk until thread 1 is queued for it, so thread 1's
+         * omp_set_lock finds it held. Only
          * with `wait`: the detailed-mode test wants every section to
          * touch its lock's counter. */
         if (handshake && omp_get_num_threads() >= 2 && me < 2) {
-            static int holding, about;
+            /* Thread 0 takes the lock only once thread 1 is out of its
+             * loop (which takes the lock too: holding it before that
+             * would deadlock both). */
+            static int ready, holding, about;
             if (me == 0) {
+                while (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE))
+                    ;
                 omp_set_lock(&set_lk);
                 c.set++;
                 __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
                 while (!__atomic_load_n(&about, __ATOMIC_ACQUIRE))
                     ;
-                struct timespec ts = {0, 50 * 1000 * 1000};
-                nanosleep(&ts, NULL);
+                /* Until thread 1 queues: libgomp's lock word leaves 1
+                 * ("locked") for "locked, waiters" in its slow path, after
+                 * the recorder's hook looked at it. At most 5 s, in case a
+                 * libgomp keeps its word otherwise. */
+                struct timespec ts = {0, 1000 * 1000};
+                for (int i = 0; i < 5000 && __atomic_load_n((int *)&set_lk, __ATOMIC_ACQUIRE) == 1; i++)
+                    nanosleep(&ts, NULL);
                 omp_unset_lock(&set_lk);
             } else {
+                __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
                 while (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE))
                     ;
                 __atomic_store_n(&about, 1, __ATOMIC_RELEASE);

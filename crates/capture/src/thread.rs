@@ -79,6 +79,11 @@ pub(crate) struct ThreadState {
     last_t: u64,
     /// Clock of the thread's last run-queue delay sample.
     cpu_t: u64,
+    /// Clock read just before that sample's statistics were read: the
+    /// moment they describe, for [`Guard::preempted_in_call`] (`cpu_t`,
+    /// read after, is where the replay puts the sample; a preemption
+    /// between the two is in the statistics but not before `cpu_t`).
+    stat_t: u64,
     /// Clock units this thread has spent waiting for the recorder to make
     /// room in its ring (back-pressure), all rings together.
     waited: u64,
@@ -102,6 +107,7 @@ impl ThreadState {
         no_grow: 0,
         last_t: 0,
         cpu_t: 0,
+        stat_t: 0,
         waited: 0,
         last_rq: 0,
         last_oncpu: 0,
@@ -218,14 +224,16 @@ fn sample_run_delay_now(g: &mut Guard) {
     // room in its ring. Without the second, the replay kept a detailed
     // recording's back-pressure waits (255 ms in one 0.8 s run of
     // `ulcp_table`) as the program's work.
-    emit_run_delay(g, schedstat().unwrap_or_default());
+    let before = crate::tsc::now();
+    emit_run_delay(g, schedstat().unwrap_or_default(), before);
 }
 
 /// Records a run-queue delay sample from `stat` (the kernel's figures,
-/// read just before: see [`schedstat`]) plus the thread's waits for the
-/// recorder, stamped now.
-fn emit_run_delay(g: &mut Guard, stat: Schedstat) {
+/// read just after the clock said `before`: see [`schedstat`]) plus the
+/// thread's waits for the recorder, stamped now.
+fn emit_run_delay(g: &mut Guard, stat: Schedstat, before: u64) {
     let waited = process::ticks_to_ns(g.st().waited);
+    g.st().stat_t = before;
     let rq = stat.run_delay;
     g.st().last_rq = rq;
     g.st().last_oncpu = stat.on_cpu;
@@ -393,7 +401,7 @@ pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
         scratch.set_wait_when_full(false);
         let saved = core::ptr::read(&(*st).prod);
         let (ring, held, no_grow) = ((*st).ring, (*st).locks_held, (*st).no_grow);
-        let (last_t, cpu_t) = ((*st).last_t, (*st).cpu_t);
+        let (last_t, cpu_t, stat_t) = ((*st).last_t, (*st).cpu_t, (*st).stat_t);
         core::ptr::write(&mut (*st).prod, scratch);
         (*st).ring = RING_OK;
         (*st).no_grow = 1;
@@ -406,6 +414,7 @@ pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
         (*st).no_grow = no_grow;
         (*st).last_t = last_t;
         (*st).cpu_t = cpu_t;
+        (*st).stat_t = stat_t;
         compiler_fence(Ordering::SeqCst);
         libc::munmap(m.cast(), len);
         Some(r)
@@ -669,7 +678,7 @@ impl Guard {
     /// Preempted means both: its run-queue delay grew by at least half the
     /// call, and since its last sample the thread slept (wall time less
     /// time on a CPU less time waiting for one) less than an eighth of the
-    /// call. The second is what tells a wait apart: a thread that slept on
+    /// call (and less than 1 ms when that sample was this call's own). The second is what tells a wait apart: a thread that slept on
     /// the futex and, once woken, waited for a CPU also shows a delay
     /// grown by most of the call. With the first test alone, such waits
     /// were taken for preemptions: on `contended.c` the contended fraction
@@ -684,24 +693,45 @@ impl Guard {
     /// for a lock that nobody else held, and the replay, which grants the
     /// lock at once, lost that time (the mutex fixture under heavy load:
     /// one recording in six replayed 4-21 % short).
-    pub fn preempted_in_call(&mut self, call_ticks: u64) -> bool {
+    pub fn preempted_in_call(&mut self, call_ticks: u64, sampled_at_start: bool) -> bool {
         let st = self.st();
-        if st.cpu_t == 0 {
+        if st.cpu_t == 0 || st.stat_t == 0 {
             return false;
         }
+        // Both ends of the window are clocks read just before the
+        // statistics: the kernel switches threads when a system call
+        // returns, so a preemption at the end of a sample's read falls
+        // after both the clock and the figures, in this window on both
+        // sides. Measured from `cpu_t` (read after), such a preemption
+        // was in the run-queue growth but not in the wall time, and hid
+        // a 2 ms futex sleep (`slept` 0) on two busy CPUs.
+        let before = crate::tsc::now();
         let Some(stat) = schedstat() else {
             return false;
         };
         let call_ns = process::ticks_to_ns(call_ticks);
         let grew = stat.run_delay.saturating_sub(st.last_rq);
-        let wall = process::ticks_to_ns(crate::tsc::now().wrapping_sub(st.cpu_t));
+        let wall = process::ticks_to_ns(before.wrapping_sub(st.stat_t));
         let slept = wall
             .saturating_sub(stat.on_cpu.saturating_sub(st.last_oncpu))
             .saturating_sub(grew);
-        if grew.saturating_mul(2) < call_ns || slept.saturating_mul(8) >= call_ns {
+        // When the last sample was taken at this call's start (a gap
+        // before it, or none for 2 ms), the window holds only the call
+        // and the hook's own code, and `slept` is what the thread slept
+        // inside the call: then a real sleep (1 ms, far above the
+        // counters' disagreement and a shim's short pauses) makes it a
+        // wait, however long the
+        // thread then waited for a CPU (2 ms asleep on the futex, then
+        // more than 14 ms runnable, on two busy CPUs). Otherwise the
+        // window also holds what the program did since the sample (up to
+        // 2 ms, sleeps included), and only the share is telling.
+        if grew.saturating_mul(2) < call_ns
+            || slept.saturating_mul(8) >= call_ns
+            || (sampled_at_start && slept >= 1_000_000)
+        {
             return false;
         }
-        emit_run_delay(self, stat);
+        emit_run_delay(self, stat, before);
         true
     }
 
@@ -982,6 +1012,7 @@ fn grow(st: &mut ThreadState) -> bool {
     let preempted = process::ns_to_ticks(preempted_ns);
     st.waited = st.waited.wrapping_add(spent.saturating_sub(preempted));
     st.cpu_t = 0;
+    st.stat_t = 0;
     let Some(new) = new else {
         st.no_grow = 1;
         return false;

@@ -138,11 +138,47 @@ fn a_lock_call_that_waited_although_the_lock_looked_free_is_contended() {
             assert_eq!(contended, 0, "nothing waits in the plain run");
             continue;
         }
-        assert_eq!(contended, 20, "every slow call is a contended acquisition");
+        // Every slow call is a contended acquisition, except (on CPUs kept
+        // busy by other processes) one the recorder can show was mostly
+        // preempted: right after a run-queue sample that grew by more
+        // than a millisecond. The caller's futex sleep can be cut short
+        // by a wake-up that then waits milliseconds for a CPU, and such a
+        // call is then what a preemption inside a call looks like (see
+        // `a_thread_preempted_in_a_lock_call_is_not_recorded_as_waiting`).
+        let mut explained = 0;
+        for events in trace.events.values() {
+            let mut delays: Vec<u64> = Vec::new();
+            let mut prev: Option<&lockscope_format::Event> = None;
+            for e in events {
+                if e.op() == Some(Op::RunDelay) {
+                    delays.push(e.arg);
+                }
+                if e.op() == Some(Op::MutexLock)
+                    && phase::of(e.flags) == phase::DONE
+                    && e.flags & phase::CONTENDED == 0
+                {
+                    let grew = match delays.as_slice() {
+                        [.., a, b] => b - a,
+                        _ => 0,
+                    };
+                    assert!(
+                        prev.is_some_and(|p| p.op() == Some(Op::RunDelay)) && grew >= 1_000_000,
+                        "an uncontended slow call with no preemption to show for it"
+                    );
+                    explained += 1;
+                }
+                prev = Some(e);
+            }
+        }
+        assert_eq!(contended + explained, 20);
+        assert!(
+            contended >= 19,
+            "every slow call is a contended acquisition: {contended} of 20"
+        );
         // Each DONE|CONTENDED follows its BEGIN, stamped before the call:
         // the wait is the whole 2 ms (at least 1.9 ms, whatever the clock).
         for w in locks.windows(2) {
-            if phase::of(w[1].flags) == phase::DONE {
+            if phase::of(w[1].flags) == phase::DONE && w[1].flags & phase::CONTENDED != 0 {
                 assert_eq!(phase::of(w[0].flags), phase::BEGIN, "{:?}", w);
                 let wait = w[1].time - w[0].time;
                 assert!(wait >= 1_900_000, "wait {wait} ns, expected 2 ms");

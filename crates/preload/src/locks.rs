@@ -92,7 +92,8 @@ pub(crate) fn acquire(
     // call opens (not at releases, where its system calls would lengthen
     // a hold); they are not part of the lock call: stamp again after them.
     let mut t0 = tsc::now();
-    if g.sample_run_delay(t0) {
+    let sampled_at_start = g.sample_run_delay(t0);
+    if sampled_at_start {
         t0 = tsc::now();
     }
     if held {
@@ -134,7 +135,7 @@ pub(crate) fn acquire(
     // was, after a run-queue sample that makes its time preempted work
     // (Guard::preempted_in_call). Stamped again after that sample's
     // system calls.
-    if slow && g.preempted_in_call(t.wrapping_sub(t0)) {
+    if slow && g.preempted_in_call(t.wrapping_sub(t0), sampled_at_start) {
         slow = false;
         t = tsc::now_after();
     }

@@ -10,7 +10,11 @@
 #define _GNU_SOURCE
 #include "user_shim.h"
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t *target;
 /* The handshake: each side waits for a value only the other one sets,
@@ -22,6 +26,23 @@ static pthread_mutex_t *target;
  * (2): main is then inside the real call, blocked. */
 static int phase;
 static int started;
+/* The caller's thread id: the helper holds the lock only once the
+ * caller is asleep in the kernel. */
+static int caller_tid;
+
+/* True when thread `tid` of this process is asleep ('S' in its stat). */
+static int asleep(int tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] == 'S';
+}
 
 static void *helper(void *arg) {
     (void)arg;
@@ -30,22 +51,36 @@ static void *helper(void *arg) {
         real_lock(target);
         __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
         while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 3) pause_ns(10000);
-        /* glibc's mutex word (first int): 2 = locked, with waiters. */
-        while (__atomic_load_n((int *)target, __ATOMIC_ACQUIRE) != 2) pause_ns(10000);
+        /* glibc's mutex word (first int): 2 = locked, with waiters; and
+         * the caller asleep on it, not merely about to be: on two busy
+         * CPUs it could stay runnable, off the CPU, between setting the
+         * word and its futex wait for longer than the hold, and never
+         * sleep (a wait that is indistinguishable from a preemption). */
+        while (__atomic_load_n((int *)target, __ATOMIC_ACQUIRE) != 2 ||
+               !asleep(__atomic_load_n(&caller_tid, __ATOMIC_ACQUIRE)))
+            pause_ns(10000);
         pause_ns(2000000);
         real_unlock(target);
     }
     return 0;
 }
 
-int pthread_mutex_lock(pthread_mutex_t *m) {
+/* The helper starts with the program, not inside its first lock call:
+ * a thread created in the call made that call's own time (the creation,
+ * on busy CPUs milliseconds of it runnable) unlike the others'. */
+__attribute__((constructor)) static void start_helper(void) {
     resolve_real();
     if (!__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
         pthread_t t;
         pthread_create(&t, 0, helper, 0);
         pthread_detach(t);
     }
+}
+
+int pthread_mutex_lock(pthread_mutex_t *m) {
+    start_helper();
     target = m;
+    __atomic_store_n(&caller_tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
     __atomic_store_n(&phase, 1, __ATOMIC_RELEASE);
     while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 2) pause_ns(10000);
     __atomic_store_n(&phase, 3, __ATOMIC_RELEASE);
