@@ -641,6 +641,17 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
         count(r.events),
         count(r.lost_events)
     );
+    // The user's labels (`record --label`); host and command are said
+    // above already.
+    let user: Vec<String> = r
+        .labels
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "host" | "command"))
+        .map(|(k, v)| format!("{k}={}", crate::render::term(v)))
+        .collect();
+    if !user.is_empty() {
+        let _ = writeln!(out, "labels: {}", user.join(", "));
+    }
     if let Some(t) = &r.truncated {
         let _ = writeln!(out, "WARNING: {t}");
     }

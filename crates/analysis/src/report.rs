@@ -116,6 +116,9 @@ pub struct Report {
     pub schema: &'static str,
     /// Recorded command line.
     pub command: Vec<String>,
+    /// The trace's labels: `host`, `command` (the program's file name)
+    /// and the user's (`record --label KEY=VALUE`), by key.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// Length of the recording, ns.
     pub duration_ns: u64,
     /// Events analysed.
@@ -1554,6 +1557,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
     Report {
         schema: SCHEMA,
         command: meta.header.command.clone(),
+        labels: lockscope_format::labels(&meta.header),
         duration_ns: meta.footer.as_ref().map_or_else(
             || model.threads.iter().map(|t| t.end).max().unwrap_or(0),
             |f| f.duration_ns,

@@ -196,3 +196,57 @@ fn export_without_trace_reads_the_newest_here() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no *.lstrace file"), "{stderr}");
 }
+
+/// Labels (`record --label`) reach the JSON report and every pprof
+/// sample, where a continuous profiler groups by them; `host` and
+/// `command` are there by default, and a user label of the same name
+/// replaces the default.
+#[test]
+fn labels_reach_the_json_report_and_every_pprof_sample() {
+    let go = require_tool("go", "golang-go");
+    let (dir, trace) = record_fixture(
+        "labels",
+        "report/sleep_hold",
+        &["--label", "service=db", "--label", "host=web-7"],
+    );
+    let r = report_json(&trace);
+    let program = r["command"][0]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap();
+    assert_eq!(
+        r["labels"],
+        serde_json::json!({"command": program, "host": "web-7", "service": "db"}),
+        "{}",
+        r["labels"]
+    );
+    let prof = dir.join("labels.pb.gz");
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "pprof".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        prof.as_os_str(),
+    ]);
+    // `-tags`: per label key, its values and their share of the total;
+    // one value at 100 % means every sample carries it.
+    let tags = pprof(&go, &["-tags"], &prof);
+    for (key, value) in [("service", "db"), ("host", "web-7"), ("command", program)] {
+        let section: Vec<&str> = tags
+            .split("\n\n")
+            .find(|s| s.trim_start().starts_with(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("no {key} label: {tags}"))
+            .lines()
+            .skip(1)
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        assert_eq!(section.len(), 1, "{key}: {tags}");
+        assert!(
+            section[0].contains("(  100%)") && section[0].trim_end().ends_with(value),
+            "{key}: {tags}"
+        );
+    }
+}

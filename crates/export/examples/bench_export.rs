@@ -75,6 +75,7 @@ fn one(format: &str, trace: &Path) {
                 let info = pprof::ProfileInfo {
                     command: r.command.clone(),
                     duration_ns: r.duration_ns,
+                    labels: r.labels.clone().into_iter().collect(),
                 };
                 pprof::write(&s, &info, &mut out).unwrap();
             } else {

@@ -246,6 +246,7 @@ fn report_data(r: &Report, extra: &Sections) -> Value {
     json!({
         "verdict": r.verdict.text,
         "command": r.command.join(" "),
+        "labels": r.labels,
         "duration_ns": r.duration_ns,
         "events": r.events,
         "lost_events": r.lost_events,

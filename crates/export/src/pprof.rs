@@ -6,7 +6,8 @@
 //! samples `[0, 0, blame]`, so `-sample_index=delay` (the default)
 //! shows who waited and `-sample_index=blame` whose critical sections
 //! made them wait. Each sample's leaf is the lock (`lock NAME`), and it
-//! carries the labels `lock` and `role` (`waiter`/`holder`).
+//! carries the labels `lock` and `role` (`waiter`/`holder`), and the
+//! trace's labels (`host`, `command`, `record --label`).
 //!
 //! The protobuf is written by a small encoder here (the message has a
 //! dozen fields; a code generator would be a heavier dependency than the
@@ -90,6 +91,9 @@ pub struct ProfileInfo {
     pub command: Vec<String>,
     /// Length of the recording, ns.
     pub duration_ns: u64,
+    /// The trace's labels (`host`, `command`, the user's), given to every
+    /// sample so that a continuous profiler can group by them.
+    pub labels: Vec<(String, String)>,
 }
 
 /// Encodes the profile (uncompressed protobuf bytes).
@@ -143,6 +147,13 @@ pub fn encode(stacks: &Stacks, info: &ProfileInfo) -> Vec<u8> {
     };
     let lock_key = st.id("lock");
     let role_key = st.id("role");
+    let trace_labels: Vec<(u64, u64)> = info
+        .labels
+        .iter()
+        // `lock` and `role` are the sample's own.
+        .filter(|(k, _)| k != "lock" && k != "role")
+        .map(|(k, v)| (st.id(k), st.id(v)))
+        .collect();
     let mut sample = |st: &mut Strings, s: &WeightedStack, role: &str, values: [u64; 3]| {
         if values.iter().all(|&v| v == 0) {
             return;
@@ -161,7 +172,8 @@ pub fn encode(stacks: &Stacks, info: &ProfileInfo) -> Vec<u8> {
         let mut m = Pb::default();
         m.packed(1, &ids);
         m.packed(2, &values);
-        for (k, v) in [(lock_key, st.id(&s.lock)), (role_key, st.id(role))] {
+        let own = [(lock_key, st.id(&s.lock)), (role_key, st.id(role))];
+        for &(k, v) in own.iter().chain(&trace_labels) {
             let mut l = Pb::default();
             l.int(1, k);
             l.int(2, v);

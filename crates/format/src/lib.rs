@@ -60,6 +60,31 @@ pub const MAGIC: [u8; 8] = *b"\x7fLSTRACE";
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version written by this build. Minor versions only add
 /// record kinds or trailing fields, which older readers skip.
-pub const FORMAT_MINOR: u16 = 2;
+pub const FORMAT_MINOR: u16 = 3;
+
+/// Prefix of a user label's key among [`Header::extra`]'s pairs
+/// (`label:service` = `db`), from format 1.3 (`record --label`).
+pub const LABEL_PREFIX: &str = "label:";
+
+/// The labels of a trace: the user's (`label:KEY` pairs of
+/// [`Header::extra`]) over the defaults every trace has, `host` (the
+/// recording machine) and `command` (the program's file name), sorted
+/// by key.
+pub fn labels(h: &Header) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    if !h.host.is_empty() {
+        m.insert("host".to_string(), h.host.clone());
+    }
+    if let Some(p) = h.command.first() {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        m.insert("command".to_string(), name.to_string());
+    }
+    for (k, v) in &h.extra {
+        if let Some(k) = k.strip_prefix(LABEL_PREFIX) {
+            m.insert(k.to_string(), v.clone());
+        }
+    }
+    m
+}
 /// Conventional file extension of a trace.
 pub const FILE_EXTENSION: &str = "lstrace";

@@ -407,3 +407,23 @@ fn skip_corrupt_still_reports_a_trace_cut_short() {
     assert!(skipped.is_empty() && !footer);
     assert_eq!(per.values().sum::<usize>(), 100);
 }
+
+#[test]
+fn labels_are_host_and_command_by_default_and_the_users_replace_them() {
+    let (mut h, _, _) = sample();
+    let want = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert_eq!(labels(&h), want(&[("command", "demo"), ("host", "box")]));
+    h.extra.push(("label:service".into(), "db".into()));
+    h.extra.push(("label:host".into(), "web-7".into()));
+    // Not a label: an extra pair without the prefix.
+    h.extra.push(("service".into(), "other".into()));
+    assert_eq!(
+        labels(&h),
+        want(&[("command", "demo"), ("host", "web-7"), ("service", "db")])
+    );
+}

@@ -127,7 +127,15 @@ pub struct RecordConfig {
     /// because it is all they have before `main`; a variable the user
     /// set already reaches the program unchanged unless listed here.
     pub env: Vec<(OsString, OsString)>,
+    /// The user's labels (`record --label KEY=VALUE`), stored in the
+    /// trace header as `label:KEY` pairs ([`LABEL_PREFIX`]) and carried
+    /// into every report and export.
+    pub labels: Vec<(String, String)>,
 }
+
+/// Prefix of a label's key among the header's extra pairs (trace format
+/// 1.3).
+pub const LABEL_PREFIX: &str = lockscope_format::LABEL_PREFIX;
 
 impl RecordConfig {
     /// A configuration with the defaults (contended stacks, 64 KiB first
@@ -151,6 +159,7 @@ impl RecordConfig {
             gpu: true,
             writers: 0,
             env: Vec::new(),
+            labels: Vec::new(),
         }
     }
 }

@@ -442,6 +442,11 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     // one written before the field existed.
     let sleeping_wake_ns = crate::wake::sleeping_wake_ns().unwrap_or(0);
     extra.push(("clock".to_string(), clock.to_string()));
+    extra.extend(
+        cfg.labels
+            .iter()
+            .map(|(k, v)| (format!("{}{k}", crate::LABEL_PREFIX), v.clone())),
+    );
     extra.push(("clock_tsc_ns".to_string(), format!("{:.1}", costs.tsc_ns)));
     extra.push((
         "clock_monotonic_ns".to_string(),

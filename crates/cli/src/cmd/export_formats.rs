@@ -33,6 +33,7 @@ pub fn stacks(trace: &Path, pprof: bool, blame: bool, out: &mut dyn Write) -> an
         let info = pprof::ProfileInfo {
             command: r.command.clone(),
             duration_ns: r.duration_ns,
+            labels: r.labels.clone().into_iter().collect(),
         };
         pprof::write(&s, &info, out)?;
     } else {

@@ -77,6 +77,15 @@ pub struct Args {
     /// Print nothing unless events were lost.
     #[arg(short, long)]
     quiet: bool,
+    /// A label for this recording, KEY=VALUE (repeatable): stored in the
+    /// trace and carried into its reports and exports (JSON `labels`,
+    /// pprof sample labels, the HTML page, Perfetto metadata), so that
+    /// the traces of a fleet or of nightly runs can be grouped by it.
+    /// Every trace has `host` and `command` (the program's file name);
+    /// a label of the same name replaces them. Keys: letters, digits,
+    /// `_`, `-`, `.`; up to 64 characters; values up to 256.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
     /// Do not attach NVIDIA CUPTI to CUDA programs. By default a program
     /// that uses CUDA has its kernel launches, GPU waits and GPU
     /// executions recorded too (for `lockscope gpu`), when libcupti is
@@ -200,6 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
     cfg.wait_when_full = matches!(args.on_full, OnFull::Wait);
     cfg.gpu = !args.no_gpu;
+    cfg.labels = args.labels;
     cfg.writers = args.writers.map_or(0, |n| n as usize);
     cfg.env = env;
     match lockscope_record::record(cfg) {
@@ -559,4 +569,52 @@ fn lock_names(
         }
     }
     (out, swapped)
+}
+
+/// `--label KEY=VALUE`: checked here so that a trace never holds a label
+/// a query engine or a profiler's label syntax would choke on.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let Some((k, v)) = s.split_once('=') else {
+        return Err(format!("{s:?} is not KEY=VALUE"));
+    };
+    if k.is_empty() || k.len() > 64 {
+        return Err(format!("label key {k:?}: 1 to 64 characters"));
+    }
+    if let Some(c) = k
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(format!(
+            "label key {k:?}: {c:?} is not allowed (letters, digits, '_', '-', '.')"
+        ));
+    }
+    if v.len() > 256 {
+        return Err(format!(
+            "label {k}: the value is {} bytes, over 256",
+            v.len()
+        ));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(format!("label {k}: the value holds a control character"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::parse_label;
+
+    #[test]
+    fn labels_are_key_value_with_a_plain_key() {
+        assert_eq!(
+            parse_label("service=db=1").unwrap(),
+            ("service".to_string(), "db=1".to_string())
+        );
+        assert_eq!(parse_label("run.id=").unwrap().1, "");
+        for bad in ["novalue", "=x", "a b=c", "k=\u{7}", "ü=1"] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+        assert!(parse_label(&format!("{}=1", "k".repeat(65))).is_err());
+        assert!(parse_label(&format!("k={}", "v".repeat(257))).is_err());
+    }
 }

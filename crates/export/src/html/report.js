@@ -56,6 +56,8 @@
   (R.warnings || []).forEach(function (w) {
     app.appendChild(el('p', { 'class': 'warning' }, 'WARNING: ' + w));
   });
+  var labels = Object.keys(R.labels || {}).map(function (k) { return k + '=' + R.labels[k]; });
+  if (labels.length) app.appendChild(el('div', { 'class': 'muted', id: 'labels' }, 'labels: ' + labels.join(', ')));
   app.appendChild(el('p', { 'class': 'verdict', id: 'verdict' }, R.verdict));
 
   // ---- timeline ----
