@@ -51,8 +51,14 @@ struct Checked {
 
 /// The strict check; panics naming the event that breaks a rule.
 fn check(doc: &Value) -> Checked {
-    keys(doc, &["displayTimeUnit", "traceEvents"]);
+    // `otherData`: the trace-event format's free-form dictionary, here
+    // the trace's labels (strings only).
+    keys(doc, &["displayTimeUnit", "traceEvents", "otherData"]);
     assert_eq!(string(doc, "displayTimeUnit"), "ns");
+    keys(&doc["otherData"], &["labels"]);
+    let labels = doc["otherData"]["labels"].as_object().expect("labels");
+    assert!(labels.contains_key("host") && labels.contains_key("command"));
+    assert!(labels.values().all(Value::is_string), "{labels:?}");
     let evs = doc["traceEvents"].as_array().expect("traceEvents array");
     let mut named: HashSet<(u64, u64)> = HashSet::new();
     let mut procs: HashSet<u64> = HashSet::new();

@@ -197,8 +197,9 @@ fn export_without_trace_reads_the_newest_here() {
     assert!(stderr.contains("no *.lstrace file"), "{stderr}");
 }
 
-/// Labels (`record --label`) reach the JSON report and every pprof
-/// sample, where a continuous profiler groups by them; `host` and
+/// Labels (`record --label`) reach the JSON report, every pprof sample
+/// (where a continuous profiler groups by them), Perfetto's `otherData`
+/// and speedscope's profile name; `host` and
 /// `command` are there by default, and a user label of the same name
 /// replaces the default.
 #[test]
@@ -231,6 +232,34 @@ fn labels_reach_the_json_report_and_every_pprof_sample() {
         "-o".as_ref(),
         prof.as_os_str(),
     ]);
+    // Perfetto's JSON carries them in `otherData`, speedscope's profile
+    // name the user's.
+    let perfetto = dir.join("labels.json");
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "perfetto".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        perfetto.as_os_str(),
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    assert_eq!(j["otherData"]["labels"], r["labels"]);
+    let ss = dir.join("labels.speedscope.json");
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "speedscope".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        ss.as_os_str(),
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&ss).unwrap()).unwrap();
+    assert!(
+        j["name"].as_str().unwrap().ends_with(" [service=db]"),
+        "{}",
+        j["name"]
+    );
     // `-tags`: per label key, its values and their share of the total;
     // one value at 100 % means every sample carries it.
     let tags = pprof(&go, &["-tags"], &prof);

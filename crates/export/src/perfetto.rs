@@ -414,7 +414,11 @@ pub fn write(
     if let Some(e) = err {
         return Err(e.into());
     }
-    w.raw(b"\n]}\n");
+    // The trace's labels (`host`, `command`, `record --label`), in the
+    // trace-event format's free-form `otherData` dictionary.
+    w.raw(b"\n],\"otherData\":{\"labels\":");
+    w.value(&lockscope_format::labels(&meta.header));
+    w.raw(b"}}\n");
     w.finish()?;
     Ok(sum)
 }

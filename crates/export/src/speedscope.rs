@@ -312,8 +312,21 @@ pub fn write_with(
     w.value(SCHEMA);
     w.raw(b",\"exporter\":");
     w.value(&format!("lockscope {}", env!("CARGO_PKG_VERSION")));
+    // The user's labels (`record --label`) in the profile's name, the
+    // one free-form field the format has; host and command are there
+    // without them, as before.
+    let user: Vec<String> = lockscope_format::labels(&meta.header)
+        .into_iter()
+        .filter(|(k, _)| k != "host" && k != "command")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let labels = if user.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", user.join(", "))
+    };
     w.raw(b",\"name\":");
-    w.value(&format!("lockscope: {command}"));
+    w.value(&format!("lockscope: {command}{labels}"));
     w.raw(b",\"activeProfileIndex\":");
     w.u64(active as u64);
     w.raw(b",\"shared\":{\"frames\":");
