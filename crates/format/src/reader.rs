@@ -31,6 +31,9 @@ pub struct TraceReader<R: Read> {
     file_len: u64,
     /// Byte offset of the record [`TraceReader::next`] returned last.
     last_at: u64,
+    /// Bytes a resynchronising scan holds in memory at once
+    /// ([`SCAN_WINDOW`]; smaller in tests, to cross windows).
+    scan_window: u64,
     /// The damaged stretches stepped over, in file order.
     skipped: Vec<Skipped>,
 }
@@ -46,6 +49,9 @@ pub struct Skipped {
     /// Bytes stepped over.
     pub bytes: u64,
 }
+
+/// Bytes of the file a resynchronising scan holds in memory at once.
+const SCAN_WINDOW: u64 = 4 << 20;
 
 /// Record kinds a resynchronising scan accepts as the start of a record:
 /// every kind written so far and the footer, plus room for kinds a newer
@@ -135,6 +141,7 @@ impl<R: Read> TraceReader<R> {
             seek: None,
             file_len: 0,
             last_at: 0,
+            scan_window: SCAN_WINDOW,
             skipped: Vec::new(),
         };
         match tr.frame()? {
@@ -232,14 +239,7 @@ impl<R: Read> TraceReader<R> {
             }
         }
         if resume.is_none() {
-            let mut p = at + 1;
-            while p + 9 <= self.file_len {
-                if self.whole_frame_at(p)? {
-                    resume = Some(p);
-                    break;
-                }
-                p += 1;
-            }
+            resume = self.scan_for_frame(at + 1)?;
         }
         let Some(p) = resume else {
             if matches!(e, FormatError::Truncated { .. }) {
@@ -262,6 +262,57 @@ impl<R: Read> TraceReader<R> {
             return Ok(None);
         }
         self.frame()
+    }
+
+    /// The first offset at or after `from` where a whole record starts,
+    /// scanning the file in windows held in memory: each offset's kind
+    /// and length are read from the window, and only a plausible frame
+    /// (one in a few hundred offsets of random bytes) has its checksum
+    /// computed, from the window when the frame lies inside it, else by
+    /// reading it ([`TraceReader::whole_frame_at`]). Reading the file at
+    /// every offset instead took 7.6 s to step over one damaged length
+    /// in a 1 MB trace.
+    fn scan_for_frame(&mut self, from: u64) -> Result<Option<u64>, FormatError> {
+        let window = self.scan_window.max(16);
+        let Some(seek) = self.seek else {
+            return Ok(None);
+        };
+        let mut base = from;
+        while base + 9 <= self.file_len {
+            let len = window.min(self.file_len - base);
+            seek(&mut self.r, base)?;
+            let mut win = Vec::with_capacity(len as usize);
+            (&mut self.r).take(len).read_to_end(&mut win)?;
+            let n = win.len();
+            let mut i = 0usize;
+            while i + 9 <= n {
+                let p = base + i as u64;
+                let k = win[i];
+                let flen = u32::from_le_bytes([win[i + 1], win[i + 2], win[i + 3], win[i + 4]]);
+                let end = p + 9 + u64::from(flen);
+                if plausible_kind(k) && flen <= MAX_RECORD_BYTES && end <= self.file_len {
+                    let whole = if end <= base + n as u64 {
+                        let body = &win[i + 5..i + 5 + flen as usize];
+                        let c = i + 5 + flen as usize;
+                        let crc = u32::from_le_bytes([win[c], win[c + 1], win[c + 2], win[c + 3]]);
+                        crate::writer::record_crc(k, body) == crc
+                    } else {
+                        self.whole_frame_at(p)?
+                    };
+                    if whole {
+                        return Ok(Some(p));
+                    }
+                }
+                i += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            // The next window starts where the last offset not tried is
+            // (a frame header is 9 bytes at least).
+            base += (n.saturating_sub(8)).max(1) as u64;
+        }
+        Ok(None)
     }
 
     /// Where the record at `at` says the next one starts, if its length
@@ -512,5 +563,60 @@ impl Trace {
     /// Total number of events.
     pub fn event_count(&self) -> usize {
         self.events.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Event, Footer, TraceWriter};
+
+    /// A trace of 8 event chunks of 50 events, and each chunk's offset.
+    fn chunks() -> (Vec<u8>, Vec<u64>) {
+        let mut w = TraceWriter::new(Vec::new(), &Header::default()).unwrap();
+        let ev: Vec<Event> = (0..50u64)
+            .map(|i| Event {
+                time: i * 10,
+                op: 1,
+                addr: 0x1000 + i * 64,
+                ..Event::default()
+            })
+            .collect();
+        let mut at = Vec::new();
+        for t in 1..=8 {
+            at.push(w.bytes_written());
+            w.write_events(t, &ev).unwrap();
+        }
+        (w.finish(&Footer::default()).unwrap(), at)
+    }
+
+    fn threads_read(bytes: &[u8], window: u64) -> (Vec<u32>, Vec<Skipped>) {
+        let mut r = TraceReader::new(std::io::Cursor::new(bytes))
+            .unwrap()
+            .skipping_corrupt()
+            .unwrap();
+        r.scan_window = window;
+        let mut seen = Vec::new();
+        while let Some(rec) = r.next().unwrap() {
+            if let Record::Events(c) = rec {
+                seen.push(c.thread);
+            }
+        }
+        (seen, r.skipped().to_vec())
+    }
+
+    #[test]
+    fn a_scan_in_small_windows_finds_the_same_record_as_one_in_a_large_one() {
+        let (bytes, at) = chunks();
+        // A length byte of chunk 3 (thread 3): its own length no longer
+        // leads to a record, so the reader scans.
+        let mut b = bytes.clone();
+        b[at[2] as usize + 3] ^= 0x01;
+        let big = threads_read(&b, SCAN_WINDOW);
+        assert_eq!(big.0, vec![1, 2, 4, 5, 6, 7, 8]);
+        assert_eq!(big.1.len(), 1);
+        for window in [16, 17, 64, 100, 333] {
+            assert_eq!(threads_read(&b, window), big, "window {window}");
+        }
     }
 }
