@@ -119,20 +119,7 @@ fn generate(path: &Path, events: u64, threads: u32) -> u64 {
         w.write_events(ti as u32 + 1, b).unwrap();
         end = end.max(next[ti]);
     }
-    for t in 1..=threads {
-        w.write(&Record::ThreadEnd(ThreadEnd {
-            thread: t,
-            end_ns: end,
-        }))
-        .unwrap();
-    }
-    w.finish(&Footer {
-        duration_ns: end,
-        events: n,
-        lost: 0,
-        exit_status: 0,
-    })
-    .unwrap();
+    lockscope_test_support::finish_synthetic_trace(w, threads, end, n);
     n
 }
 

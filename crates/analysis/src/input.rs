@@ -62,8 +62,6 @@ pub struct Meta {
     /// Damaged stretches stepped over ([`index_with`] with
     /// `skip_corrupt`): the events and records they held are missing.
     pub skipped: Vec<lockscope_format::Skipped>,
-    /// [`Meta::skipped`] in words, for the report.
-    pub damaged: Option<String>,
     /// Events in the index.
     pub events: u64,
     /// File size in bytes.
@@ -84,8 +82,8 @@ pub fn index(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Meta, An
 
 /// [`index`], and with `skip_corrupt` past damaged records
 /// ([`lockscope_format::TraceReader::skipping_corrupt`]): they are left
-/// out of the index, listed in [`Meta::skipped`] and worded in
-/// [`Meta::damaged`], and every pass over the events reads only the
+/// out of the index and listed in [`Meta::skipped`] (in words:
+/// [`damaged_line`]), and every pass over the events reads only the
 /// chunks indexed, so no later reader meets the damage again.
 pub fn index_with(
     path: &Path,
@@ -181,7 +179,6 @@ pub fn index_with(
         }
     }
     m.skipped = tr.skipped().to_vec();
-    m.damaged = damaged_line(&m.skipped);
     m.semaphore_locks = semaphore_locks(path, &m)?;
     progress(file_bytes, file_bytes);
     Ok(m)

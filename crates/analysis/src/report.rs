@@ -1571,7 +1571,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
             .max(lost_annot),
         truncated: meta.truncated.clone(),
         cut_short: meta.cut_short,
-        damaged: meta.damaged.clone(),
+        damaged: crate::input::damaged_line(&meta.skipped),
         skipped: meta.skipped.clone(),
         // Set by `analyze`, which counts them in its pass.
         detail_events: 0,

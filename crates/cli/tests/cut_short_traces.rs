@@ -56,6 +56,31 @@ fn commands(dir: &std::path::Path, whole: &str) -> Vec<Vec<String>> {
     .collect()
 }
 
+/// Runs every command of [`commands`] on `trace` (diff's first trace),
+/// with `flags` before the command's own arguments; each command with its
+/// exit status and stderr.
+fn run_every_command(
+    dir: &std::path::Path,
+    whole: &str,
+    trace: &std::path::Path,
+    flags: &[&str],
+) -> Vec<(Vec<String>, Option<i32>, String)> {
+    commands(dir, whole)
+        .into_iter()
+        .map(|mut cmd| {
+            let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
+            cmd.insert(at, trace.to_string_lossy().into_owned());
+            for (i, f) in flags.iter().enumerate() {
+                cmd.insert(1 + i, f.to_string());
+            }
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let o = lockscope(&args, None);
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            (cmd, o.status.code(), err)
+        })
+        .collect()
+}
+
 // See issue 32: export, replay, whatif, critical-path, diff and html used
 // a truncated trace silently; dump rejected it.
 #[test]
@@ -74,13 +99,8 @@ fn every_command_reads_a_trace_cut_short_with_the_same_warning() {
         cut.display(),
         bytes.len() / 2
     );
-    for mut cmd in commands(&dir, &whole) {
-        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
-        cmd.insert(at, cut.to_string_lossy().into_owned());
-        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let o = lockscope(&args, None);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{cmd:?}: {err}");
+    for (cmd, code, err) in run_every_command(&dir, &whole, &cut, &[]) {
+        assert_eq!(code, Some(0), "{cmd:?}: {err}");
         assert_eq!(
             err.lines().filter(|l| l.starts_with(&want)).count(),
             1,
@@ -106,13 +126,8 @@ fn every_command_rejects_a_flipped_byte_naming_its_offset() {
     let bad = dir.join("flipped.lstrace");
     std::fs::write(&bad, &bytes).unwrap();
     let whole = run.trace_path.to_str().unwrap().to_string();
-    for mut cmd in commands(&dir, &whole) {
-        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
-        cmd.insert(at, bad.to_string_lossy().into_owned());
-        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let o = lockscope(&args, None);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+    for (cmd, code, err) in run_every_command(&dir, &whole, &bad, &[]) {
+        assert_eq!(code, Some(2), "{cmd:?}: {err}");
         assert!(
             err.contains("byte offset") || err.contains("at byte"),
             "{cmd:?}: {err}"
@@ -151,14 +166,8 @@ fn every_command_reads_past_a_flipped_byte_with_skip_corrupt() {
         bad.display()
     );
     let whole = run.trace_path.to_str().unwrap().to_string();
-    for mut cmd in commands(&dir, &whole) {
-        let at = if cmd[0] == "diff" { 1 } else { cmd.len() };
-        cmd.insert(at, bad.to_string_lossy().into_owned());
-        cmd.insert(1, "--skip-corrupt".into());
-        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let o = lockscope(&args, None);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{cmd:?}: {err}");
+    for (cmd, code, err) in run_every_command(&dir, &whole, &bad, &["--skip-corrupt"]) {
+        assert_eq!(code, Some(0), "{cmd:?}: {err}");
         assert_eq!(
             err.lines().filter(|l| l.starts_with(&want)).count(),
             1,

@@ -10,6 +10,18 @@ use std::process::Command;
 
 use export_util::{lockscope, record_fixture, report_json, report_totals, require_tool};
 
+/// `lockscope export --format FORMAT TRACE -o OUT`.
+fn export(trace: &Path, format: &str, out: &Path) {
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        format.as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+}
+
 fn folded(trace: &Path, blame: bool) -> String {
     let mut args: Vec<&OsStr> = vec![
         "export".as_ref(),
@@ -126,14 +138,7 @@ fn pprof_reads_in_go_tool_pprof_with_the_reports_totals() {
     let r = report_json(&trace);
     let (wait, contended) = report_totals(&r);
     let prof = dir.join("contention.pb.gz");
-    lockscope(&[
-        "export".as_ref(),
-        "--format".as_ref(),
-        "pprof".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        prof.as_os_str(),
-    ]);
+    export(&trace, "pprof", &prof);
     let bytes = std::fs::read(&prof).unwrap();
     assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzipped");
 
@@ -224,36 +229,15 @@ fn labels_reach_the_json_report_and_every_pprof_sample() {
         r["labels"]
     );
     let prof = dir.join("labels.pb.gz");
-    lockscope(&[
-        "export".as_ref(),
-        "--format".as_ref(),
-        "pprof".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        prof.as_os_str(),
-    ]);
+    export(&trace, "pprof", &prof);
     // Perfetto's JSON carries them in `otherData`, speedscope's profile
     // name the user's.
     let perfetto = dir.join("labels.json");
-    lockscope(&[
-        "export".as_ref(),
-        "--format".as_ref(),
-        "perfetto".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        perfetto.as_os_str(),
-    ]);
+    export(&trace, "perfetto", &perfetto);
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
     assert_eq!(j["otherData"]["labels"], r["labels"]);
     let ss = dir.join("labels.speedscope.json");
-    lockscope(&[
-        "export".as_ref(),
-        "--format".as_ref(),
-        "speedscope".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        ss.as_os_str(),
-    ]);
+    export(&trace, "speedscope", &ss);
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&ss).unwrap()).unwrap();
     assert!(
         j["name"].as_str().unwrap().ends_with(" [service=db]"),

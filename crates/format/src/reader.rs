@@ -53,6 +53,14 @@ pub struct Skipped {
 /// Bytes of the file a resynchronising scan holds in memory at once.
 const SCAN_WINDOW: u64 = 4 << 20;
 
+/// A record header's kind and payload length (its first 5 bytes).
+fn head_fields(head: &[u8]) -> (u8, u32) {
+    (
+        head[0],
+        u32::from_le_bytes([head[1], head[2], head[3], head[4]]),
+    )
+}
+
 /// Record kinds a resynchronising scan accepts as the start of a record:
 /// every kind written so far and the footer, plus room for kinds a newer
 /// minor version may add (which older readers skip as `Unknown`). The
@@ -214,12 +222,13 @@ impl<R: Read> TraceReader<R> {
     /// After the record at `at` failed with `e`: finds the next whole
     /// record and reads it, noting the stretch in between as skipped.
     ///
-    /// First where the damaged record's own length says the next one
-    /// starts (a flipped byte in a payload leaves the framing right: one
-    /// record lost, nothing scanned), else byte by byte from `at + 1`
-    /// for a frame whose kind is plausible, whose length fits in the
-    /// file and whose checksum matches: CRC-32 makes a false start about
-    /// one in 4 billion candidates. A `Truncated` error with nothing
+    /// The first offset after `at` where a frame starts whose kind is
+    /// plausible, whose length fits in the file and whose checksum
+    /// matches ([`TraceReader::scan_for_frame`]); CRC-32 makes a false
+    /// start about one in 4 billion candidates, so a flipped byte in a
+    /// payload (framing right) finds where the damaged record's own
+    /// length says the next one starts: one record lost. Trying that
+    /// offset first was a second path to the same answer, dropped. A `Truncated` error with nothing
     /// whole after it is a trace cut short (a length claiming more bytes
     /// than remain is also what a flipped length byte looks like, hence
     /// the scan), and is returned as such; damage with nothing whole
@@ -232,16 +241,7 @@ impl<R: Read> TraceReader<R> {
         let Some(seek) = self.seek else {
             return Err(e);
         };
-        let mut resume = None;
-        if let Some(p) = self.claimed_end(at)? {
-            if p == self.file_len || self.whole_frame_at(p)? {
-                resume = Some(p);
-            }
-        }
-        if resume.is_none() {
-            resume = self.scan_for_frame(at + 1)?;
-        }
-        let Some(p) = resume else {
+        let Some(p) = self.scan_for_frame(at + 1)? else {
             if matches!(e, FormatError::Truncated { .. }) {
                 return Err(e);
             }
@@ -258,9 +258,6 @@ impl<R: Read> TraceReader<R> {
         });
         seek(&mut self.r, p)?;
         self.offset = p;
-        if p == self.file_len {
-            return Ok(None);
-        }
         self.frame()
     }
 
@@ -287,11 +284,9 @@ impl<R: Read> TraceReader<R> {
             let mut i = 0usize;
             while i + 9 <= n {
                 let p = base + i as u64;
-                let k = win[i];
-                let flen = u32::from_le_bytes([win[i + 1], win[i + 2], win[i + 3], win[i + 4]]);
-                let end = p + 9 + u64::from(flen);
-                if plausible_kind(k) && flen <= MAX_RECORD_BYTES && end <= self.file_len {
-                    let whole = if end <= base + n as u64 {
+                let (k, flen) = head_fields(&win[i..i + 5]);
+                if self.plausible_frame(k, flen, p) {
+                    let whole = if p + 9 + u64::from(flen) <= base + n as u64 {
                         let body = &win[i + 5..i + 5 + flen as usize];
                         let c = i + 5 + flen as usize;
                         let crc = u32::from_le_bytes([win[c], win[c + 1], win[c + 2], win[c + 3]]);
@@ -315,20 +310,10 @@ impl<R: Read> TraceReader<R> {
         Ok(None)
     }
 
-    /// Where the record at `at` says the next one starts, if its length
-    /// field is within the file.
-    fn claimed_end(&mut self, at: u64) -> Result<Option<u64>, FormatError> {
-        let Some(seek) = self.seek else {
-            return Ok(None);
-        };
-        seek(&mut self.r, at)?;
-        let mut head = [0u8; 5];
-        if !read_full(&mut self.r, &mut head, at, "a record header").unwrap_or(false) {
-            return Ok(None);
-        }
-        let len = u64::from(u32::from_le_bytes([head[1], head[2], head[3], head[4]]));
-        let end = at + 9 + len;
-        Ok((end <= self.file_len).then_some(end))
+    /// True if a record of kind `k` and payload length `len` at `p` could
+    /// be one: a kind a trace has, a length allowed and inside the file.
+    fn plausible_frame(&self, k: u8, len: u32, p: u64) -> bool {
+        plausible_kind(k) && len <= MAX_RECORD_BYTES && p + 9 + u64::from(len) <= self.file_len
     }
 
     /// True if a whole record (plausible kind, length within the file,
@@ -342,9 +327,8 @@ impl<R: Read> TraceReader<R> {
         if !read_full(&mut self.r, &mut head, p, "a record header").unwrap_or(false) {
             return Ok(false);
         }
-        let k = head[0];
-        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
-        if !plausible_kind(k) || len > MAX_RECORD_BYTES || p + 9 + u64::from(len) > self.file_len {
+        let (k, len) = head_fields(&head);
+        if !self.plausible_frame(k, len, p) {
             return Ok(false);
         }
         let mut payload = Vec::new();
@@ -366,8 +350,7 @@ impl<R: Read> TraceReader<R> {
         if !read_full(&mut self.r, &mut head, at, "a record header")? {
             return Ok(None);
         }
-        let k = head[0];
-        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        let (k, len) = head_fields(&head);
         if len > MAX_RECORD_BYTES {
             return Err(FormatError::Corrupt {
                 offset: at,

@@ -197,6 +197,28 @@ pub fn synthetic_trace(
     w
 }
 
+/// Ends a [`synthetic_trace`] of `threads` threads: each thread's end at
+/// `end_ns`, then the footer counting `events`.
+pub fn finish_synthetic_trace(
+    mut w: lockscope_format::TraceWriter<std::io::BufWriter<std::fs::File>>,
+    threads: u32,
+    end_ns: u64,
+    events: u64,
+) {
+    use lockscope_format::{Footer, Record, ThreadEnd};
+    for t in 1..=threads {
+        w.write(&Record::ThreadEnd(ThreadEnd { thread: t, end_ns }))
+            .expect("write a thread's end");
+    }
+    w.finish(&Footer {
+        duration_ns: end_ns,
+        events,
+        lost: 0,
+        exit_status: 0,
+    })
+    .expect("write the footer");
+}
+
 /// Set by `scripts/test.sh` (the README's test command, which CI runs),
 /// after it installed every package of `scripts/test-packages.txt`: a
 /// tool missing then is a broken set-up, and the test fails.

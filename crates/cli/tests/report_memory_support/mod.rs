@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use lockscope_format::{phase, Event, Footer, Op, Record, ThreadEnd};
+use lockscope_format::{phase, Event, Op};
 
 /// Writes a trace of `threads` threads, each taking one of 8 mutexes in
 /// turn until `events` events in all; with `detailed`, each section reads
@@ -55,19 +55,6 @@ pub fn write_trace(path: &Path, events: u64, threads: u32, detailed: bool) -> u6
         buf.clear();
         end = end.max(time);
     }
-    for t in 1..=threads {
-        w.write(&Record::ThreadEnd(ThreadEnd {
-            thread: t,
-            end_ns: end,
-        }))
-        .unwrap();
-    }
-    w.finish(&Footer {
-        duration_ns: end,
-        events: n,
-        lost: 0,
-        exit_status: 0,
-    })
-    .unwrap();
+    lockscope_test_support::finish_synthetic_trace(w, threads, end, n);
     n
 }
