@@ -1130,6 +1130,41 @@ impl Consumer {
         Some(true)
     }
 
+    /// Slots consumed so far (`read`): after a copy, an event boundary.
+    pub fn read_pos(&self) -> u64 {
+        self.header().read.load(Ordering::Relaxed)
+    }
+
+    /// Records that the events of the slots before `pos` (a position
+    /// [`Consumer::read_pos`] returned) are in the trace file
+    /// ([`RingHeader::durable`]). Only ever moves forward.
+    pub fn mark_durable(&self, pos: u64) {
+        self.header().durable.fetch_max(pos, Ordering::Release);
+    }
+
+    /// For a recovery, once the ring's consumer died: moves `read` back
+    /// to [`RingHeader::durable`], so that the events the dead consumer
+    /// took and did not write are read again. Returns the slots to read
+    /// again and the slots that cannot be (the producer overwrote them
+    /// since: `write` is more than a capacity past `durable`; then `read`
+    /// stays, an event boundary, and those slots are lost). Never before
+    /// the ring's latest hand-over: what precedes it belongs to an
+    /// earlier owner (counted as lost when not durable).
+    pub fn rewind_to_durable(&mut self) -> (u64, u64) {
+        let h = self.header();
+        let write = h.write.load(Ordering::Acquire);
+        let read = h.read.load(Ordering::Relaxed);
+        let durable = h.durable.load(Ordering::Acquire).min(read);
+        let handoff = h.handoff.load(Ordering::Acquire).saturating_sub(1);
+        let target = durable.max(handoff.min(read));
+        let lost_before_handoff = target - durable;
+        if write.saturating_sub(target) > self.cap {
+            return (0, read - durable);
+        }
+        h.read.store(target, Ordering::Release);
+        (read - target, lost_before_handoff)
+    }
+
     /// Slots published but not yet consumed.
     pub fn pending(&self) -> u64 {
         let h = self.header();

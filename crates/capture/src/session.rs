@@ -131,7 +131,15 @@ pub struct RingHeader {
     // ---- line 2: written by the consumer ----
     /// Slots consumed.
     pub read: AtomicU64,
-    _pad2: [u64; 7],
+    /// Slots whose events are in the trace file (written to the kernel,
+    /// so they survive the recorder's death): `read` as it was before the
+    /// last of the recorder's periodic flushes. What lies between
+    /// `durable` and `read` was taken by the recorder and may be lost if
+    /// it dies; the program overwrites it only once `write` passes
+    /// `durable + capacity`. `lockscope recover` starts reading from
+    /// here. 0 in rings of recorders older than the field.
+    pub durable: AtomicU64,
+    _pad2: [u64; 6],
     // ---- line 3: written by both sides, only while the producer waits ----
     /// Futex word: 1 while the producer sleeps waiting for room; the
     /// consumer clears it and wakes the producer after freeing slots.

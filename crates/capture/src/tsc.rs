@@ -140,7 +140,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// A (ticks, monotonic ns) pair taken as close together as possible.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClockPair {
     /// TSC ticks.
     pub tsc: u64,

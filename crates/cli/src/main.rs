@@ -40,6 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Record(cmd::record::Args),
+    Recover(cmd::recover::Args),
     Report(cmd::report::Args),
     Dump(cmd::dump::Args),
     Run(cmd::run::Args),
@@ -68,6 +69,7 @@ fn main() {
     cmd::util::set_skip_corrupt(cli.skip_corrupt);
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
+        Command::Recover(a) => cmd::recover::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Dump(a) => cmd::dump::run(a),
         Command::Run(a) => cmd::run::run(a),

@@ -1,6 +1,7 @@
-//! A session left behind by a recorder killed with SIGKILL is
-//! removed by the next recorder that starts in the same place, and the
-//! killed recorder's trace holds what it had drained.
+//! A session left behind by a recorder killed with SIGKILL is kept for
+//! `lockscope recover` by the next recorder that starts in the same place
+//! (for a day, then removed), and the killed recorder's trace holds what
+//! it had drained.
 
 mod record_util;
 
@@ -13,19 +14,21 @@ use record_util::*;
 /// A recorder starting its program on a loaded machine.
 const SESSION_DEADLINE: Duration = Duration::from_secs(20);
 
-#[test]
-fn session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
-    let dir = temp("stale-session");
-    let parent = dir.join("shm");
-    std::fs::create_dir_all(&parent).unwrap();
-    let bin = build_c("sigint_count", &dir);
+/// Starts `lockscope record --session-dir PARENT -o TRACE -- BIN`, waits
+/// until its session holds the program's files, and kills the recorder
+/// with SIGKILL. Returns the session directory it left.
+fn kill_a_recorder(
+    parent: &std::path::Path,
+    trace: &std::path::Path,
+    bin: &std::path::Path,
+) -> std::path::PathBuf {
     let mut rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(["record", "--session-dir"])
-        .arg(&parent)
+        .arg(parent)
         .arg("-o")
-        .arg(dir.join("a.lstrace"))
+        .arg(trace)
         .arg("--")
-        .arg(&bin)
+        .arg(bin)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -37,7 +40,7 @@ fn session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
         "a session holding the program's files",
         SESSION_DEADLINE,
         || {
-            session = std::fs::read_dir(&parent)
+            session = std::fs::read_dir(parent)
                 .unwrap()
                 .flatten()
                 .map(|e| e.path())
@@ -45,18 +48,29 @@ fn session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
                     std::fs::read_dir(p)
                         .map(|d| {
                             d.flatten()
-                                .any(|f| f.file_name().to_string_lossy().ends_with(".proc"))
+                                .any(|f| f.file_name().to_string_lossy().ends_with(".ring"))
                         })
                         .unwrap_or(false)
                 });
             session.is_some()
         },
     );
-    let session = session.unwrap();
     rec.kill().unwrap(); // SIGKILL: no clean-up of its own
     rec.wait().unwrap();
+    let session = session.unwrap();
     assert!(session.exists(), "the killed recorder left its session");
-    // The next recording in the same place removes it, and its own.
+    session
+}
+
+#[test]
+fn the_session_of_a_sigkilled_recorder_is_kept_named_and_removed_by_recover() {
+    let dir = temp("stale-session");
+    let parent = dir.join("shm");
+    std::fs::create_dir_all(&parent).unwrap();
+    let bin = build_c("sigint_count", &dir);
+    let session = kill_a_recorder(&parent, &dir.join("a.lstrace"), &bin);
+    // The next recording in the same place keeps it and says so, with
+    // the command and how to recover it.
     let run = record(
         &dir,
         &["--session-dir", parent.to_str().unwrap()],
@@ -65,6 +79,68 @@ fn session_of_a_sigkilled_recorder_is_removed_at_the_next_start() {
         b"",
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
+    let named = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("kept the session of a recorder that died"))
+        .unwrap_or_else(|| panic!("no message about the kept session:\n{}", run.stderr));
+    assert!(named.contains(&session.display().to_string()), "{named}");
+    assert!(named.contains("sigint_count"), "{named}");
+    assert!(named.contains("lockscope recover"), "{named}");
+    assert!(session.exists());
+    // `recover` without a directory lists it.
+    let o = lockscope(
+        &["recover", "--session-dir", parent.to_str().unwrap()],
+        None,
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&session.display().to_string()));
+    // Recovered, it is gone, and the next recording finds nothing.
+    let out = dir.join("recovered.lstrace");
+    let o = lockscope(
+        &[
+            "recover",
+            session.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!session.exists());
+    ok(&lockscope(&["report", out.to_str().unwrap()], None));
+    let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
+    assert!(left.is_empty(), "sessions left: {left:?}");
+}
+
+#[test]
+fn an_orphaned_session_older_than_a_day_is_removed_at_the_next_start() {
+    let dir = temp("old-session");
+    let parent = dir.join("shm");
+    std::fs::create_dir_all(&parent).unwrap();
+    let bin = build_c("sigint_count", &dir);
+    let session = kill_a_recorder(&parent, &dir.join("a.lstrace"), &bin);
+    // Two days old: every file and the directory itself.
+    let mut paths: Vec<_> = std::fs::read_dir(&session)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    paths.push(session.clone());
+    let st = Command::new("touch")
+        .args(["-d", "2 days ago"])
+        .args(&paths)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = record(
+        &dir,
+        &["--session-dir", parent.to_str().unwrap()],
+        std::path::Path::new("/bin/true"),
+        &[],
+        b"",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("kept the session"), "{}", run.stderr);
     let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
     assert!(left.is_empty(), "sessions left: {left:?}");
 }
@@ -128,8 +204,14 @@ fn a_sigkilled_recorder_leaves_a_trace_with_what_its_idle_program_did() {
     let dir = temp("killed-trace");
     let bin = build_c("burst_then_pause", &dir);
     let trace = dir.join("a.lstrace");
+    // Its own session parent: the session it leaves is kept for a day,
+    // and other tests' recordings would name it.
+    let parent = dir.join("shm");
+    std::fs::create_dir_all(&parent).unwrap();
     let mut rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["record", "-q", "-o"])
+        .args(["record", "-q", "--session-dir"])
+        .arg(&parent)
+        .arg("-o")
         .arg(&trace)
         .arg("--")
         .arg(&bin)

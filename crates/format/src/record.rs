@@ -262,6 +262,11 @@ pub enum LossReason {
     /// A hooked call made while its thread was already inside the
     /// recorder (a signal handler interrupting the recording code).
     Nested,
+    /// The recorder died after taking the events out of the thread's
+    /// buffer and before writing them, and the program overwrote them
+    /// since (a recovered trace, `lockscope recover`); counts slots, an
+    /// upper bound on events.
+    RecorderDied,
     /// A reason this build does not know.
     Other(u8),
 }
@@ -275,6 +280,7 @@ impl LossReason {
             LossReason::RecorderDisabled => 4,
             LossReason::CorruptBuffer => 5,
             LossReason::Nested => 6,
+            LossReason::RecorderDied => 7,
             LossReason::Other(v) => v,
         }
     }
@@ -286,6 +292,7 @@ impl LossReason {
             4 => LossReason::RecorderDisabled,
             5 => LossReason::CorruptBuffer,
             6 => LossReason::Nested,
+            7 => LossReason::RecorderDied,
             v => LossReason::Other(v),
         }
     }
@@ -298,6 +305,9 @@ impl LossReason {
             LossReason::RecorderDisabled => "recorder disabled after an internal error",
             LossReason::CorruptBuffer => "corrupt thread buffer (overwritten by the program)",
             LossReason::Nested => "called from a signal handler inside the recorder",
+            LossReason::RecorderDied => {
+                "taken by a recorder that died before writing them (recovered trace)"
+            }
             LossReason::Other(_) => "unknown reason",
         }
     }

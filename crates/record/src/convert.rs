@@ -223,6 +223,9 @@ pub(crate) enum Out {
     /// The worker has flushed everything and stops; its lock counters by
     /// (process, address).
     Done(Vec<(u32, u64, LockStat)>),
+    /// A worker has sent everything before durability mark N (see
+    /// `Drainer::mark`).
+    Mark(u64),
     /// From the drain, after its last message to the workers: write the
     /// footer once every worker is done.
     Finish {
@@ -464,6 +467,12 @@ pub(crate) fn worker_loop(
                     status,
                     last_ns,
                 })?;
+            }
+            Msg::Mark(n) => {
+                // Everything converted before the mark goes out before it.
+                c.flush_all()?;
+                c.last_flush = Instant::now();
+                c.send(Out::Mark(n))?;
             }
             Msg::Finish => {
                 c.flush_all()?;
@@ -967,6 +976,7 @@ pub(crate) fn output_loop<W: Write>(
     w: W,
     header: lockscope_format::Header,
     workers: usize,
+    durable: Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<WriterResult, FormatError> {
     let mut o = Output {
         tw: TraceWriter::new(w, &header)?,
@@ -980,6 +990,8 @@ pub(crate) fn output_loop<W: Write>(
         finish: None,
     };
     let mut last_flush = Instant::now();
+    // Marks seen, by number, until every worker has sent it.
+    let mut marks: FastMap<u64, usize> = FastMap::default();
     loop {
         // The file gets what was written at least every FLUSH_EVERY, busy
         // or idle (the buffer's own writes happen only when it is full).
@@ -1041,6 +1053,19 @@ pub(crate) fn output_loop<W: Write>(
                     m.still_waiting += s.still_waiting;
                 }
                 o.done += 1;
+            }
+            Out::Mark(n) => {
+                let seen = marks.entry(n).or_default();
+                *seen += 1;
+                if *seen == o.workers {
+                    marks.remove(&n);
+                    // In the kernel's hands: a killed recorder no longer
+                    // loses it (no fsync: the machine's crash is not what
+                    // this guards against).
+                    o.tw.flush()?;
+                    last_flush = Instant::now();
+                    durable.fetch_max(n, Ordering::Release);
+                }
             }
             Out::Finish {
                 duration_ns,

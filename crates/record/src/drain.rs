@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering as AtOrd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtOrd};
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,6 +62,9 @@ pub(crate) enum Msg {
         /// Shell-style status, -1 unknown.
         status: i32,
     },
+    /// Durability mark `epoch`: write everything converted so far, then
+    /// pass the mark on to the output (see [`Drainer::mark`]).
+    Mark(u64),
     /// The end: flush everything, send the lock counters, stop.
     Finish,
 }
@@ -675,7 +678,29 @@ pub(crate) struct Drainer {
     /// Thread starts and ends seen (new threads, exit stamps, ends
     /// written): see [`Drainer::lives`].
     lives: u64,
+    /// Durability marks sent and not yet written by the output: the
+    /// rings' read positions at each (see [`Drainer::mark`]).
+    marks: std::collections::VecDeque<(u64, Vec<(PathBuf, u64)>)>,
+    /// The latest mark the output has written to the file (set by it).
+    durable: Arc<AtomicU64>,
+    next_mark: u64,
+    last_mark: Instant,
+    /// Slots copied since the last mark.
+    unmarked: u64,
+    /// Ring files to remove once the mark with that number is written.
+    unlink: Vec<(PathBuf, u64)>,
 }
+
+/// How often the drain sends a durability mark through the pipeline: the
+/// events of a dead recorder that `lockscope recover` cannot find again
+/// are at most those of the last period or two (unless the program
+/// overwrote them since). The same period as the workers' and the
+/// output's own flushes, which the marks make happen no more often.
+pub(crate) const MARK_EVERY: Duration = Duration::from_secs(1);
+
+/// How soon an idle drain looks again whether the output has written a
+/// mark.
+const MARK_POLL: Duration = Duration::from_millis(200);
 
 impl Drainer {
     pub(crate) fn new(
@@ -712,9 +737,22 @@ impl Drainer {
             build_ids: HashMap::new(),
             next_thread: 1,
             lives: 0,
+            marks: std::collections::VecDeque::new(),
+            durable: Arc::new(AtomicU64::new(0)),
+            next_mark: 1,
+            last_mark: Instant::now(),
+            unmarked: 0,
+            unlink: Vec::new(),
         };
         d.send_clock();
         d
+    }
+
+    /// The output's count of written durability marks (see
+    /// [`Drainer::mark`]), shared with it.
+    pub(crate) fn with_durable(mut self, durable: Arc<AtomicU64>) -> Drainer {
+        self.durable = durable;
+        self
     }
 
     /// Re-estimates the tick rate if it is time to (see [`Clock`]), and
@@ -801,7 +839,7 @@ impl Drainer {
                 end_ns,
                 status,
             }),
-            m @ (Msg::Clock(_) | Msg::Raw { .. } | Msg::Finish) => {
+            m @ (Msg::Clock(_) | Msg::Raw { .. } | Msg::Mark(_) | Msg::Finish) => {
                 // Not sent through here (see send_clock, flush_batch,
                 // send_finish); a Raw message would need splitting.
                 debug_assert!(false, "routed elsewhere");
@@ -839,7 +877,12 @@ impl Drainer {
                 {
                     new_procs.push((pid, gen, ent.path()));
                 }
-                Some(SessionFile::Ring { pid, gen, tid }) if !self.open_rings.contains(name) => {
+                // A ring closed and waiting to be unlinked (see
+                // `unlink_when_written`) is not a new thread.
+                Some(SessionFile::Ring { pid, gen, tid })
+                    if !self.open_rings.contains(name)
+                        && !self.unlink.iter().any(|(p, _)| *p == ent.path()) =>
+                {
                     new_rings.push((pid, gen, tid, name.to_string(), ent.path()));
                 }
                 Some(SessionFile::Maps { pid, gen, k }) => {
@@ -1221,6 +1264,7 @@ impl Drainer {
         {
             self.flush_batch();
         }
+        self.unmarked += total;
         (total, fullest)
     }
 
@@ -1258,7 +1302,65 @@ impl Drainer {
             .batch
             .as_ref()
             .map(|b| BATCH_MAX_AGE.saturating_sub(b.since.elapsed()));
-        grace.chain(batch).min()
+        // A mark to send (something copied since the last), or marks
+        // whose positions to store once the output has written them.
+        let mark = (self.unmarked > 0)
+            .then(|| MARK_EVERY.saturating_sub(self.last_mark.elapsed()))
+            .into_iter()
+            .chain((!self.marks.is_empty()).then_some(MARK_POLL));
+        grace.chain(batch).chain(mark).min()
+    }
+
+    /// Durability marks, after a pass. Every [`MARK_EVERY`] in which
+    /// something was copied: the open batch goes to the workers, the
+    /// rings' read positions are noted, and mark N follows the batch to
+    /// every worker; each writes what it has converted and passes the mark
+    /// on; once the output has it from every worker it writes its buffer
+    /// to the file and publishes N. Then (at a later pass) each ring's
+    /// [`lockscope_capture::session::RingHeader::durable`] gets its
+    /// position at mark N: the events before it are in the file, and a
+    /// recorder killed after that loses none of them. Costs a flush per
+    /// period (the workers and the output flushed that often anyway) and
+    /// one store per ring; nothing in the program.
+    ///
+    /// Not taken: leaving `read` where the file is (the program's room in
+    /// its ring would shrink by a second of events, and a busy thread
+    /// would wait for the recorder far more often).
+    pub(crate) fn mark(&mut self) {
+        let done = self.durable.load(AtOrd::Acquire);
+        while self.marks.front().is_some_and(|m| m.0 <= done) {
+            let (_, pos) = self.marks.pop_front().unwrap_or_default();
+            // By file: a thread that outgrew its ring since the mark
+            // continues in another file under the same name, whose
+            // positions start again from 0.
+            for (path, at) in pos {
+                if let Some(r) = self.rings.iter().find(|r| r.path == path) {
+                    r.c.mark_durable(at);
+                }
+            }
+        }
+        self.unlink.retain(|(path, n)| {
+            let keep = *n > done;
+            if !keep {
+                let _ = std::fs::remove_file(path);
+            }
+            keep
+        });
+        if self.unmarked == 0 || self.last_mark.elapsed() < MARK_EVERY || self.marks.len() > 4 {
+            return;
+        }
+        self.flush_batch();
+        let pos = self
+            .rings
+            .iter()
+            .map(|r| (r.path.clone(), r.c.read_pos()))
+            .collect();
+        let n = self.next_mark;
+        self.next_mark += 1;
+        self.broadcast(|| Msg::Mark(n));
+        self.marks.push_back((n, pos));
+        self.last_mark = Instant::now();
+        self.unmarked = 0;
     }
 
     /// Thread starts and ends seen so far (a pass that saw one is a sign
@@ -1365,7 +1467,7 @@ impl Drainer {
         r.lost_seen = 0;
         let old = std::mem::replace(&mut r.path, path);
         r.c = c;
-        let _ = std::fs::remove_file(old);
+        self.unlink_when_written(old);
         true
     }
 
@@ -1428,7 +1530,18 @@ impl Drainer {
         drop(r.c);
         // Frees the tmpfs pages (4 MiB per thread by default); the program
         // never reopens a ring file.
-        let _ = std::fs::remove_file(&r.path);
+        self.unlink_when_written(r.path);
+    }
+
+    /// Removes a ring file the drain is done with, once the events taken
+    /// from it are in the trace file (the next durability mark written):
+    /// until then a recorder killed meanwhile leaves them there for
+    /// `lockscope recover`, with the ring's `durable` saying where the
+    /// file stops. Holds its tmpfs pages a second or two longer.
+    fn unlink_when_written(&mut self, path: PathBuf) {
+        self.unlink.push((path, self.next_mark));
+        // A mark must follow even if nothing more is copied.
+        self.unmarked = self.unmarked.max(1);
     }
 
     /// After every process is gone: drain everything left and write the

@@ -15,6 +15,9 @@
 //!   status, counts, most contended locks) for the summary.
 //! - [`drain_dir`]: the drain pipeline alone, over a session directory
 //!   filled by someone else (benchmarks, tests with hand-made rings).
+//! - [`orphaned_sessions`] and [`recover`]: the session directories of
+//!   recorders that died (kept for [`KEEP_ORPHANED`]) and the trace made
+//!   of one and of what its recorder had written.
 //!
 //! # Design constraints
 //! - Threads: the *drain* thread copies raw slots out of the rings (one
@@ -45,6 +48,7 @@ mod drain;
 mod elf;
 mod maps;
 mod pipeline;
+mod recover;
 mod sessiondir;
 mod slotbuf;
 mod wake;
@@ -56,6 +60,8 @@ use std::path::PathBuf;
 pub use elf::{build_id, build_id_of_bytes};
 pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
 pub use pipeline::{default_writers, drain_dir, drain_dir_with, MAX_WRITERS};
+pub use recover::{recover, Gap, RecoverOutcome};
+pub use sessiondir::{orphaned_sessions, OrphanedSession, SessionInfo, KEEP_ORPHANED};
 
 /// Which call paths the preload library records (`LOCKSCOPE_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -308,6 +314,13 @@ pub enum RecordError {
     },
     /// A recorder thread failed unexpectedly (a bug: please report it).
     Internal(String),
+    /// A session directory could not be recovered ([`recover`]).
+    Recover {
+        /// The session directory, or the trace, concerned.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
 }
 
 impl fmt::Display for RecordError {
@@ -348,6 +361,9 @@ impl fmt::Display for RecordError {
                 path.display()
             ),
             RecordError::Internal(m) => write!(f, "internal recorder error: {m}"),
+            RecordError::Recover { path, what } => {
+                write!(f, "cannot recover {}: {what}", path.display())
+            }
         }
     }
 }

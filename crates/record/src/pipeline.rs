@@ -216,6 +216,8 @@ impl Pipeline {
         let (pool_tx, pool_rx) = channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let tables = Arc::new(Mutex::new(Tables::new()));
+        let durable = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let durable_out = durable.clone();
         let writer = std::thread::Builder::new()
             .name("lockscope-writer".into())
             .spawn(move || {
@@ -224,6 +226,7 @@ impl Pipeline {
                     BufWriter::with_capacity(1 << 20, file),
                     header,
                     writers,
+                    durable_out,
                 )
             })
             .map_err(|e| RecordError::Internal(format!("cannot start the writer thread: {e}")))?;
@@ -247,7 +250,8 @@ impl Pipeline {
             workers.push(h);
         }
         Ok(Pipeline {
-            drainer: Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget()),
+            drainer: Drainer::new(dir, clock, txs, out_tx, pool_rx, queued, queue_budget())
+                .with_durable(durable),
             writer,
             workers,
         })
@@ -263,6 +267,7 @@ impl Pipeline {
         }
         self.drainer.refine_clock(false);
         let (n, fullest) = self.drainer.drain_all();
+        self.drainer.mark();
         (n, fullest >= BUSY_FILL)
     }
 
@@ -392,7 +397,6 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
             path: cfg.preload_lib.clone(),
         });
     }
-    let session = SessionDir::create(cfg.session_parent.as_deref())?;
     let mut command = vec![cfg.program.to_string_lossy().into_owned()];
     command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
     let mut extra = vec![
@@ -431,6 +435,20 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
     // chosen: a pair is of the chosen clock): the set-up below is part of
     // its baseline.
     let start_pair = tsc::pair();
+    // Created after the clock is chosen: its info names the clock and the
+    // start pair, so that `recover` converts the rings' ticks as this
+    // recorder would have, even when its trace is lost.
+    let info = crate::sessiondir::SessionInfo {
+        output: absolute(&cfg.output),
+        command: command.join(" "),
+        recorder_pid: std::process::id(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        clock: clock.to_string(),
+        start: Some(start_pair),
+    };
+    let session = SessionDir::create(cfg.session_parent.as_deref(), &info)?;
     // The machine's wake-up latency of a sleeping waiter, for what-ifs
     // that make waiters sleep (see `wake`). Measured here, before the
     // program starts and after the start of the first tick-rate estimate:
@@ -619,6 +637,30 @@ pub fn drain_dir_with(
         }
     }
     pipe.finish(output, &HashMap::new(), 0)
+}
+
+/// Drains an orphaned session once (its recorder and program are gone)
+/// into `output`, with times on the clock of the trace the dead recorder
+/// was writing (`start`: its header's tick and monotonic pair), so that
+/// the two can be joined ([`crate::recover`]).
+pub(crate) fn drain_orphan(
+    dir: &Path,
+    output: &Path,
+    start: Option<tsc::ClockPair>,
+    command: Vec<String>,
+) -> Result<RecordOutcome, RecordError> {
+    let mut pipe = Pipeline::start(dir, output, command, Vec::new(), 1, start, 0)?;
+    let mut last_list = Instant::now() - LIST_EVERY;
+    // Passes until the rings are empty; `finish` lists and drains once
+    // more and ends every thread and process.
+    while pipe.pass(&mut last_list).0 > 0 {}
+    pipe.finish(output, &HashMap::new(), -1)
+}
+
+/// `p` made absolute against the current directory (for a session's
+/// info, read later from another directory); as given if that fails.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// NUMA nodes of this machine (`/sys/devices/system/node/nodeN`).

@@ -16,6 +16,7 @@ pub mod lockset;
 pub mod occ;
 pub mod output;
 pub mod record;
+pub mod recover;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -204,6 +204,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Stacks::All => StackMode::All,
         Stacks::None => StackMode::None,
     };
+    // Sessions of recorders that died, kept for `lockscope recover`:
+    // named before the program's own output, so that they are seen.
+    // (Those the recording's sweep removes, a day old or with no buffer,
+    // are not named.)
+    // Not with --quiet, which adds nothing to the program's output.
+    for o in lockscope_record::orphaned_sessions(args.session_dir.as_deref())
+        .into_iter()
+        .filter(|o| !args.quiet && o.rings > 0 && o.age <= lockscope_record::KEEP_ORPHANED)
+    {
+        eprintln!(
+            "lockscope: kept the session of a recorder that died: {}",
+            crate::cmd::recover::describe(&o)
+        );
+    }
     cfg.session_parent = args.session_dir;
     cfg.ring_kb = args.buffer_kb;
     cfg.ring_max_kb = args.max_buffer_kb.max(args.buffer_kb);
