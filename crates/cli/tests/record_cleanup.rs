@@ -62,6 +62,12 @@ fn kill_a_recorder(
     session
 }
 
+/// Fails unless `parent` holds no session directory.
+fn assert_no_session(parent: &std::path::Path) {
+    let left: Vec<_> = std::fs::read_dir(parent).unwrap().flatten().collect();
+    assert!(left.is_empty(), "sessions left: {left:?}");
+}
+
 #[test]
 fn the_session_of_a_sigkilled_recorder_is_kept_named_and_removed_by_recover() {
     let dir = temp("stale-session");
@@ -108,8 +114,7 @@ fn the_session_of_a_sigkilled_recorder_is_kept_named_and_removed_by_recover() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!session.exists());
     ok(&lockscope(&["report", out.to_str().unwrap()], None));
-    let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
-    assert!(left.is_empty(), "sessions left: {left:?}");
+    assert_no_session(&parent);
 }
 
 #[test]
@@ -141,8 +146,7 @@ fn an_orphaned_session_older_than_a_day_is_removed_at_the_next_start() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains("kept the session"), "{}", run.stderr);
-    let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
-    assert!(left.is_empty(), "sessions left: {left:?}");
+    assert_no_session(&parent);
 }
 
 #[test]

@@ -272,7 +272,9 @@ pub enum LossReason {
 }
 
 impl LossReason {
-    fn to_u8(self) -> u8 {
+    /// The reason's number in the trace file (what [`LossReason`]s are
+    /// told apart by, `Other` included).
+    pub fn code(self) -> u8 {
         match self {
             LossReason::BufferFull => 1,
             LossReason::ThreadLimit => 2,
@@ -551,7 +553,7 @@ impl Record {
                 put_varint(out, u64::from(l.thread));
                 put_varint(out, u64::from(l.process));
                 put_varint(out, l.events);
-                out.push(l.reason.to_u8());
+                out.push(l.reason.code());
                 kind::LOSS
             }
             Record::Overhead(o) => {

@@ -291,16 +291,6 @@ fn op_classes() -> [u8; 256] {
     t
 }
 
-fn loss_key(r: LossReason) -> u8 {
-    match r {
-        LossReason::BufferFull => 1,
-        LossReason::ThreadLimit => 2,
-        LossReason::TraceLimit => 3,
-        LossReason::RecorderDisabled => 4,
-        _ => 5,
-    }
-}
-
 /// What the writer reports at the end.
 pub(crate) struct WriterResult {
     pub events: u64,
@@ -1012,10 +1002,7 @@ pub(crate) fn output_loop<W: Write>(
                     }
                     Record::Loss(l) => {
                         o.lost += l.events;
-                        o.losses
-                            .entry(loss_key(l.reason))
-                            .or_insert((l.reason, 0))
-                            .1 += l.events;
+                        o.losses.entry(l.reason.code()).or_insert((l.reason, 0)).1 += l.events;
                     }
                     _ => {}
                 }
@@ -1123,7 +1110,7 @@ impl<W: Write> Output<W> {
         });
         top.truncate(10);
         let mut losses: Vec<_> = self.losses.values().copied().collect();
-        losses.sort_by_key(|(r, _)| loss_key(*r));
+        losses.sort_by_key(|(r, _)| r.code());
         Ok(WriterResult {
             events,
             lost: self.lost,

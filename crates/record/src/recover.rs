@@ -386,19 +386,6 @@ struct Merge {
     max_ns: u64,
 }
 
-fn loss_key(r: LossReason) -> u8 {
-    match r {
-        LossReason::BufferFull => 1,
-        LossReason::ThreadLimit => 2,
-        LossReason::TraceLimit => 3,
-        LossReason::RecorderDisabled => 4,
-        LossReason::CorruptBuffer => 5,
-        LossReason::Nested => 6,
-        LossReason::Other(v) => v,
-        _ => 0,
-    }
-}
-
 impl Merge {
     /// Copies the first part as written, learning its ids, up to where it
     /// ends (a truncated record: nobody wrote its end).
@@ -458,10 +445,7 @@ impl Merge {
                     self.code_names.insert((c.process, c.addr));
                 }
                 Record::Loss(l) => {
-                    *self
-                        .losses
-                        .entry((l.thread, loss_key(l.reason)))
-                        .or_default() += l.events;
+                    *self.losses.entry((l.thread, l.reason.code())).or_default() += l.events;
                     self.lost += l.events;
                 }
                 Record::Events(c) => {
@@ -716,7 +700,7 @@ impl Merge {
                     l.process = procs.get(&l.process).copied().unwrap_or(0);
                     let before = self
                         .losses
-                        .remove(&(l.thread, loss_key(l.reason)))
+                        .remove(&(l.thread, l.reason.code()))
                         .unwrap_or(0);
                     l.events = l.events.saturating_sub(before);
                     if l.events > 0 {
