@@ -9,7 +9,9 @@
 #                                 own trace protos, compiled) and `protobuf`,
 #                                 which parse `export --format perfetto-proto`;
 #                                 `jsonschema`, which checks the speedscope
-#                                 export against the schema speedscope ships
+#                                 export against the schema speedscope ships;
+#                                 `duckdb`, which runs docs/fleet.md's
+#                                 queries over `export --format parquet`
 #
 # Idempotent: a viewer already there at the pinned version is kept. Called
 # by scripts/test.sh; run it by hand before `cargo test` of crates/cli.
@@ -25,6 +27,7 @@ PERFETTO=0.59.1
 # perfetto_trace_pb2.py of that release checks for protobuf >= 6.31.1.
 PROTOBUF='protobuf>=6.31.1,<7'
 JSONSCHEMA='jsonschema>=4.18,<5'
+DUCKDB=2.0.1
 
 dir=${LOCKSCOPE_VIEWERS:-target/viewers}
 mkdir -p "$dir"
@@ -67,6 +70,14 @@ if ! grep -qx "Version: $PERFETTO" "$py"/perfetto-"$PERFETTO".dist-info/METADATA
   python3 -m pip install --quiet --disable-pip-version-check --no-input \
     --break-system-packages --target "$py" "perfetto==$PERFETTO" "$PROTOBUF" "$JSONSCHEMA" >&2
 fi
-PYTHONPATH="$py" python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2, jsonschema'
+# DuckDB beside them (its own check: a folder made before it was added
+# keeps its protos).
+if ! compgen -G "$py/duckdb-$DUCKDB.dist-info" >/dev/null; then
+  need python3 python3
+  python3 -m pip --version >/dev/null 2>&1 || need pip3 python3-pip
+  python3 -m pip install --quiet --disable-pip-version-check --no-input \
+    --break-system-packages --target "$py" --upgrade "duckdb==$DUCKDB" >&2
+fi
+PYTHONPATH="$py" python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2, jsonschema, duckdb'
 
 echo "scripts/test-viewers.sh: viewers ready in $dir" >&2

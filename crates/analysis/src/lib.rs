@@ -11,7 +11,8 @@
 //! [`advice`] turns it into recommendations (which lock to try).
 //! [`full::build`] adds the sections of other analyses (spinlocks,
 //! barrier instances, dead writes, GPU, what-if gains): the whole report
-//! every output format prints.
+//! every output format prints. [`fleet::aggregate`] makes one report of
+//! many traces' reports (`lockscope report A B C`, `--group-by`).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod deadwrites;
 pub mod debuginfod;
 pub mod detailed;
 mod error;
+pub mod fleet;
 pub mod full;
 pub mod gpu;
 pub mod hangs;

@@ -19,7 +19,9 @@
 //!   smaller and faster, for long recordings;
 //! - [`speedscope`]: speedscope's evented profiles, one per thread;
 //! - [`html`]: the self-contained HTML report (timeline, flame graphs, tables);
-//! - [`diff`]: two reports compared (`lockscope diff`).
+//! - [`diff`]: two reports compared (`lockscope diff`);
+//! - [`parquet`]: the reports of many traces as Parquet tables, for
+//!   query engines (DuckDB, Spark).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -28,6 +30,7 @@ pub mod folded;
 pub mod html;
 mod jsonout;
 pub mod names;
+pub mod parquet;
 pub mod perfetto;
 pub mod perfetto_proto;
 pub mod pprof;

@@ -5,6 +5,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use crate::cmd::{import::parse_hz, util};
 
 /// Output formats `export` writes.
@@ -28,6 +30,10 @@ pub enum Format {
     /// speedscope's file format: an evented profile per thread whose
     /// frames are its states (wait/hold LOCK at FUNCTION, blocked).
     Speedscope,
+    /// Parquet tables of one or many traces (runs, labels, locks, sites,
+    /// threads; one row group per trace) in the directory given with -o,
+    /// for DuckDB, Spark and other query engines (docs/fleet.md).
+    Parquet,
 }
 
 /// Write a trace in another format.
@@ -38,12 +44,15 @@ pub enum Format {
 /// same result on both).
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace (default: the newest `*.lstrace` in the current directory).
-    pub trace: Option<PathBuf>,
+    /// The trace (default: the newest `*.lstrace` in the current
+    /// directory). `--format parquet` takes any number of traces and
+    /// directories (their `*.lstrace` files).
+    pub traces: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Format,
-    /// Write here instead of standard output.
+    /// Write here instead of standard output (`--format parquet`: the
+    /// directory for its tables, required).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Clock frequency of the time column (default 1 GHz: cycles = ns).
@@ -60,7 +69,17 @@ const PERFETTO_JSON_HINT_BYTES: u64 = 100_000_000;
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(mut args: Args) -> anyhow::Result<i32> {
-    let trace = match args.trace.take() {
+    if matches!(args.format, Format::Parquet) {
+        return parquet(&args);
+    }
+    if args.traces.len() > 1 {
+        anyhow::bail!(
+            "--format {} takes one trace ({} given); `--format parquet` takes many",
+            format_name(args.format),
+            args.traces.len()
+        );
+    }
+    let trace = match args.traces.pop() {
         Some(t) => t,
         None => {
             let t = super::html::newest_trace()?;
@@ -104,6 +123,7 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
         Format::Perfetto => super::export_formats::perfetto(&trace, false, out)?,
         Format::PerfettoProto => super::export_formats::perfetto(&trace, true, out)?,
         Format::Speedscope => super::export_formats::speedscope(&trace, out)?,
+        Format::Parquet => unreachable!("handled above"),
     }
     match file {
         Some(f) => f.commit()?,
@@ -122,5 +142,82 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
             );
         }
     }
+    Ok(0)
+}
+
+/// The name of a format as `--format` spells it.
+fn format_name(f: Format) -> String {
+    use clap::ValueEnum;
+    f.to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
+}
+
+/// `--format parquet TRACE... -o DIR`: every trace's report into the
+/// tables, one row group per trace, in the order given (a directory's
+/// traces sorted by name).
+fn parquet(args: &Args) -> anyhow::Result<i32> {
+    let Some(dir) = &args.output else {
+        anyhow::bail!("--format parquet writes a directory of tables: name it with -o DIR");
+    };
+    if dir.is_file() {
+        anyhow::bail!(
+            "-o {}: a file; --format parquet writes a directory",
+            dir.display()
+        );
+    }
+    let mut traces = Vec::new();
+    for p in &args.traces {
+        if p.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot list {}", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| f.extension().is_some_and(|e| e == "lstrace"))
+                .collect();
+            if v.is_empty() {
+                anyhow::bail!("{}: no *.lstrace file in it", p.display());
+            }
+            v.sort();
+            traces.extend(v);
+        } else {
+            traces.push(p.clone());
+        }
+    }
+    if traces.is_empty() {
+        traces.push(super::html::newest_trace()?);
+    }
+    let mut out = lockscope_export::parquet::ParquetExport::create(dir)
+        .with_context(|| format!("cannot write to {}", dir.display()))?;
+    for t in &traces {
+        let r = super::export_formats::report(t)?;
+        let h = lockscope_format::TraceReader::new(std::io::BufReader::new(
+            std::fs::File::open(t).with_context(|| format!("cannot read {}", t.display()))?,
+        ))
+        .with_context(|| format!("cannot read {}", t.display()))?
+        .header()
+        .clone();
+        let run = lockscope_export::parquet::RunInfo::new(
+            lockscope_export::parquet::run_id(t)
+                .with_context(|| format!("cannot read {}", t.display()))?,
+            t.display().to_string(),
+            h.unix_ns_at_start,
+            h.recorder_version,
+        );
+        out.add(&run, &r)?;
+    }
+    let files = out.finish()?;
+    eprintln!(
+        "lockscope: {} trace{} into {} tables in {} ({})",
+        traces.len(),
+        if traces.len() == 1 { "" } else { "s" },
+        files.len(),
+        dir.display(),
+        files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(0)
 }

@@ -15,7 +15,14 @@ use lockscope_analysis::{full, ReportConfig, SortKey};
 pub struct Args {
     /// Trace file written by `lockscope record` (default: the newest
     /// `*.lstrace` in the current directory; its name is printed).
-    trace: Option<PathBuf>,
+    /// Several traces, or a directory of them, give one report over all:
+    /// each lock (by name and first call site) with its wait summed over
+    /// the traces and its spread between them.
+    traces: Vec<PathBuf>,
+    /// With several traces: one table per value of this label
+    /// (`record --label KEY=VALUE`; `host` and `command` are always there).
+    #[arg(long, value_name = "KEY")]
+    group_by: Option<String>,
     /// Print JSON (schema lockscope.report/1) instead of tables.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -148,9 +155,12 @@ fn text_width() -> Option<usize> {
 }
 
 /// Runs the subcommand; returns the exit code.
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if a.no_debuginfod {
         lockscope_analysis::debuginfod::set_enabled(false);
+    }
+    if a.traces.len() > 1 || a.group_by.is_some() || a.traces.iter().any(|t| t.is_dir()) {
+        return many(&a);
     }
     let sort = SortKey::parse(&a.sort).with_context(|| {
         format!(
@@ -183,8 +193,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         frames_all: a.frames == "all",
         skip_corrupt: super::util::skip_corrupt(),
     };
-    let trace = match &a.trace {
-        Some(t) => t.clone(),
+    let trace = match a.traces.pop() {
+        Some(t) => t,
         None => {
             let (t, n) = newest_trace(std::path::Path::new("."))?;
             // Say which: `record` numbers its outputs (lockscope-2.lstrace)
@@ -270,6 +280,57 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 Some(w) => out + &render::fit_lines(&extra, w) + &render::fit_lines(&gain, w),
                 None => out + &extra + &gain,
             }
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(0)
+}
+
+/// `report A B C ...` (or a directory, or `--group-by`): one report over
+/// the traces, each analysed in turn as `report --json` would (the
+/// totals are the sums of theirs).
+fn many(a: &Args) -> anyhow::Result<i32> {
+    if a.csv.is_some() {
+        anyhow::bail!("--csv reports one trace; over several traces use --json (or `lockscope export --format parquet`)");
+    }
+    let mut traces = Vec::new();
+    for p in &a.traces {
+        if p.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot list {}", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| f.extension().is_some_and(|e| e == "lstrace"))
+                .collect();
+            if v.is_empty() {
+                anyhow::bail!("{}: no *.lstrace file in it", p.display());
+            }
+            v.sort();
+            traces.extend(v);
+        } else {
+            traces.push(p.clone());
+        }
+    }
+    if traces.is_empty() {
+        traces.push(newest_trace(std::path::Path::new("."))?.0);
+    }
+    let mut reports = Vec::with_capacity(traces.len());
+    for t in &traces {
+        let r = crate::cmd::export_formats::report(t)?;
+        reports.push((t.display().to_string(), r));
+    }
+    let f = lockscope_analysis::fleet::aggregate(&reports, a.group_by.as_deref());
+    let out = if a.json {
+        let mut s = serde_json::to_string_pretty(&f)?;
+        s.push('\n');
+        s
+    } else {
+        let t = lockscope_analysis::fleet::text(&f, a.top.unwrap_or(20));
+        match text_width() {
+            Some(w) if !a.wide => render::fit_lines(&t, w),
+            _ => t,
         }
     };
     let mut stdout = std::io::stdout().lock();
