@@ -323,3 +323,57 @@ fn run_sql(tables: &Path, sql: &str) -> Vec<Value> {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+#[test]
+fn the_event_tables_hold_every_contended_wait_and_every_critical_section() {
+    let (dir, trace) = record_fixture("parquet-events", "mutex", &[]);
+    let tables = dir.join("lockscope-tables");
+    lockscope(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "parquet".as_ref(),
+        "--events".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        tables.as_os_str(),
+    ]);
+    let r = report_json(&trace);
+    let per_lock = run_sql(
+        &tables,
+        "SELECT l.address, l.contended, l.acquisitions,
+                (SELECT count(*) FROM 'lockscope-tables/waits.parquet' w WHERE w.address = l.address) AS waits,
+                (SELECT count(*) FROM 'lockscope-tables/holds.parquet' h WHERE h.address = l.address) AS holds
+         FROM 'lockscope-tables/locks.parquet' l",
+    );
+    assert_eq!(per_lock.len(), r["locks"].as_array().unwrap().len());
+    for row in &per_lock {
+        let a = row["address"].as_str().unwrap();
+        // One row per contended acquisition and per critical section.
+        assert_eq!(int(&row["waits"]), int(&row["contended"]), "lock {a}");
+        assert_eq!(int(&row["holds"]), int(&row["acquisitions"]), "lock {a}");
+    }
+    assert!(
+        per_lock.iter().any(|r| int(&r["waits"]) > 0),
+        "no contended wait"
+    );
+    // Every call path a wait or hold names is in call_paths, and waits
+    // name the holder that let them in.
+    let orphans = run_sql(
+        &tables,
+        "SELECT count(*) AS n FROM (
+           SELECT path_id AS p FROM 'lockscope-tables/waits.parquet'
+           UNION ALL SELECT holder_path_id FROM 'lockscope-tables/waits.parquet'
+           UNION ALL SELECT path_id FROM 'lockscope-tables/holds.parquet')
+         WHERE p IS NOT NULL
+           AND p NOT IN (SELECT path_id FROM 'lockscope-tables/call_paths.parquet')",
+    );
+    assert_eq!(int(&orphans[0]["n"]), 0);
+    let holders = run_sql(
+        &tables,
+        "SELECT count(holder_tid) AS with_holder, count(*) AS n,
+                count(*) FILTER (WHERE holder_tid = tid) AS own
+         FROM 'lockscope-tables/waits.parquet'",
+    );
+    assert!(int(&holders[0]["with_holder"]) > 0);
+    assert_eq!(int(&holders[0]["own"]), 0, "a thread waited for itself");
+}

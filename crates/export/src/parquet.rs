@@ -136,12 +136,63 @@ pub const TABLES: &[(&str, &[Column])] = &[
             ("lost_events", Kind::Int, false),
         ],
     ),
+    // The per-event tables (`--events`): each is written only then.
+    (
+        "waits",
+        &[
+            ("run_id", Kind::Text, false),
+            ("pid", Kind::Int, false),
+            ("tid", Kind::Int, false),
+            ("lock", Kind::Text, false),
+            ("address", Kind::Text, false),
+            ("start_ns", Kind::Int, false),
+            ("wait_ns", Kind::Int, false),
+            ("site", Kind::Text, false),
+            ("path_id", Kind::Int, true),
+            ("holder_tid", Kind::Int, true),
+            ("holder_release_ns", Kind::Int, true),
+            ("holder_path_id", Kind::Int, true),
+        ],
+    ),
+    (
+        "holds",
+        &[
+            ("run_id", Kind::Text, false),
+            ("pid", Kind::Int, false),
+            ("tid", Kind::Int, false),
+            ("lock", Kind::Text, false),
+            ("address", Kind::Text, false),
+            ("start_ns", Kind::Int, false),
+            ("hold_ns", Kind::Int, false),
+            ("site", Kind::Text, false),
+            ("path_id", Kind::Int, true),
+        ],
+    ),
+    (
+        "call_paths",
+        &[
+            ("run_id", Kind::Text, false),
+            ("path_id", Kind::Int, false),
+            ("frames", Kind::Text, false),
+            ("depth", Kind::Int, false),
+        ],
+    ),
 ];
 
-/// One value of a row.
+/// The tables written only with `--events`.
+const EVENT_TABLES: &[&str] = &["waits", "holds", "call_paths"];
+
+/// Rows of a per-event table held before they are written as a row
+/// group: bounds the memory of a 100M-event export.
+const EVENT_ROWS_PER_GROUP: usize = 1 << 16;
+
+/// One value of a row. Text is a `ByteArray` (reference-counted bytes):
+/// a name repeated on millions of event rows is one shared buffer, cloned
+/// by a count increment (a `String` per row made allocation most of the
+/// export's time).
 #[derive(Clone, Debug)]
 enum V {
-    T(String),
+    T(ByteArray),
     I(i64),
     F(f64),
     Null,
@@ -156,7 +207,7 @@ fn opt_i(v: Option<u64>) -> V {
 }
 
 fn t(s: &str) -> V {
-    V::T(s.to_string())
+    V::T(ByteArray::from(s))
 }
 
 /// What identifies a run besides its report: where it came from.
@@ -233,6 +284,7 @@ fn pq(e: parquet::errors::ParquetError) -> ExportError {
 /// One table being written: its file (under a temporary name) and the
 /// rows of the current trace.
 struct TableOut {
+    name: &'static str,
     cols: &'static [Column],
     writer: Option<SerializedFileWriter<File>>,
     tmp: PathBuf,
@@ -246,9 +298,10 @@ pub struct ParquetExport {
 }
 
 impl ParquetExport {
-    /// Creates the tables in `dir` (created if missing). Existing tables
-    /// there are replaced only by [`ParquetExport::finish`].
-    pub fn create(dir: &Path) -> Result<ParquetExport, ExportError> {
+    /// Creates the tables in `dir` (created if missing), the per-event
+    /// ones too when `events`. Existing tables there are replaced only by
+    /// [`ParquetExport::finish`].
+    pub fn create(dir: &Path, events: bool) -> Result<ParquetExport, ExportError> {
         std::fs::create_dir_all(dir).map_err(ExportError::Io)?;
         let props = Arc::new(
             WriterProperties::builder()
@@ -262,12 +315,16 @@ impl ParquetExport {
         );
         let mut tables = Vec::new();
         for (name, cols) in TABLES {
+            if !events && EVENT_TABLES.contains(name) {
+                continue;
+            }
             let schema = Arc::new(parse_message_type(&message_type(name, cols)).map_err(pq)?);
             let dest = dir.join(format!("{name}.parquet"));
             let tmp = dir.join(format!(".{name}.parquet.partial"));
             let file = File::create(&tmp).map_err(ExportError::Io)?;
             let writer = SerializedFileWriter::new(file, schema, props.clone()).map_err(pq)?;
             tables.push(TableOut {
+                name,
                 cols,
                 writer: Some(writer),
                 tmp,
@@ -279,11 +336,10 @@ impl ParquetExport {
     }
 
     fn table(&mut self, name: &str) -> &mut TableOut {
-        let i = TABLES
-            .iter()
-            .position(|(n, _)| *n == name)
-            .expect("a table of TABLES");
-        &mut self.tables[i]
+        self.tables
+            .iter_mut()
+            .find(|t| t.name == name)
+            .expect("a table that was created")
     }
 
     /// Adds one trace: its rows in every table, as one row group each.
@@ -293,8 +349,8 @@ impl ParquetExport {
         self.table("runs").rows.push(vec![
             id(),
             t(&run.trace),
-            V::T(r.command.join(" ")),
-            V::T(label("host")),
+            t(&r.command.join(" ")),
+            t(&label("host")),
             i(run.start_unix_ns),
             i(r.duration_ns),
             i(r.events),
@@ -375,6 +431,166 @@ impl ParquetExport {
         Ok(())
     }
 
+    /// Adds the per-event rows of one trace (created with `events`):
+    /// every lock wait with the holder whose release let it in, every
+    /// critical section, and the call paths they name. Streamed from the
+    /// synchronization layer; written every 65,536 rows.
+    pub fn add_events(
+        &mut self,
+        run: &RunInfo,
+        trace: &Path,
+        meta: &lockscope_analysis::input::Meta,
+        symbolize: bool,
+    ) -> Result<(), ExportError> {
+        use crate::timeline::{self, Item, SpanKind};
+        use std::collections::{BTreeSet, HashMap};
+        let threads: HashMap<u32, (u32, u32, u32)> = timeline::threads(meta)
+            .into_iter()
+            .map(|t| (t.id, (t.pid, t.tid, t.process)))
+            .collect();
+        let mut names = crate::names::Names::new(meta, symbolize);
+        let mut last_hold: HashMap<(u32, lockscope_analysis::sync::ObjId), u32> = HashMap::new();
+        let mut paths: BTreeSet<(u32, u32)> = BTreeSet::new();
+        // Names formatted once per lock and per site, not per row (a
+        // site's name is a symbol lookup and a format).
+        let mut obj_names: HashMap<lockscope_analysis::sync::ObjId, (ByteArray, ByteArray)> =
+            HashMap::new();
+        let mut site_names: HashMap<(u32, u64, u32), ByteArray> = HashMap::new();
+        let run_id = ByteArray::from(run.run_id.as_str());
+        // A wait waits for the hand-off that follows it (if any).
+        let mut pending: Option<Vec<V>> = None;
+        let mut pending_key: Option<(u32, lockscope_analysis::sync::ObjId)> = None;
+        let mut err = None;
+        let path_v = |stack: u32| {
+            if stack == 0 {
+                V::Null
+            } else {
+                i(u64::from(stack))
+            }
+        };
+        let emit = |this: &mut ParquetExport, table: &str, row: Vec<V>| {
+            let t = this.table(table);
+            t.rows.push(row);
+            if t.rows.len() >= EVENT_ROWS_PER_GROUP {
+                t.flush_rows()
+            } else {
+                Ok(())
+            }
+        };
+        timeline::scan(trace, meta, |item| {
+            if err.is_some() {
+                return;
+            }
+            let mut out: Vec<(&str, Vec<V>)> = Vec::new();
+            let handoff = match item {
+                Item::HandOff {
+                    lock,
+                    from,
+                    from_ns,
+                    to,
+                    ..
+                } if pending_key == Some((to, lock)) => Some((from, from_ns, lock)),
+                _ => None,
+            };
+            if let Some(mut row) = pending.take() {
+                if let Some((from, from_ns, lock)) = handoff {
+                    let holder = threads.get(&from).map_or(0, |t| t.1);
+                    let hp = last_hold.get(&(from, lock)).copied().unwrap_or(0);
+                    if hp != 0 {
+                        paths.insert((threads.get(&from).map_or(0, |t| t.2), hp));
+                    }
+                    row[9] = i(u64::from(holder));
+                    row[10] = i(from_ns);
+                    row[11] = path_v(hp);
+                }
+                pending_key = None;
+                out.push(("waits", row));
+            }
+            if let Item::Span {
+                thread,
+                kind,
+                obj: Some(obj),
+                start_ns,
+                end_ns,
+                site,
+                stack,
+            } = item
+            {
+                if matches!(kind, SpanKind::Wait | SpanKind::Hold) {
+                    let (pid, tid, process) = threads.get(&thread).copied().unwrap_or_default();
+                    if stack != 0 {
+                        paths.insert((process, stack));
+                    }
+                    let mut row = vec![
+                        V::T(run_id.clone()),
+                        i(u64::from(pid)),
+                        i(u64::from(tid)),
+                        V::T(
+                            obj_names
+                                .entry(obj)
+                                .or_insert_with(|| {
+                                    (
+                                        ByteArray::from(names.object(obj).as_str()),
+                                        ByteArray::from(format!("{:#x}", obj.addr).as_str()),
+                                    )
+                                })
+                                .0
+                                .clone(),
+                        ),
+                        V::T(obj_names[&obj].1.clone()),
+                        i(start_ns),
+                        i(end_ns.saturating_sub(start_ns)),
+                        V::T(
+                            site_names
+                                .entry((process, site, stack))
+                                .or_insert_with(|| {
+                                    ByteArray::from(names.site(process, site, stack).as_str())
+                                })
+                                .clone(),
+                        ),
+                        path_v(stack),
+                    ];
+                    if kind == SpanKind::Hold {
+                        last_hold.insert((thread, obj), stack);
+                        out.push(("holds", row));
+                    } else {
+                        row.extend([V::Null, V::Null, V::Null]);
+                        pending = Some(row);
+                        pending_key = Some((thread, obj));
+                    }
+                }
+            }
+            for (table, row) in out {
+                if let Err(e) = emit(self, table, row) {
+                    err = Some(e);
+                    return;
+                }
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if let Some(row) = pending {
+            emit(self, "waits", row)?;
+        }
+        for (process, stack) in paths {
+            let frames = names.path(process, stack);
+            self.table("call_paths").rows.push(vec![
+                t(&run.run_id),
+                i(u64::from(stack)),
+                t(&frames.join("; ")),
+                i(frames.len() as u64),
+            ]);
+            if self.table("call_paths").rows.len() >= EVENT_ROWS_PER_GROUP {
+                self.table("call_paths").flush_rows()?;
+            }
+        }
+        for name in EVENT_TABLES {
+            self.table(name).flush_rows()?;
+        }
+        Ok(())
+    }
+
     /// Closes every table and puts it in place; returns their paths.
     pub fn finish(self) -> Result<Vec<PathBuf>, ExportError> {
         let mut done = Vec::new();
@@ -413,7 +629,7 @@ impl TableOut {
                     let v: Vec<ByteArray> = rows
                         .iter()
                         .filter_map(|r| match &r[c] {
-                            V::T(s) => Some(ByteArray::from(s.as_str())),
+                            V::T(s) => Some(s.clone()),
                             _ => None,
                         })
                         .collect();

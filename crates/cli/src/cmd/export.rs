@@ -62,6 +62,11 @@ pub struct Args {
     /// charged to them (the report's blame) instead of the waiters'.
     #[arg(long)]
     pub blame: bool,
+    /// `--format parquet`: also the per-event tables: every lock wait
+    /// with the holder that let it in (`waits`), every critical section
+    /// (`holds`) and the call paths they name (`call_paths`).
+    #[arg(long)]
+    pub events: bool,
 }
 
 /// Size of a Perfetto JSON export past which the protobuf is suggested.
@@ -165,28 +170,11 @@ fn parquet(args: &Args) -> anyhow::Result<i32> {
             dir.display()
         );
     }
-    let mut traces = Vec::new();
-    for p in &args.traces {
-        if p.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("cannot list {}", p.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|f| f.extension().is_some_and(|e| e == "lstrace"))
-                .collect();
-            if v.is_empty() {
-                anyhow::bail!("{}: no *.lstrace file in it", p.display());
-            }
-            v.sort();
-            traces.extend(v);
-        } else {
-            traces.push(p.clone());
-        }
-    }
+    let mut traces = crate::cmd::util::expand_traces(&args.traces)?;
     if traces.is_empty() {
         traces.push(super::html::newest_trace()?);
     }
-    let mut out = lockscope_export::parquet::ParquetExport::create(dir)
+    let mut out = lockscope_export::parquet::ParquetExport::create(dir, args.events)
         .with_context(|| format!("cannot write to {}", dir.display()))?;
     for t in &traces {
         let r = super::export_formats::report(t)?;
@@ -204,6 +192,10 @@ fn parquet(args: &Args) -> anyhow::Result<i32> {
             h.recorder_version,
         );
         out.add(&run, &r)?;
+        if args.events {
+            let meta = crate::cmd::util::index_trace(t)?;
+            out.add_events(&run, t, &meta, true)?;
+        }
     }
     let files = out.finish()?;
     eprintln!(

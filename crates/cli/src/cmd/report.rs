@@ -295,24 +295,7 @@ fn many(a: &Args) -> anyhow::Result<i32> {
     if a.csv.is_some() {
         anyhow::bail!("--csv reports one trace; over several traces use --json (or `lockscope export --format parquet`)");
     }
-    let mut traces = Vec::new();
-    for p in &a.traces {
-        if p.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("cannot list {}", p.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|f| f.extension().is_some_and(|e| e == "lstrace"))
-                .collect();
-            if v.is_empty() {
-                anyhow::bail!("{}: no *.lstrace file in it", p.display());
-            }
-            v.sort();
-            traces.extend(v);
-        } else {
-            traces.push(p.clone());
-        }
-    }
+    let mut traces = crate::cmd::util::expand_traces(&a.traces)?;
     if traces.is_empty() {
         traces.push(newest_trace(std::path::Path::new("."))?.0);
     }

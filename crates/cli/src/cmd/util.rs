@@ -264,3 +264,32 @@ pub fn open_small_trace(path: &std::path::Path, events: u64) -> Option<lockscope
         .ok()
         .map(|(t, _)| t)
 }
+
+/// The traces named on a command line: files as given, and for a
+/// directory its `*.lstrace` files sorted by name (a directory without any
+/// is an error, worded as for other commands given a directory).
+pub fn expand_traces(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    let mut traces = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot list {}", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| f.extension().is_some_and(|e| e == "lstrace") && f.is_file())
+                .collect();
+            if v.is_empty() {
+                anyhow::bail!(
+                    "{}: is a directory, with no *.lstrace file in it",
+                    p.display()
+                );
+            }
+            v.sort();
+            traces.extend(v);
+        } else {
+            traces.push(p.clone());
+        }
+    }
+    Ok(traces)
+}
