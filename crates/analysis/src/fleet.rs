@@ -20,13 +20,16 @@ use serde::Serialize;
 use crate::units;
 use crate::Report;
 
-/// A lock's name across runs: its report name, except for a lock named
-/// by nothing better than its address (which differs from run to run):
-/// `KIND (unnamed)`, told apart by its first call site. The same in the
-/// Parquet tables' `lock` column.
+/// A lock's name across runs: its report name (a symbol, a class
+/// member, `mutex@function`), except for a lock named by nothing better
+/// than its address, which differs from run to run: `KIND at FIRST USE`.
+/// Not the first use for named locks: which thread's call is seen first
+/// varies from run to run (a holder's acquisition is published after its
+/// critical section, a waiter's attempt before). The same in the Parquet
+/// tables' `lock` column.
 pub fn lock_identity(l: &crate::report::LockOut) -> String {
     if l.named_by == crate::locknames::NamedBy::Address {
-        format!("{} (unnamed)", l.kind)
+        format!("{} at {}", l.kind, l.first_use)
     } else {
         l.label.clone()
     }
@@ -96,9 +99,9 @@ impl Spread {
 #[non_exhaustive]
 pub struct FleetLock {
     /// Its name across runs ([`lock_identity`]: `hot`,
-    /// `ThreadPool::m_`, `mutex (unnamed)`).
+    /// `ThreadPool::m_`, `mutex at worker (pool.c:12)`).
     pub lock: String,
-    /// Its first call site.
+    /// Its first call site in the first trace that has it.
     pub first_use: String,
     /// Its kind in the first trace that has it.
     pub kind: String,
@@ -182,13 +185,18 @@ fn locks_of(reports: &[(String, Report)], members: &[usize]) -> Vec<FleetLock> {
     // Per identity: kind, futex-only, and per-trace figures (summed when
     // one trace has two locks of the same identity).
     type PerTrace = BTreeMap<usize, (u64, u64, u64)>;
-    let mut m: BTreeMap<(String, String), (String, bool, PerTrace)> = BTreeMap::new();
+    let mut m: BTreeMap<String, (String, String, bool, PerTrace)> = BTreeMap::new();
     for &i in members {
         for l in &reports[i].1.locks {
-            let e = m
-                .entry((lock_identity(l), l.first_use.clone()))
-                .or_insert_with(|| (l.kind.to_string(), l.futex_only(), BTreeMap::new()));
-            let t = e.2.entry(i).or_default();
+            let e = m.entry(lock_identity(l)).or_insert_with(|| {
+                (
+                    l.first_use.clone(),
+                    l.kind.to_string(),
+                    l.futex_only(),
+                    BTreeMap::new(),
+                )
+            });
+            let t = e.3.entry(i).or_default();
             t.0 += l.wait_ns.total;
             t.1 += l.acquisitions;
             t.2 += l.contended;
@@ -196,7 +204,7 @@ fn locks_of(reports: &[(String, Report)], members: &[usize]) -> Vec<FleetLock> {
     }
     let mut v: Vec<FleetLock> = m
         .into_iter()
-        .map(|((lock, first_use), (kind, futex_only, per))| {
+        .map(|(lock, (first_use, kind, futex_only, per))| {
             let col = |f: fn(&(u64, u64, u64)) -> u64| per.values().map(f).collect::<Vec<_>>();
             FleetLock {
                 lock,
@@ -315,6 +323,198 @@ pub fn text(f: &FleetReport, top: usize) -> String {
         if g.locks.len() > top {
             let _ = writeln!(o, "  ({} more locks)", g.locks.len() - top);
         }
+    }
+    o
+}
+
+/// Schema name of [`GroupDiff`]'s JSON.
+pub const DIFF_SCHEMA: &str = "lockscope.groupdiff/1";
+
+/// A lock compared between two groups of traces.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LockChange {
+    /// Its name across runs ([`lock_identity`]).
+    pub lock: String,
+    /// Its first call site (in A when A has it).
+    pub first_use: String,
+    /// Traces of A and of B that have it.
+    pub traces: (usize, usize),
+    /// Wait per trace in A (mean over the traces of A that have it).
+    pub wait_a: Spread,
+    /// Wait per trace in B.
+    pub wait_b: Spread,
+    /// Change of the mean wait, percent of A's (null when A's is 0).
+    pub wait_change_pct: Option<f64>,
+    /// Whether the change exceeds what the spread between runs explains:
+    /// |mean B - mean A| over twice its standard error,
+    /// sqrt(sd_A^2 / n_A + sd_B^2 / n_B). Null when a side has fewer than
+    /// two traces with the lock (no spread to judge by).
+    pub beyond_spread: Option<bool>,
+}
+
+/// Two groups of traces compared lock by lock (`lockscope diff DIR_A
+/// DIR_B`).
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct GroupDiff {
+    /// [`DIFF_SCHEMA`].
+    pub schema: &'static str,
+    /// The traces of A, then of B.
+    pub a: Vec<TraceRow>,
+    /// The traces of B.
+    pub b: Vec<TraceRow>,
+    /// Duration of the recordings, per trace, in A and B.
+    pub duration_a: Spread,
+    /// Same for B.
+    pub duration_b: Spread,
+    /// Locks in A or B, largest absolute change of mean wait first.
+    pub locks: Vec<LockChange>,
+}
+
+/// Compares group `a` with group `b` (path and report of each trace).
+pub fn diff_groups(a: &[(String, Report)], b: &[(String, Report)]) -> GroupDiff {
+    let fa = aggregate(a, None);
+    let fb = aggregate(b, None);
+    let locks_a = fa
+        .groups
+        .into_iter()
+        .next()
+        .map(|g| g.locks)
+        .unwrap_or_default();
+    let locks_b = fb
+        .groups
+        .into_iter()
+        .next()
+        .map(|g| g.locks)
+        .unwrap_or_default();
+    let mut keys: BTreeMap<String, (Option<FleetLock>, Option<FleetLock>)> = BTreeMap::new();
+    for l in locks_a {
+        let k = l.lock.clone();
+        keys.entry(k).or_default().0 = Some(l);
+    }
+    for l in locks_b {
+        let k = l.lock.clone();
+        keys.entry(k).or_default().1 = Some(l);
+    }
+    let mut locks: Vec<LockChange> = keys
+        .into_iter()
+        .map(|(lock, (la, lb))| {
+            let first_use = la
+                .as_ref()
+                .or(lb.as_ref())
+                .map(|l| l.first_use.clone())
+                .unwrap_or_default();
+            let (na, wa) = la.map_or((0, Spread::default()), |l| (l.traces, l.wait_ns));
+            let (nb, wb) = lb.map_or((0, Spread::default()), |l| (l.traces, l.wait_ns));
+            let se = (wa.stddev.powi(2) / na.max(1) as f64 + wb.stddev.powi(2) / nb.max(1) as f64)
+                .sqrt();
+            LockChange {
+                lock,
+                first_use,
+                traces: (na, nb),
+                wait_change_pct: (wa.mean > 0.0).then(|| (wb.mean - wa.mean) / wa.mean * 100.0),
+                beyond_spread: (na >= 2 && nb >= 2).then(|| (wb.mean - wa.mean).abs() > 2.0 * se),
+                wait_a: wa,
+                wait_b: wb,
+            }
+        })
+        .collect();
+    locks.sort_by(|x, y| {
+        let d = |l: &LockChange| (l.wait_b.mean - l.wait_a.mean).abs();
+        d(y).total_cmp(&d(x)).then_with(|| x.lock.cmp(&y.lock))
+    });
+    let dur =
+        |v: &[(String, Report)]| Spread::of(&v.iter().map(|r| r.1.duration_ns).collect::<Vec<_>>());
+    GroupDiff {
+        schema: DIFF_SCHEMA,
+        duration_a: dur(a),
+        duration_b: dur(b),
+        a: fa.traces,
+        b: fb.traces,
+        locks,
+    }
+}
+
+/// The group comparison as text: a verdict line, then one row per lock
+/// (at most `top`).
+pub fn diff_text(d: &GroupDiff, top: usize) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let pct = |a: f64, b: f64| {
+        if a > 0.0 {
+            format!("{:+.0}%", (b - a) / a * 100.0)
+        } else if b > 0.0 {
+            "new".to_string()
+        } else {
+            "-".to_string()
+        }
+    };
+    let verdict = match d.locks.first() {
+        Some(l) => format!(
+            "{} wait {} per run{}",
+            crate::render::term(&l.lock),
+            pct(l.wait_a.mean, l.wait_b.mean),
+            match l.beyond_spread {
+                Some(true) => ", beyond the run-to-run spread",
+                Some(false) => ", within the run-to-run spread",
+                None => " (too few runs to judge the spread)",
+            }
+        ),
+        None => "no lock in either group".to_string(),
+    };
+    let _ = writeln!(
+        o,
+        "lockscope diff: {} traces (A) against {} (B): {verdict}; program {} per run",
+        d.a.len(),
+        d.b.len(),
+        pct(d.duration_a.mean, d.duration_b.mean)
+    );
+    let mut rows: Vec<Vec<String>> = vec![vec![
+        "lock".into(),
+        "first use".into(),
+        "runs A/B".into(),
+        "wait A mean".into(),
+        "sd".into(),
+        "wait B mean".into(),
+        "sd".into(),
+        "change".into(),
+        "spread".into(),
+    ]];
+    for l in d.locks.iter().take(top) {
+        rows.push(vec![
+            crate::render::term(&l.lock).into_owned(),
+            crate::render::term(&l.first_use).into_owned(),
+            format!("{}/{}", l.traces.0, l.traces.1),
+            units::ms_f64(l.wait_a.mean),
+            units::ms_f64(l.wait_a.stddev),
+            units::ms_f64(l.wait_b.mean),
+            units::ms_f64(l.wait_b.stddev),
+            pct(l.wait_a.mean, l.wait_b.mean),
+            match l.beyond_spread {
+                Some(true) => "beyond".into(),
+                Some(false) => "within".into(),
+                None => "-".into(),
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let mut line = String::from(" ");
+        for (c, cell) in r.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c < 2 {
+                let _ = write!(line, " {cell}{}", " ".repeat(pad));
+            } else {
+                let _ = write!(line, " {}{cell}", " ".repeat(pad));
+            }
+        }
+        let _ = writeln!(o, "{}", line.trim_end());
+    }
+    if d.locks.len() > top {
+        let _ = writeln!(o, "  ({} more locks)", d.locks.len() - top);
     }
     o
 }

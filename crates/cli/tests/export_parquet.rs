@@ -31,23 +31,25 @@ fn run_query(name: &str, tables: &Path) -> Vec<Value> {
     run_sql(tables, &documented_query(name))
 }
 
-/// A lock's name across runs, from its JSON: its label, or `KIND
-/// (unnamed)` when only its address names it (docs/fleet.md).
+/// A lock's name across runs, from its JSON: its label, or `KIND at
+/// FIRST USE` when only its address names it (docs/fleet.md).
 fn identity(l: &Value) -> String {
     if l["named_by"] == "address" {
-        format!("{} (unnamed)", l["kind"].as_str().unwrap())
+        format!(
+            "{} at {}",
+            l["kind"].as_str().unwrap(),
+            l["first_use"].as_str().unwrap()
+        )
     } else {
         l["label"].as_str().unwrap().to_string()
     }
 }
 
-/// (lock, first_use) -> (wait ns, acquisitions) of one report.
-fn per_lock(r: &Value) -> BTreeMap<(String, String), (u64, u64)> {
+/// lock -> (wait ns, acquisitions) of one report.
+fn per_lock(r: &Value) -> BTreeMap<String, (u64, u64)> {
     let mut m = BTreeMap::new();
     for l in r["locks"].as_array().unwrap() {
-        let e = m
-            .entry((identity(l), l["first_use"].as_str().unwrap().to_string()))
-            .or_insert((0, 0));
+        let e = m.entry(identity(l)).or_insert((0, 0));
         e.0 += l["wait_ns"]["total"].as_u64().unwrap();
         e.1 += l["acquisitions"].as_u64().unwrap_or(0);
     }
@@ -110,7 +112,7 @@ fn one_report_over_many_traces_sums_each_locks_figures_per_group() {
             .collect();
         assert_eq!(g["traces"].as_array().unwrap().len(), members.len());
         // Per lock: the sum and the highest of the traces' own figures.
-        let mut want: BTreeMap<(String, String), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut want: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
         for r in &members {
             for (k, v) in per_lock(r) {
                 want.entry(k).or_default().push(v);
@@ -119,10 +121,7 @@ fn one_report_over_many_traces_sums_each_locks_figures_per_group() {
         let locks = g["locks"].as_array().unwrap();
         assert_eq!(locks.len(), want.len(), "group {value}");
         for l in locks {
-            let key = (
-                l["lock"].as_str().unwrap().to_string(),
-                l["first_use"].as_str().unwrap().to_string(),
-            );
+            let key = l["lock"].as_str().unwrap().to_string();
             let v = &want[&key];
             assert_eq!(int(&l["traces"]), v.len() as u64);
             assert_eq!(
@@ -171,7 +170,7 @@ fn the_fleet_queries_give_the_reports_totals() {
     }
 
     // Top locks: every (lock, first use) with the sums over the runs.
-    let mut want: BTreeMap<(String, String), (u64, u64, u64)> = BTreeMap::new();
+    let mut want: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for (_, _, r) in &reports {
         for (k, (w, a)) in per_lock(r) {
             let e = want.entry(k).or_default();
@@ -183,10 +182,7 @@ fn the_fleet_queries_give_the_reports_totals() {
     let rows = run_query("top_locks", &tables);
     assert_eq!(rows.len(), want.len().min(20));
     for row in &rows {
-        let key = (
-            row["lock"].as_str().unwrap().to_string(),
-            row["first_use"].as_str().unwrap().to_string(),
-        );
+        let key = row["lock"].as_str().unwrap().to_string();
         let (w, a, n) = want[&key];
         assert_eq!(
             (
@@ -205,7 +201,7 @@ fn the_fleet_queries_give_the_reports_totals() {
 
     // Growth between the groups: mean wait per run that used the lock.
     let mean = |group: &str| {
-        let mut m: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for (_, _, r) in reports.iter().filter(|x| x.0 == group) {
             for (k, (w, _)) in per_lock(r) {
                 let e = m.entry(k).or_default();
@@ -220,10 +216,7 @@ fn the_fleet_queries_give_the_reports_totals() {
     let both = a.keys().filter(|k| b.contains_key(*k)).count();
     assert_eq!(rows.len(), both);
     for row in &rows {
-        let key = (
-            row["lock"].as_str().unwrap().to_string(),
-            row["first_use"].as_str().unwrap().to_string(),
-        );
+        let key = row["lock"].as_str().unwrap().to_string();
         let before = a[&key].0 as f64 / a[&key].1 as f64;
         let after = b[&key].0 as f64 / b[&key].1 as f64;
         let got = row["growth_ns"].as_f64().unwrap();
@@ -376,4 +369,67 @@ fn the_event_tables_hold_every_contended_wait_and_every_critical_section() {
     );
     assert!(int(&holders[0]["with_holder"]) > 0);
     assert_eq!(int(&holders[0]["own"]), 0, "a thread waited for itself");
+}
+
+#[test]
+fn diff_of_two_groups_compares_each_locks_mean_wait_and_its_spread() {
+    let dir = temp("group-diff");
+    let bin = build_c("report/held_for", &dir);
+    // Group A holds the lock 60 ms per run, group B 120 ms: the waiter's
+    // wait doubles, far beyond the run-to-run spread.
+    let mut waits: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (group, ms) in [("a", "60"), ("b", "120")] {
+        let g = dir.join(group);
+        std::fs::create_dir_all(&g).unwrap();
+        for k in 0..3 {
+            let run = record(&dir, &[], &bin, &[ms], b"");
+            let t = g.join(format!("run{k}.lstrace"));
+            std::fs::rename(&run.trace_path, &t).unwrap();
+            let r = report_json(&t);
+            let w = r["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| l["label"] == "held")
+                .map(|l| l["wait_ns"]["total"].as_u64().unwrap())
+                .sum();
+            waits.entry(group).or_default().push(w);
+        }
+    }
+    let out = lockscope(&[
+        "diff".as_ref(),
+        dir.join("a").as_os_str(),
+        dir.join("b").as_os_str(),
+        "--json".as_ref(),
+    ]);
+    let d: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(d["schema"], "lockscope.groupdiff/1");
+    let held = d["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lock"] == "held")
+        .expect("the held lock");
+    let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
+    let (ma, mb) = (mean(&waits["a"]), mean(&waits["b"]));
+    assert!((held["wait_a"]["mean"].as_f64().unwrap() - ma).abs() < 1.0);
+    assert!((held["wait_b"]["mean"].as_f64().unwrap() - mb).abs() < 1.0);
+    assert_eq!(held["traces"], serde_json::json!([3, 3]));
+    // Each waited about as long as the hold: 60 ms, then 120 ms.
+    assert!((45e6..80e6).contains(&ma), "A: {ma}");
+    assert!((100e6..150e6).contains(&mb), "B: {mb}");
+    assert_eq!(held["beyond_spread"], true, "{held}");
+    // The largest change comes first, and the text says so.
+    assert_eq!(d["locks"][0]["lock"], "held");
+    let text = String::from_utf8(lockscope(&[
+        "diff".as_ref(),
+        dir.join("a").as_os_str(),
+        dir.join("b").as_os_str(),
+    ]))
+    .unwrap();
+    assert!(
+        text.lines().next().unwrap().contains("held wait +")
+            && text.contains("beyond the run-to-run spread"),
+        "{text}"
+    );
 }
