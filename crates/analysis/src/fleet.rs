@@ -304,25 +304,33 @@ pub fn text(f: &FleetReport, top: usize) -> String {
                 units::count(l.contended.mean.round() as u64),
             ]);
         }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
-        for r in &rows {
-            let mut line = String::from(" ");
-            for (c, cell) in r.iter().enumerate() {
-                let pad = widths[c] - cell.chars().count();
-                // Names left, figures right.
-                if c < 2 {
-                    let _ = write!(line, " {cell}{}", " ".repeat(pad));
-                } else {
-                    let _ = write!(line, " {}{cell}", " ".repeat(pad));
-                }
-            }
-            let _ = writeln!(o, "{}", line.trim_end());
-        }
+        o.push_str(&columns(&rows));
         if g.locks.len() > top {
             let _ = writeln!(o, "  ({} more locks)", g.locks.len() - top);
         }
+    }
+    o
+}
+
+/// `rows` (the first is the header) as aligned columns, indented by two:
+/// the first two (lock, first use) left-aligned, the figures right.
+fn columns(rows: &[Vec<String>]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = String::from(" ");
+        for (c, cell) in r.iter().enumerate() {
+            let pad = " ".repeat(widths[c] - cell.chars().count());
+            if c < 2 {
+                let _ = write!(line, " {cell}{pad}");
+            } else {
+                let _ = write!(line, " {pad}{cell}");
+            }
+        }
+        let _ = writeln!(o, "{}", line.trim_end());
     }
     o
 }
@@ -498,21 +506,7 @@ pub fn diff_text(d: &GroupDiff, top: usize) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let mut line = String::from(" ");
-        for (c, cell) in r.iter().enumerate() {
-            let pad = widths[c] - cell.chars().count();
-            if c < 2 {
-                let _ = write!(line, " {cell}{}", " ".repeat(pad));
-            } else {
-                let _ = write!(line, " {}{cell}", " ".repeat(pad));
-            }
-        }
-        let _ = writeln!(o, "{}", line.trim_end());
-    }
+    o.push_str(&columns(&rows));
     if d.locks.len() > top {
         let _ = writeln!(o, "  ({} more locks)", d.locks.len() - top);
     }

@@ -626,41 +626,19 @@ impl TableOut {
             let defs = nullable.then_some(&defs[..]);
             match kind {
                 Kind::Text => {
-                    let v: Vec<ByteArray> = rows
-                        .iter()
-                        .filter_map(|r| match &r[c] {
-                            V::T(s) => Some(s.clone()),
-                            _ => None,
-                        })
-                        .collect();
-                    col.typed::<ByteArrayType>()
-                        .write_batch(&v, defs, None)
-                        .map_err(pq)?;
+                    write_column::<ByteArrayType>(&mut col, &rows, c, defs, |v| match v {
+                        V::T(s) => Some(s.clone()),
+                        _ => None,
+                    })?
                 }
-                Kind::Int => {
-                    let v: Vec<i64> = rows
-                        .iter()
-                        .filter_map(|r| match r[c] {
-                            V::I(x) => Some(x),
-                            _ => None,
-                        })
-                        .collect();
-                    col.typed::<Int64Type>()
-                        .write_batch(&v, defs, None)
-                        .map_err(pq)?;
-                }
-                Kind::Float => {
-                    let v: Vec<f64> = rows
-                        .iter()
-                        .filter_map(|r| match r[c] {
-                            V::F(x) => Some(x),
-                            _ => None,
-                        })
-                        .collect();
-                    col.typed::<DoubleType>()
-                        .write_batch(&v, defs, None)
-                        .map_err(pq)?;
-                }
+                Kind::Int => write_column::<Int64Type>(&mut col, &rows, c, defs, |v| match v {
+                    V::I(x) => Some(*x),
+                    _ => None,
+                })?,
+                Kind::Float => write_column::<DoubleType>(&mut col, &rows, c, defs, |v| match v {
+                    V::F(x) => Some(*x),
+                    _ => None,
+                })?,
             }
             col.close().map_err(pq)?;
             c += 1;
@@ -668,6 +646,20 @@ impl TableOut {
         rg.close().map_err(pq)?;
         Ok(())
     }
+}
+
+/// Writes column `c` of `rows`: the values `get` finds (nulls have
+/// none), with the definition levels `defs` of a nullable column.
+fn write_column<T: parquet::data_type::DataType>(
+    col: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+    rows: &[Vec<V>],
+    c: usize,
+    defs: Option<&[i16]>,
+    get: impl Fn(&V) -> Option<T::T>,
+) -> Result<(), ExportError> {
+    let v: Vec<T::T> = rows.iter().filter_map(|r| get(&r[c])).collect();
+    col.typed::<T>().write_batch(&v, defs, None).map_err(pq)?;
+    Ok(())
 }
 
 impl Drop for TableOut {
