@@ -369,6 +369,55 @@ fn the_event_tables_hold_every_contended_wait_and_every_critical_section() {
     );
     assert!(int(&holders[0]["with_holder"]) > 0);
     assert_eq!(int(&holders[0]["own"]), 0, "a thread waited for itself");
+    // Every table has exactly the columns docs/fleet.md documents, in
+    // that order.
+    for (table, cols) in documented_columns() {
+        let got: Vec<String> = run_sql(
+            &tables,
+            &format!("DESCRIBE SELECT * FROM 'lockscope-tables/{table}.parquet'"),
+        )
+        .iter()
+        .map(|r| r["column_name"].as_str().unwrap().to_string())
+        .collect();
+        assert_eq!(got, cols, "table {table}");
+    }
+}
+
+/// The tables and their columns as the tables of docs/fleet.md list them:
+/// per row, the table name, then the backticked names outside
+/// parentheses (inside them are examples and explanations).
+fn documented_columns() -> Vec<(String, Vec<String>)> {
+    let doc = std::fs::read_to_string(workspace().join("docs/fleet.md")).unwrap();
+    let mut v = Vec::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if !line.starts_with("| `") || cells.len() != 3 {
+            continue;
+        }
+        let table = cells[0]
+            .trim_start_matches("| ")
+            .trim_matches('`')
+            .to_string();
+        let mut outside = String::new();
+        let mut depth = 0;
+        for ch in cells[2].chars() {
+            match ch {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ if depth == 0 => outside.push(ch),
+                _ => {}
+            }
+        }
+        let cols = outside
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        v.push((table, cols));
+    }
+    assert_eq!(v.len(), 8, "docs/fleet.md documents 8 tables: {v:?}");
+    v
 }
 
 #[test]
