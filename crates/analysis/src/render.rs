@@ -658,6 +658,9 @@ pub fn text(r: &Report, o: &TextOptions) -> String {
     if let Some(t) = &r.damaged {
         let _ = writeln!(out, "WARNING: {t}");
     }
+    if let Some(t) = &r.recovered {
+        let _ = writeln!(out, "NOTE: {t}");
+    }
     let oh = &r.overhead;
     if oh.subtracted {
         let _ = writeln!(

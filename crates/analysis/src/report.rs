@@ -139,6 +139,11 @@ pub struct Report {
     /// says it there.
     #[serde(skip)]
     pub skipped: Vec<lockscope_format::Skipped>,
+    /// Set when the trace was made by `lockscope recover` from the session
+    /// of a recorder that died: when, and what was lost for good (absent
+    /// from the JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<String>,
     /// Detailed-mode and imported events among [`Report::events`]
     /// (accesses, atomics, allocations): the whole-trace sections (spin
     /// locks, barriers, dead writes) are worth loading the trace for only
@@ -572,6 +577,32 @@ pub struct PathOut {
     pub contended: u64,
     /// Wait, ns.
     pub wait_ns: u64,
+}
+
+/// The words of a recovered trace (header pair `recovered`, written by
+/// `lockscope recover`), with the events lost for good: those the dead
+/// recorder had taken and the program overwrote before the recovery.
+fn recovered_line(
+    h: &lockscope_format::Header,
+    losses: &[lockscope_format::Loss],
+) -> Option<String> {
+    h.extra.iter().find(|(k, _)| k == "recovered")?;
+    let lost: u64 = losses
+        .iter()
+        .filter(|l| l.reason == lockscope_format::LossReason::RecorderDied)
+        .map(|l| l.events)
+        .sum();
+    Some(if lost == 0 {
+        "this trace was recovered by `lockscope recover` after its recorder died; nothing was lost"
+            .to_string()
+    } else {
+        format!(
+            "this trace was recovered by `lockscope recover` after its recorder died; up to {} \
+             events the recorder had taken were overwritten by the program before the recovery \
+             and are lost",
+            crate::units::count(lost)
+        )
+    })
 }
 
 impl LockOut {
@@ -1573,6 +1604,7 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
         cut_short: meta.cut_short,
         damaged: crate::input::damaged_line(&meta.skipped),
         skipped: meta.skipped.clone(),
+        recovered: recovered_line(&meta.header, &meta.losses),
         // Set by `analyze`, which counts them in its pass.
         detail_events: 0,
         overhead,

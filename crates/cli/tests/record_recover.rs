@@ -95,6 +95,13 @@ fn counts(trace: &Path) -> (u64, u64, u64) {
     )
 }
 
+/// The standard output of `lockscope ARGS`, which must succeed.
+fn ok_stdout(args: &[&str]) -> Vec<u8> {
+    let o = lockscope(args, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o.stdout
+}
+
 fn recover(session: &Path, out: &Path) -> String {
     let o = lockscope(
         &[
@@ -137,6 +144,12 @@ fn a_sigkilled_recorders_buffers_and_trace_recover_every_acquisition_once() {
         "{msg}"
     );
     assert!(!session.exists(), "the recovered session is removed");
+    // The report says where the trace came from.
+    let text = String::from_utf8(ok_stdout(&["report", out.to_str().unwrap()])).unwrap();
+    assert!(
+        text.contains("NOTE: this trace was recovered by `lockscope recover` after its recorder died; nothing was lost"),
+        "{text}"
+    );
     // The dead recorder's own trace is left as it was.
     assert!(r.trace.exists());
 }
@@ -167,6 +180,10 @@ fn a_recorder_killed_while_the_program_runs_loses_nothing_it_does_not_count() {
         "{} acquisitions missing, {lost} slots counted lost: {msg}",
         THREADS * PHASE2 - second
     );
+    if lost > 0 {
+        let text = String::from_utf8(ok_stdout(&["report", out.to_str().unwrap()])).unwrap();
+        assert!(text.contains("were overwritten by the program"), "{text}");
+    }
 }
 
 #[test]

@@ -252,7 +252,12 @@ fn report_data(r: &Report, extra: &Sections) -> Value {
         "lost_events": r.lost_events,
         // Nothing silently partial: a trace cut short or read past its
         // damage says so on the page as in the text report.
-        "warnings": r.truncated.iter().chain(r.damaged.iter()).collect::<Vec<_>>(),
+        "warnings": r
+            .truncated
+            .iter()
+            .chain(r.damaged.iter())
+            .chain(r.recovered.iter())
+            .collect::<Vec<_>>(),
         "total_wait_ns": r.locks.iter().map(|l| l.wait_ns.total).sum::<u64>(),
         "locks": locks,
         "threads": threads,
