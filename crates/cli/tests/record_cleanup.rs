@@ -62,6 +62,20 @@ fn kill_a_recorder(
     session
 }
 
+/// `lockscope record --session-dir PARENT -- /bin/true` (it must succeed):
+/// a recorder starting where others left sessions.
+fn record_true(dir: &std::path::Path, parent: &std::path::Path) -> Run {
+    let run = record(
+        dir,
+        &["--session-dir", parent.to_str().unwrap()],
+        std::path::Path::new("/bin/true"),
+        &[],
+        b"",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run
+}
+
 /// Fails unless `parent` holds no session directory.
 fn assert_no_session(parent: &std::path::Path) {
     let left: Vec<_> = std::fs::read_dir(parent).unwrap().flatten().collect();
@@ -77,14 +91,7 @@ fn the_session_of_a_sigkilled_recorder_is_kept_named_and_removed_by_recover() {
     let session = kill_a_recorder(&parent, &dir.join("a.lstrace"), &bin);
     // The next recording in the same place keeps it and says so, with
     // the command and how to recover it.
-    let run = record(
-        &dir,
-        &["--session-dir", parent.to_str().unwrap()],
-        std::path::Path::new("/bin/true"),
-        &[],
-        b"",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = record_true(&dir, &parent);
     let named = run
         .stderr
         .lines()
@@ -102,16 +109,7 @@ fn the_session_of_a_sigkilled_recorder_is_kept_named_and_removed_by_recover() {
     assert!(String::from_utf8_lossy(&o.stdout).contains(&session.display().to_string()));
     // Recovered, it is gone, and the next recording finds nothing.
     let out = dir.join("recovered.lstrace");
-    let o = lockscope(
-        &[
-            "recover",
-            session.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    recover(&session, &out);
     assert!(!session.exists());
     ok(&lockscope(&["report", out.to_str().unwrap()], None));
     assert_no_session(&parent);
@@ -137,14 +135,7 @@ fn an_orphaned_session_older_than_a_day_is_removed_at_the_next_start() {
         .status()
         .unwrap();
     assert!(st.success());
-    let run = record(
-        &dir,
-        &["--session-dir", parent.to_str().unwrap()],
-        std::path::Path::new("/bin/true"),
-        &[],
-        b"",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = record_true(&dir, &parent);
     assert!(!run.stderr.contains("kept the session"), "{}", run.stderr);
     assert_no_session(&parent);
 }
@@ -170,14 +161,7 @@ fn the_session_of_a_live_recorder_is_not_swept() {
     poll_until("a session to appear", SESSION_DEADLINE, || {
         std::fs::read_dir(&parent).unwrap().count() > 0
     });
-    let run = record(
-        &dir,
-        &["--session-dir", parent.to_str().unwrap()],
-        std::path::Path::new("/bin/true"),
-        &[],
-        b"",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    record_true(&dir, &parent);
     assert_eq!(
         std::fs::read_dir(&parent).unwrap().count(),
         1,

@@ -102,20 +102,6 @@ fn ok_stdout(args: &[&str]) -> Vec<u8> {
     o.stdout
 }
 
-fn recover(session: &Path, out: &Path) -> String {
-    let o = lockscope(
-        &[
-            "recover",
-            session.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// The recorder's periodic mark and flush: phase 1 is in its trace once
 /// this has passed with the program idle.
 const SETTLE: Duration = Duration::from_secs(3);

@@ -154,26 +154,21 @@ pub fn recover<W: Write>(
     // found by the drain through its predecessor's header; once the dead
     // recorder had removed the predecessor, the earliest ring left is
     // where the thread starts here: it takes the first ring's name.
-    rename_first_rings(session);
+    let rings = first_rings_renamed(session);
     // Back to where the file holds each ring's events (see the module
     // doc), before the drain opens them.
     let mut reread_slots = 0;
     let mut gaps = Vec::new();
-    for e in std::fs::read_dir(session)
-        .map_err(|e| fail(e.to_string()))?
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(key) = ring_key(&name) else { continue };
-        let Ok(mut c) = lockscope_capture::ring::Consumer::open(&e.path()) else {
+    for (path, (pid, _, tid)) in rings {
+        let Ok(mut c) = lockscope_capture::ring::Consumer::open(&path) else {
             continue;
         };
         let (again, lost) = c.rewind_to_durable();
         reread_slots += again;
         if lost > 0 {
             gaps.push(Gap {
-                pid: key.0,
-                tid: key.2,
+                pid,
+                tid,
                 slots: lost,
             });
         }
@@ -257,42 +252,35 @@ fn output_error(session: &Path, e: FormatError) -> RecordError {
     }
 }
 
-/// Gives the earliest ring of each thread whose first ring is gone the
-/// first ring's name (see [`recover`]).
-fn rename_first_rings(session: &Path) {
-    use lockscope_capture::session::{parse_file_name, ring_seq_file_name, SessionFile};
-    let mut first: HashMap<(u32, u32, u32), u32> = HashMap::new();
-    let mut base: HashSet<(u32, u32, u32)> = HashSet::new();
+/// The session's ring files with their thread's (pid, exec generation,
+/// tid), after giving the earliest ring of each thread whose first ring
+/// is gone the first ring's name (see [`recover`]).
+fn first_rings_renamed(session: &Path) -> Vec<(PathBuf, (u32, u32, u32))> {
+    use lockscope_capture::session::{parse_file_name, ring_file_name, SessionFile};
+    let mut rings: Vec<(PathBuf, (u32, u32, u32), u32)> = Vec::new();
     for e in std::fs::read_dir(session).into_iter().flatten().flatten() {
-        let name = e.file_name();
-        match parse_file_name(&name.to_string_lossy()) {
-            Some(SessionFile::Ring { pid, gen, tid }) => {
-                base.insert((pid, gen, tid));
-            }
+        match parse_file_name(&e.file_name().to_string_lossy()) {
+            Some(SessionFile::Ring { pid, gen, tid }) => rings.push((e.path(), (pid, gen, tid), 0)),
             Some(SessionFile::RingNext { pid, gen, tid, seq }) => {
-                let s = first.entry((pid, gen, tid)).or_insert(seq);
-                *s = (*s).min(seq);
+                rings.push((e.path(), (pid, gen, tid), seq))
             }
             _ => {}
         }
     }
-    for ((pid, gen, tid), seq) in first {
-        if !base.contains(&(pid, gen, tid)) {
-            let _ = std::fs::rename(
-                session.join(ring_seq_file_name(pid, gen, tid, seq)),
-                session.join(lockscope_capture::session::ring_file_name(pid, gen, tid)),
-            );
+    let mut first: HashMap<(u32, u32, u32), (u32, usize)> = HashMap::new();
+    for (i, r) in rings.iter().enumerate() {
+        let f = first.entry(r.1).or_insert((r.2, i));
+        if r.2 < f.0 {
+            *f = (r.2, i);
         }
     }
-}
-
-/// (pid, exec generation, tid) of a ring file `T<pid>-<gen>-<tid>[-<seq>].ring`.
-fn ring_key(name: &str) -> Option<(u32, u32, u32)> {
-    let mut it = name.strip_prefix('T')?.strip_suffix(".ring")?.split('-');
-    let pid = it.next()?.parse().ok()?;
-    let gen = it.next()?.parse().ok()?;
-    let tid = it.next()?.parse().ok()?;
-    Some((pid, gen, tid))
+    for ((pid, gen, tid), (seq, i)) in first {
+        let base = session.join(ring_file_name(pid, gen, tid));
+        if seq != 0 && std::fs::rename(&rings[i].0, &base).is_ok() {
+            rings[i].0 = base;
+        }
+    }
+    rings.into_iter().map(|(p, k, _)| (p, k)).collect()
 }
 
 /// Events of a thread compared to find where the first part ends among

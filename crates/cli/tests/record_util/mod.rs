@@ -572,3 +572,19 @@ pub fn contended_acquisitions(t: &Trace, op: Op) -> HashMap<u64, u64> {
     }
     out
 }
+
+/// `lockscope recover SESSION -o OUT`, which must succeed; returns its
+/// standard error (what it recovered, what was lost).
+pub fn recover(session: &Path, out: &Path) -> String {
+    let o = lockscope(
+        &[
+            "recover",
+            session.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
