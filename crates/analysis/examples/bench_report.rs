@@ -124,12 +124,12 @@ fn generate(path: &Path, events: u64, threads: u32) -> u64 {
 }
 
 fn analyze(path: &Path) {
-    let cfg = lockscope_analysis::ReportConfig {
+    let cfg = lockscope_report::ReportConfig {
         symbolize: false,
         ..Default::default()
     };
     let t0 = Instant::now();
-    let r = lockscope_analysis::analyze(path, &cfg, &mut |_, _, _| {}).expect("analysis");
+    let r = lockscope_report::analyze(path, &cfg, &mut |_, _, _| {}).expect("analysis");
     let json = serde_json::to_string(&r).unwrap();
     let dt = t0.elapsed().as_secs_f64();
     println!(
@@ -147,7 +147,8 @@ fn analyze(path: &Path) {
 }
 
 fn replay(path: &Path) {
-    use lockscope_analysis::{input, replay};
+    use lockscope_replay::replay;
+    use lockscope_trace::input;
     let t0 = Instant::now();
     let meta = input::index(path, &mut |_, _| {}).expect("index");
     // What `lockscope replay` does: the simulations start before the
@@ -189,9 +190,9 @@ fn main() {
         // Profiling aid: the reading stages alone (index + merge).
         let p = Path::new(&args[2]);
         let t0 = Instant::now();
-        let meta = lockscope_analysis::input::index(p, &mut |_, _| {}).unwrap();
+        let meta = lockscope_trace::input::index(p, &mut |_, _| {}).unwrap();
         let t1 = t0.elapsed().as_secs_f64();
-        let mut m = lockscope_analysis::input::Merge::new(p, &meta.index).unwrap();
+        let mut m = lockscope_trace::input::Merge::new(p, &meta.index).unwrap();
         let mut x = 0u64;
         m.run(
             |t, e| x = x.wrapping_add(e.time ^ u64::from(t)),

@@ -6,7 +6,7 @@
 //! lists which section each format shows, and why a format leaves one
 //! out).
 //!
-//! Reading the trace: one index ([`crate::input::index`]) serves the lock
+//! Reading the trace: one index ([`lockscope_trace::input::index`]) serves the lock
 //! report's pass, the GPU pass and the replay. The sections that need the
 //! whole trace in memory (spinlocks, barrier instances, dead writes) get
 //! it from the caller's `open_whole`, asked only when the lock report
@@ -18,10 +18,13 @@ use std::path::Path;
 
 use lockscope_format::{Op, Trace};
 
-use crate::detailed::Detailed;
-use crate::input::Meta;
-use crate::report::{analyze_observed, Report, ReportConfig};
-use crate::{barriers, deadwrites, gpu, spin, whatif, AnalysisError};
+use lockscope_detailed::detailed::Detailed;
+use lockscope_detailed::{barriers, deadwrites, spin};
+use lockscope_replay::whatif;
+use lockscope_report::gpu;
+use lockscope_report::report::{analyze_observed, Report, ReportConfig};
+use lockscope_trace::input::Meta;
+use lockscope_trace::AnalysisError;
 
 /// Traces larger than this get a note instead of the what-if figures (the
 /// replay runs once per scenario, 17 times for three locks: on a large
@@ -165,7 +168,8 @@ pub fn build(
     progress: &mut dyn FnMut(u64, u64, u8),
     open_whole: &mut dyn FnMut(u64) -> Option<Trace>,
 ) -> Result<FullReport, AnalysisError> {
-    let meta = crate::input::index_with(path, cfg.skip_corrupt, &mut |d, t| progress(d, t, 0))?;
+    let meta =
+        lockscope_trace::input::index_with(path, cfg.skip_corrupt, &mut |d, t| progress(d, t, 0))?;
     let report = analyze_observed(path, &meta, cfg, progress, |_| {})?;
     let sections = sections(path, &meta, &report, cfg.symbolize, open_whole);
     Ok(FullReport { report, sections })
@@ -268,7 +272,7 @@ fn gains(path: &Path, meta: &Meta, symbolize: bool) -> Option<GainsSection> {
     }
     // A trace the replay cannot build has no figures (the report itself
     // stands; `lockscope whatif` says why).
-    let p = crate::replay::build(path, meta).ok()?;
+    let p = lockscope_replay::replay::build(path, meta).ok()?;
     let figures = whatif::gains(&p, meta, GAIN_TOP, symbolize)?;
     Some(GainsSection {
         skipped: None,
@@ -398,4 +402,4 @@ pub fn gains_text(s: &Sections, trace: &Path) -> String {
     s
 }
 
-use crate::units::short_ns;
+use lockscope_text::units::short_ns;

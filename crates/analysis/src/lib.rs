@@ -1,50 +1,29 @@
-//! Analyses of lockscope traces.
+//! The whole `lockscope report`: the timing report and the sections every
+//! other analysis adds to it, as one model that every printer prints.
 //!
-//! Independent of capture: everything here reads a trace through
-//! `lockscope-format` and produces plain result structs (serde-serializable)
-//! that the CLI renders as text, JSON or CSV. One module per analysis.
+//! # Entry points
+//! [`full::build`] (a trace's [`Report`] -> [`FullReport`]): adds the
+//! hand-written spinlocks, barrier instances, dead writes, GPU blame
+//! shifting and "what it would gain" to the lock report. Text, JSON and
+//! HTML print this one value, so a section added here appears in all of
+//! them.
 //!
-//! Lock report (`lockscope report`): [`report::analyze`] (trace path +
-//! [`ReportConfig`] -> [`Report`]), built from [`input`] (two-pass,
-//! bounded-memory, time-ordered reading), [`model`] (per-thread state
-//! machine, per-lock state, blame), [`symbols`] and [`render`];
-//! [`advice`] turns it into recommendations (which lock to try).
-//! [`full::build`] adds the sections of other analyses (spinlocks,
-//! barrier instances, dead writes, GPU, what-if gains): the whole report
-//! every output format prints. [`fleet::aggregate`] makes one report of
-//! many traces' reports (`lockscope report A B C`, `--group-by`).
+//! # Design constraints
+//! The top of the analysis stack, and only composition: each section is
+//! computed by the crate that owns it (`lockscope-report`,
+//! `lockscope-detailed`, `lockscope-replay`) and bounded here by the
+//! trace's size (a section too costly for a large trace is left out with
+//! a note that names the command that prints it). The layers below, from
+//! the bottom: `lockscope-trace` (reading, the sync layer),
+//! `lockscope-symbols` (names), `lockscope-text` (formatting),
+//! `lockscope-report`, `lockscope-detailed`, `lockscope-replay`.
+//! The integration tests of those layers that need a whole report live
+//! here, where every layer is a dependency (`tests/`).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod advice;
-pub mod barriers;
-pub mod condlock;
-pub mod critical;
-pub mod deadwrites;
-pub mod debuginfod;
-pub mod detailed;
-mod error;
-pub mod fleet;
 pub mod full;
-pub mod gpu;
-pub mod hangs;
-pub mod hb;
-pub mod hist;
-pub mod input;
-pub mod locknames;
-pub mod lockset;
-pub mod model;
-pub mod occ;
-pub mod render;
-pub mod replay;
-pub mod report;
-pub mod spin;
-pub mod symbols;
-pub mod sync;
-pub mod ulcp;
-pub mod units;
-pub mod whatif;
 
-pub use error::AnalysisError;
 pub use full::{FullReport, Sections};
-pub use report::{analyze, analyze_observed, Report, ReportConfig, SortKey, SCHEMA};
+pub use lockscope_report::Report;
+pub use lockscope_trace::AnalysisError;

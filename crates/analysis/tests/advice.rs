@@ -3,9 +3,9 @@
 
 mod common;
 use common::*;
-use lockscope_analysis::advice::{AdviceKind, Recommendation};
-use lockscope_analysis::report::Report;
 use lockscope_format::Op;
+use lockscope_report::advice::{AdviceKind, Recommendation};
+use lockscope_report::report::Report;
 
 const HOT: u64 = 0x5000;
 const PRIV: u64 = 0x9000;
@@ -286,7 +286,7 @@ fn sorted_by_addressable_wait_and_rendered() {
             ("0x5000".to_string(), AdviceKind::QueueLock)
         ]
     );
-    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let text = lockscope_report::render::text(&r, &Default::default());
     let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
     assert!(sec.contains("1. reduce the hold time: 0x7000\n"), "{sec}");
     assert!(sec.contains("2. use a queue lock: 0x5000\n"), "{sec}");
@@ -301,11 +301,11 @@ fn sorted_by_addressable_wait_and_rendered() {
     assert_eq!(j["command"], "lockscope run --lock mcs -- ./synthetic");
     assert!(v["recommendations"][0]["command"].is_null());
     // Not asked for: no section.
-    let o = lockscope_analysis::render::TextOptions {
+    let o = lockscope_report::render::TextOptions {
         advice: false,
         ..Default::default()
     };
-    assert!(!lockscope_analysis::render::text(&r, &o).contains("RECOMMENDATIONS"));
+    assert!(!lockscope_report::render::text(&r, &o).contains("RECOMMENDATIONS"));
 }
 
 const BAR: u64 = 0x7000;
@@ -412,11 +412,11 @@ fn the_barriers_table_fits_a_narrow_terminal_by_hiding_columns() {
     // rows came out word-wrapped, their columns collapsed. Now columns
     // are hidden, said so, and the rest stays aligned within the width.
     let r = report(&ten_at_a_barrier());
-    let o = lockscope_analysis::render::TextOptions {
+    let o = lockscope_report::render::TextOptions {
         width: Some(80),
         ..Default::default()
     };
-    let text = lockscope_analysis::render::text(&r, &o);
+    let text = lockscope_report::render::text(&r, &o);
     let section: Vec<&str> = text
         .lines()
         .skip_while(|l| !l.starts_with("BARRIERS"))
@@ -447,7 +447,7 @@ fn the_barriers_table_lists_the_threads_that_waited_most_and_counts_the_rest() {
     let tb = ten_at_a_barrier();
     let r = report(&tb);
     assert_eq!(r.barriers[0].threads.len(), 10);
-    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let text = lockscope_report::render::text(&r, &Default::default());
     let row = text
         .lines()
         .find(|l| l.contains(", +4 more"))
@@ -542,7 +542,7 @@ fn a_condition_variable_whose_waiters_take_turns_is_a_lock() {
         "{}",
         r.verdict.text
     );
-    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let text = lockscope_report::render::text(&r, &Default::default());
     assert!(
         text.contains("39 passed on between its waiters, held by 1.00 threads at a time"),
         "{text}"
@@ -618,7 +618,7 @@ fn a_lock_held_across_a_long_sleep_gets_reduce_hold_first() {
         a[1].evidence_text
     );
     // The same order in the text report.
-    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let text = lockscope_report::render::text(&r, &Default::default());
     let sec = text.split("\nRECOMMENDATIONS").nth(1).expect("section");
     assert!(sec.contains("1. reduce the hold time: 0x5000\n"), "{sec}");
     assert!(sec.contains("2. spin, then park: 0x5000\n"), "{sec}");

@@ -293,7 +293,7 @@ fn overhead_is_subtracted_from_waits_and_lifetimes() {
     // Blame is scaled to the corrected wait.
     assert_eq!(r.blame.iter().map(|b| b.wait_ns).sum::<u64>(), 9500 - 45);
     assert_sums(&r);
-    let text = lockscope_analysis::render::text(&r, &Default::default());
+    let text = lockscope_report::render::text(&r, &Default::default());
     assert!(
         text.contains("recorder overhead subtracted: 10.0 ns per acquisition"),
         "{text}"
@@ -400,7 +400,7 @@ fn corrupt_trace_is_an_error_naming_the_offset() {
     let n = bytes.len();
     bytes[n / 2] ^= 0xff;
     std::fs::write(&p, &bytes).unwrap();
-    let err = lockscope_analysis::analyze(&p, &cfg(), &mut |_, _, _| {}).unwrap_err();
+    let err = lockscope_report::analyze(&p, &cfg(), &mut |_, _, _| {}).unwrap_err();
     assert!(err.to_string().contains("byte offset"), "{err}");
 }
 
@@ -412,7 +412,7 @@ fn filters_sort_and_top() {
     assert_eq!(r.locks.len(), 2);
     assert_eq!(r.locks[0].address, format!("{L:#x}"), "sorted by wait");
     let mut c = cfg();
-    c.sort = lockscope_analysis::SortKey::Name;
+    c.sort = lockscope_report::SortKey::Name;
     c.top = Some(1);
     let r = report_with(&tb, &c);
     assert_eq!(r.locks.len(), 1);

@@ -7,9 +7,9 @@
 mod common;
 
 use common::*;
-use lockscope_analysis::input;
-use lockscope_analysis::replay;
 use lockscope_format::Op;
+use lockscope_replay::replay;
+use lockscope_trace::input;
 
 const MS: u64 = 1_000_000;
 const SEM: u64 = 0x5e00;

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use lockscope_analysis::input;
-use lockscope_analysis::replay;
 use lockscope_format::Op;
+use lockscope_replay::replay;
+use lockscope_trace::input;
 
 const A: u64 = 0xa000;
 const MS: u64 = 1_000_000;

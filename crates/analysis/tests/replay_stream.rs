@@ -10,9 +10,9 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use lockscope_analysis::input;
-use lockscope_analysis::replay::{self, Program, Scenario};
 use lockscope_format::Op;
+use lockscope_replay::replay::{self, Program, Scenario};
+use lockscope_trace::input;
 
 fn both(path: &Path) -> (Program, Program) {
     let meta = input::index(path, &mut |_, _| {}).unwrap();

@@ -7,10 +7,10 @@
 mod common;
 
 use common::*;
-use lockscope_analysis::input;
-use lockscope_analysis::replay;
-use lockscope_analysis::whatif::{self, WhatifConfig, WhatifReport};
 use lockscope_format::{LossReason, Op, Record};
+use lockscope_replay::replay;
+use lockscope_replay::whatif::{self, WhatifConfig, WhatifReport};
+use lockscope_trace::input;
 
 const L: u64 = 0xa000;
 const M: u64 = 0xb000;

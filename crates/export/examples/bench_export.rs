@@ -18,8 +18,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use lockscope_analysis::ReportConfig;
 use lockscope_export::{folded, html, perfetto, perfetto_proto, pprof, speedscope, stacks};
+use lockscope_report::ReportConfig;
 
 struct Count(u64);
 
@@ -66,10 +66,10 @@ fn one(format: &str, trace: &Path) {
         ..ReportConfig::default()
     };
     let mut out = Count(0);
-    let meta = lockscope_analysis::input::index(trace, &mut |_, _| {}).expect("index");
+    let meta = lockscope_trace::input::index(trace, &mut |_, _| {}).expect("index");
     match format {
         "folded" | "pprof" => {
-            let r = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).expect("report");
+            let r = lockscope_report::analyze(trace, &cfg, &mut |_, _, _| {}).expect("report");
             let s = stacks::from_report(&r);
             if format == "pprof" {
                 let info = pprof::ProfileInfo {
@@ -110,7 +110,7 @@ fn one(format: &str, trace: &Path) {
         "html-two-pass" => {
             // The report, then the timeline on a second read (what a
             // trace without a footer gets).
-            let r = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).expect("report");
+            let r = lockscope_report::analyze(trace, &cfg, &mut |_, _, _| {}).expect("report");
             let opts = html::HtmlOptions {
                 symbolize: false,
                 ..html::HtmlOptions::default()

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use lockscope_analysis::Report;
+use lockscope_report::Report;
 use serde::Serialize;
 
 /// Version tag of the JSON output.
@@ -137,8 +137,8 @@ struct Acc {
     sites: BTreeMap<String, (u64, u64, u64)>,
 }
 
-fn key_of(l: &lockscope_analysis::report::LockOut) -> (String, String) {
-    use lockscope_analysis::locknames::NamedBy;
+fn key_of(l: &lockscope_report::report::LockOut) -> (String, String) {
+    use lockscope_symbols::locknames::NamedBy;
     // The name without the `#N` that made it unique in one run: two
     // pools' `ThreadPool::m_` are one row, as unnamed locks first used at
     // one place are. A lock named by its first use keeps the finer
@@ -358,7 +358,7 @@ fn swap_mark(l: &LockDiff) -> String {
     )
 }
 
-use lockscope_analysis::units::ms_f64 as ms;
+use lockscope_text::units::ms_f64 as ms;
 
 /// Milliseconds in at most 7 characters: `318.2`, `12.34`, `0.012`.
 fn short_ms(ns: f64) -> String {

@@ -21,10 +21,11 @@ use std::io::Write;
 use std::path::Path;
 
 use lockscope_analysis::full::Sections;
-use lockscope_analysis::input::Meta;
-use lockscope_analysis::sync::ObjId;
-use lockscope_analysis::{Report, ReportConfig};
 use lockscope_format::Trace;
+use lockscope_report::Report;
+use lockscope_report::ReportConfig;
+use lockscope_trace::input::Meta;
+use lockscope_trace::sync::ObjId;
 use serde_json::{json, Value};
 
 use crate::names::Names;
@@ -556,7 +557,7 @@ pub fn write_analyzed(
 ) -> Result<(Report, Summary), ExportError> {
     let Some(duration_ns) = meta.footer.as_ref().map(|f| f.duration_ns) else {
         let report =
-            lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |_| {})?;
+            lockscope_report::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |_| {})?;
         let extra =
             lockscope_analysis::full::sections(path, meta, &report, opts.symbolize, open_whole);
         let sum = write(path, meta, &report, &extra, opts, out)?;
@@ -564,10 +565,9 @@ pub fn write_analyzed(
     };
     let mut agg = Agg::new(meta, duration_ns, opts);
     let mut tl = Timeline::new();
-    let report =
-        lockscope_analysis::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |step| {
-            tl.step(step, &mut |item| agg.item(item))
-        })?;
+    let report = lockscope_report::analyze_observed(path, meta, cfg, &mut |_, _, _| {}, |step| {
+        tl.step(step, &mut |item| agg.item(item))
+    })?;
     let extra = lockscope_analysis::full::sections(path, meta, &report, opts.symbolize, open_whole);
     let sum = finish(agg, meta, &report, &extra, opts, out)?;
     Ok((report, sum))
@@ -768,10 +768,10 @@ mod tests {
             symbolize: false,
             ..HtmlOptions::default()
         };
-        let meta = lockscope_analysis::input::index(trace, &mut |_, _| {}).unwrap();
+        let meta = lockscope_trace::input::index(trace, &mut |_, _| {}).unwrap();
         let mut one = Vec::new();
         let (r1, s1) = write_analyzed(trace, &meta, &cfg, &opts, &mut |_| None, &mut one).unwrap();
-        let r2 = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {}).unwrap();
+        let r2 = lockscope_report::analyze(trace, &cfg, &mut |_, _, _| {}).unwrap();
         assert_eq!(
             serde_json::to_value(&r1).unwrap(),
             serde_json::to_value(&r2).unwrap(),
@@ -796,7 +796,7 @@ mod tests {
         let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
         for name in ["sleep_hold.lstrace", "rust_std_mutex.lstrace"] {
             let trace = golden.join(name);
-            let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {}).unwrap();
+            let meta = lockscope_trace::input::index(&trace, &mut |_, _| {}).unwrap();
             assert!(meta.footer.is_some(), "{name}: the one-pass case");
             let (r, page) = one_pass_equals_two(&trace);
             assert!(r.events > 0 && !r.locks.is_empty(), "{name}");
@@ -809,7 +809,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cut = dir.path().join("cut.lstrace");
         std::fs::write(&cut, &bytes[..bytes.len() * 3 / 4]).unwrap();
-        let meta = lockscope_analysis::input::index(&cut, &mut |_, _| {}).unwrap();
+        let meta = lockscope_trace::input::index(&cut, &mut |_, _| {}).unwrap();
         assert!(meta.footer.is_none());
         one_pass_equals_two(&cut);
     }
@@ -910,7 +910,7 @@ mod tests {
         let trace = dir.path().join("contended.lstrace");
         contended_trace(&trace, 3, 400);
         one_pass_equals_two(&trace);
-        let meta = lockscope_analysis::input::index(&trace, &mut |_, _| {}).unwrap();
+        let meta = lockscope_trace::input::index(&trace, &mut |_, _| {}).unwrap();
         let cfg = ReportConfig {
             symbolize: false,
             ..ReportConfig::default()

@@ -3,10 +3,10 @@
 //!
 //! Every export takes its weights from the same place as the text report:
 //! the wait per lock, call path and holder comes from a
-//! [`lockscope_analysis::Report`] (so an exported total equals the
+//! [`lockscope_report::Report`] (so an exported total equals the
 //! report's total), and anything laid out in time (timelines, hand-offs)
 //! comes from the one interpreter of the lock protocol,
-//! [`lockscope_analysis::sync`]. Nothing here reads an event's phase bits.
+//! [`lockscope_trace::sync`]. Nothing here reads an event's phase bits.
 //!
 //! - [`stacks`]: the report's wait as weighted call stacks (waiter paths
 //!   and holder blame), the model of [`folded`] and [`pprof`];
@@ -45,7 +45,7 @@ pub enum ExportError {
     /// Writing the output failed.
     Io(std::io::Error),
     /// Reading or analysing the trace failed.
-    Analysis(lockscope_analysis::AnalysisError),
+    Analysis(lockscope_trace::AnalysisError),
 }
 
 impl std::fmt::Display for ExportError {
@@ -72,8 +72,8 @@ impl From<std::io::Error> for ExportError {
     }
 }
 
-impl From<lockscope_analysis::AnalysisError> for ExportError {
-    fn from(e: lockscope_analysis::AnalysisError) -> Self {
+impl From<lockscope_trace::AnalysisError> for ExportError {
+    fn from(e: lockscope_trace::AnalysisError) -> Self {
         ExportError::Analysis(e)
     }
 }

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use lockscope_analysis::input::Meta;
-use lockscope_analysis::locknames::LockNames;
-use lockscope_analysis::symbols::{Location, Symbolizer};
-use lockscope_analysis::sync::ObjId;
+use lockscope_symbols::locknames::LockNames;
+use lockscope_symbols::{Location, Symbolizer};
+use lockscope_trace::input::Meta;
+use lockscope_trace::sync::ObjId;
 
 /// Resolves and caches names.
 pub struct Names<'m> {
@@ -40,7 +40,7 @@ impl<'m> Names<'m> {
     }
 
     /// A lock or object, named as the report names it
-    /// ([`lockscope_analysis::locknames`]).
+    /// ([`lockscope_symbols::locknames`]).
     pub fn object(&mut self, obj: ObjId) -> String {
         if let Some(s) = self.data.get(&obj) {
             return s.clone();

@@ -26,7 +26,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lockscope_analysis::Report;
+use lockscope_report::Report;
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -365,7 +365,7 @@ impl ParquetExport {
             // As in the JSON: what a futex word does not show is null.
             let seen = !l.futex_only();
             let s = |v: u64| opt_i(seen.then_some(v));
-            let name = lockscope_analysis::fleet::lock_identity(l);
+            let name = lockscope_report::fleet::lock_identity(l);
             self.table("locks").rows.push(vec![
                 id(),
                 t(&name),
@@ -439,7 +439,7 @@ impl ParquetExport {
         &mut self,
         run: &RunInfo,
         trace: &Path,
-        meta: &lockscope_analysis::input::Meta,
+        meta: &lockscope_trace::input::Meta,
         symbolize: bool,
     ) -> Result<(), ExportError> {
         use crate::timeline::{self, Item, SpanKind};
@@ -449,17 +449,17 @@ impl ParquetExport {
             .map(|t| (t.id, (t.pid, t.tid, t.process)))
             .collect();
         let mut names = crate::names::Names::new(meta, symbolize);
-        let mut last_hold: HashMap<(u32, lockscope_analysis::sync::ObjId), u32> = HashMap::new();
+        let mut last_hold: HashMap<(u32, lockscope_trace::sync::ObjId), u32> = HashMap::new();
         let mut paths: BTreeSet<(u32, u32)> = BTreeSet::new();
         // Names formatted once per lock and per site, not per row (a
         // site's name is a symbol lookup and a format).
-        let mut obj_names: HashMap<lockscope_analysis::sync::ObjId, (ByteArray, ByteArray)> =
+        let mut obj_names: HashMap<lockscope_trace::sync::ObjId, (ByteArray, ByteArray)> =
             HashMap::new();
         let mut site_names: HashMap<(u32, u64, u32), ByteArray> = HashMap::new();
         let run_id = ByteArray::from(run.run_id.as_str());
         // A wait waits for the hand-off that follows it (if any).
         let mut pending: Option<Vec<V>> = None;
-        let mut pending_key: Option<(u32, lockscope_analysis::sync::ObjId)> = None;
+        let mut pending_key: Option<(u32, lockscope_trace::sync::ObjId)> = None;
         let mut err = None;
         let path_v = |stack: u32| {
             if stack == 0 {

@@ -30,8 +30,8 @@ use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use lockscope_analysis::input::Meta;
-use lockscope_analysis::sync::ObjId;
+use lockscope_trace::input::Meta;
+use lockscope_trace::sync::ObjId;
 
 use crate::names::Names;
 use crate::perfetto::{Lanes, SliceLook, Summary};

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lockscope_analysis::Report;
+use lockscope_report::Report;
 
 /// Frame used for wait that no recorded call path or site covers.
 pub const NO_PATH: &str = "[no call path recorded]";
@@ -25,7 +25,7 @@ pub const NOT_CHARGED: &str = "[not charged to a holder]";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WeightedStack {
     /// The lock's name, as the report shows it
-    /// ([`lockscope_analysis::locknames`]).
+    /// ([`lockscope_symbols::locknames`]).
     pub lock: String,
     /// Frames as the report names them (`function (file:line)`),
     /// innermost first.

@@ -3,7 +3,7 @@
 //! unlocking and blocking; hand-offs from a release to the contended
 //! acquisition it unblocked; the number of waiters per lock over time.
 //!
-//! Built from the steps of [`lockscope_analysis::sync`] (the one
+//! Built from the steps of [`lockscope_trace::sync`] (the one
 //! interpreter of the lock protocol) while they stream by: memory is the
 //! interpreter's plus one entry per lock, and items are handed to the
 //! caller as they are known (a span when it ends). Times are the recorded
@@ -16,8 +16,8 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::path::Path;
 
-use lockscope_analysis::input::Meta;
-use lockscope_analysis::sync::{self, BlockedOn, ObjId, SegKind, StepKind};
+use lockscope_trace::input::Meta;
+use lockscope_trace::sync::{self, BlockedOn, ObjId, SegKind, StepKind};
 
 use crate::ExportError;
 
@@ -30,7 +30,7 @@ pub enum SpanKind {
     /// In a raw futex wait (Rust std's and parking_lot's locks and
     /// condition variables, runtimes' own words). What the word is, a
     /// lock or a condition variable, is told only by the report, from the
-    /// symbols of the code that waits on it ([`lockscope_analysis::Report`]
+    /// symbols of the code that waits on it ([`lockscope_report::Report`]
     /// lists the condition variables among `conds`).
     FutexWait,
     /// Holding a lock (one critical section).
@@ -192,7 +192,7 @@ pub enum Item {
         /// CUDA stream id.
         stream: u32,
         /// Kernel, copy or memset.
-        kind: lockscope_analysis::gpu::ActivityKind,
+        kind: lockscope_report::gpu::ActivityKind,
         /// Start on the GPU, ns.
         start_ns: u64,
         /// End, ns.
@@ -229,7 +229,7 @@ pub fn scan(path: &Path, meta: &Meta, mut f: impl FnMut(Item)) -> Result<(), Exp
 
 /// The timeline's state between steps: [`scan`]'s walk, for a caller that
 /// gets the steps from a pass of its own (the HTML report takes them from
-/// the report's analysis, [`lockscope_analysis::analyze_observed`], so
+/// the report's analysis, [`lockscope_report::analyze_observed`], so
 /// that the trace is read once for both).
 #[derive(Default)]
 pub struct Timeline {
@@ -432,7 +432,7 @@ impl Timeline {
                         process: step.process,
                         device: (e.site >> 32) as u32,
                         stream: e.site as u32,
-                        kind: lockscope_analysis::gpu::ActivityKind::from_flags(e.flags),
+                        kind: lockscope_report::gpu::ActivityKind::from_flags(e.flags),
                         start_ns: e.addr,
                         end_ns: e.arg,
                         correlation: corr,

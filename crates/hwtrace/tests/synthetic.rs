@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use lockscope_analysis::spin;
+use lockscope_detailed::spin;
 use lockscope_hwtrace::{import, parse, write_trace, ImportOptions};
 
 const LOCK: u64 = 0x7000_0030;

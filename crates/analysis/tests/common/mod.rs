@@ -202,24 +202,24 @@ impl Tb {
     }
 }
 
-pub fn cfg() -> lockscope_analysis::ReportConfig {
-    lockscope_analysis::ReportConfig {
+pub fn cfg() -> lockscope_report::ReportConfig {
+    lockscope_report::ReportConfig {
         symbolize: false,
         ..Default::default()
     }
 }
 
-pub fn report(tb: &Tb) -> lockscope_analysis::Report {
+pub fn report(tb: &Tb) -> lockscope_report::Report {
     report_with(tb, &cfg())
 }
 
-pub fn report_with(tb: &Tb, c: &lockscope_analysis::ReportConfig) -> lockscope_analysis::Report {
+pub fn report_with(tb: &Tb, c: &lockscope_report::ReportConfig) -> lockscope_report::Report {
     let p = tb.write();
     let path: PathBuf = p.to_path_buf();
-    lockscope_analysis::analyze(&path, c, &mut |_, _, _| {}).unwrap()
+    lockscope_report::analyze(&path, c, &mut |_, _, _| {}).unwrap()
 }
 
-pub fn lock(r: &lockscope_analysis::Report, addr: u64) -> &lockscope_analysis::report::LockOut {
+pub fn lock(r: &lockscope_report::Report, addr: u64) -> &lockscope_report::report::LockOut {
     let a = format!("{addr:#x}");
     r.locks
         .iter()
@@ -227,12 +227,12 @@ pub fn lock(r: &lockscope_analysis::Report, addr: u64) -> &lockscope_analysis::r
         .unwrap_or_else(|| panic!("lock {a} not in report"))
 }
 
-pub fn thread(r: &lockscope_analysis::Report, id: u32) -> &lockscope_analysis::report::ThreadOut {
+pub fn thread(r: &lockscope_report::Report, id: u32) -> &lockscope_report::report::ThreadOut {
     r.threads.iter().find(|t| t.tid == 100 + id).unwrap()
 }
 
 /// Every thread's breakdown sums to its lifetime exactly.
-pub fn assert_sums(r: &lockscope_analysis::Report) {
+pub fn assert_sums(r: &lockscope_report::Report) {
     for t in &r.threads {
         assert_eq!(
             t.free_ns + t.lock_ns + t.unlock_ns + t.hold_ns + t.unknown_ns,

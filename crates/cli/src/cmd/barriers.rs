@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::{barriers, detailed::Detailed};
+use lockscope_detailed::barriers;
+use lockscope_detailed::detailed::Detailed;
 
 use crate::cmd::util;
 

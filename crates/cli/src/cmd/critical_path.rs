@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::critical;
+use lockscope_replay::critical;
 
 use crate::cmd::util;
 

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::{deadwrites, detailed::Detailed};
+use lockscope_detailed::deadwrites;
+use lockscope_detailed::detailed::Detailed;
 
 use crate::cmd::util;
 

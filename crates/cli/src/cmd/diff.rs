@@ -51,20 +51,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 /// `diff DIR_A DIR_B`: two groups of runs, lock by lock.
 fn groups(args: &Args) -> anyhow::Result<i32> {
-    let load = |p: &PathBuf| -> anyhow::Result<Vec<(String, lockscope_analysis::Report)>> {
+    let load = |p: &PathBuf| -> anyhow::Result<Vec<(String, lockscope_report::Report)>> {
         crate::cmd::util::expand_traces(std::slice::from_ref(p))?
             .iter()
             .map(|t| Ok((t.display().to_string(), super::export_formats::report(t)?)))
             .collect()
     };
     let (a, b) = (load(&args.a)?, load(&args.b)?);
-    let d = lockscope_analysis::fleet::diff_groups(&a, &b);
+    let d = lockscope_report::fleet::diff_groups(&a, &b);
     let out = if args.json {
         let mut s = serde_json::to_string_pretty(&d)?;
         s.push('\n');
         s
     } else {
-        lockscope_analysis::fleet::diff_text(&d, 20)
+        lockscope_report::fleet::diff_text(&d, 20)
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;

@@ -6,20 +6,20 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use lockscope_analysis::ReportConfig;
 use lockscope_export::{folded, perfetto, perfetto_proto, pprof, speedscope, stacks};
+use lockscope_report::ReportConfig;
 
 /// The report of `trace` with the settings every export uses: the text
 /// report's defaults (symbols, overhead correction, user frames), nothing
 /// filtered, so the exported totals are the report's.
 /// A trace cut short gets the warning every command gives.
-pub fn report(trace: &Path) -> anyhow::Result<lockscope_analysis::Report> {
+pub fn report(trace: &Path) -> anyhow::Result<lockscope_report::Report> {
     crate::cmd::util::check_trace_file(trace)?;
     let cfg = ReportConfig {
         skip_corrupt: crate::cmd::util::skip_corrupt(),
         ..ReportConfig::default()
     };
-    let r = lockscope_analysis::analyze(trace, &cfg, &mut |_, _, _| {})
+    let r = lockscope_report::analyze(trace, &cfg, &mut |_, _, _| {})
         .with_context(|| format!("cannot read {}", trace.display()))?;
     crate::cmd::util::warn_cut_short_report(trace, &r);
     Ok(r)
@@ -48,7 +48,7 @@ pub fn stacks(trace: &Path, pprof: bool, blame: bool, out: &mut dyn Write) -> an
 }
 
 /// The trace's index and records (not its events).
-fn meta(trace: &Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
+fn meta(trace: &Path) -> anyhow::Result<lockscope_trace::input::Meta> {
     crate::cmd::util::index_trace(trace)
 }
 

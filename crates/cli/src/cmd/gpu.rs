@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::gpu;
+use lockscope_report::gpu;
 
 use crate::cmd::util;
 

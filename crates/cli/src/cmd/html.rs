@@ -80,7 +80,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // is made in memory first, so that a trace that fails to read leaves
     // no output file behind, as when the report was computed before the
     // file was created.
-    let cfg = lockscope_analysis::ReportConfig::default();
+    let cfg = lockscope_report::ReportConfig::default();
     let mut page = Vec::new();
     // The in-memory sections read the whole trace when it is small, as
     // `lockscope report` does.

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::{detailed::Detailed, lockset};
+use lockscope_detailed::detailed::Detailed;
+use lockscope_detailed::lockset;
 
 use crate::cmd::util;
 

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::{detailed::Detailed, occ};
+use lockscope_detailed::detailed::Detailed;
+use lockscope_detailed::occ;
 use lockscope_format::Record;
 
 use crate::cmd::util;

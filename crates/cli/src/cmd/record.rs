@@ -397,7 +397,7 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
         .file_name()
         .map_or_else(|| program.to_string_lossy(), |f| f.to_string_lossy());
     // A name with a newline or an escape sequence is shown escaped.
-    let prog = lockscope_analysis::render::term(&prog).into_owned();
+    let prog = lockscope_text::text::term(&prog).into_owned();
     let bpe = if o.events > 0 {
         o.bytes as f64 / o.events as f64
     } else {
@@ -559,12 +559,12 @@ fn lock_names(
     if std::fs::metadata(trace).map_or(true, |m| m.len() > 256 << 20) {
         return (out, swapped);
     }
-    let Ok(meta) = lockscope_analysis::input::index(trace, &mut |_, _| {}) else {
+    let Ok(meta) = lockscope_trace::input::index(trace, &mut |_, _| {}) else {
         return (out, swapped);
     };
-    let mut sym = lockscope_analysis::symbols::Symbolizer::for_meta(&meta, true);
+    let mut sym = lockscope_symbols::Symbolizer::for_meta(&meta, true);
     // The report's names: a heap lock gets its class member or first use.
-    let names = lockscope_analysis::locknames::LockNames::new(&meta, &mut sym);
+    let names = lockscope_symbols::locknames::LockNames::new(&meta, &mut sym);
     for l in locks {
         // The newest image of that pid (after exec, the one that ran last).
         let process = meta

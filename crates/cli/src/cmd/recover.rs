@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use lockscope_analysis::render::term;
-use lockscope_analysis::units;
+use lockscope_text::text::term;
+use lockscope_text::units;
 
 use crate::cmd::output::Output;
 

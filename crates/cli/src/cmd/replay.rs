@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lockscope_analysis::{input, replay};
+use lockscope_replay::replay;
+use lockscope_trace::input;
 
 use crate::cmd::util;
 

@@ -6,8 +6,10 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lockscope_analysis::render::{self, CsvTable, TextOptions};
-use lockscope_analysis::{full, ReportConfig, SortKey};
+use lockscope_analysis::full;
+use lockscope_report::render::{self, CsvTable, TextOptions};
+use lockscope_report::ReportConfig;
+use lockscope_report::SortKey;
 
 /// Arguments of `lockscope report`.
 #[derive(clap::Args)]
@@ -157,7 +159,7 @@ fn text_width() -> Option<usize> {
 /// Runs the subcommand; returns the exit code.
 pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if a.no_debuginfod {
-        lockscope_analysis::debuginfod::set_enabled(false);
+        lockscope_debuginfod::set_enabled(false);
     }
     if a.traces.len() > 1 || a.group_by.is_some() || a.traces.iter().any(|t| t.is_dir()) {
         return many(&a);
@@ -243,7 +245,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     let out = if let Some(t) = csv {
         // One table of the lock report: the other sections have no CSV
         // form (docs/report.md), so they are not computed.
-        let mut report = lockscope_analysis::analyze(&trace, &cfg, &mut progress)
+        let mut report = lockscope_report::analyze(&trace, &cfg, &mut progress)
             .with_context(|| format!("cannot report on {}", trace.display()))?;
         // The warning every command gives (the text report says it too).
         super::util::warn_cut_short_report(&trace, &report);
@@ -277,7 +279,10 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             let extra = full::sections_text(&full.sections, &trace);
             let gain = full::gains_text(&full.sections, &trace);
             match width {
-                Some(w) => out + &render::fit_lines(&extra, w) + &render::fit_lines(&gain, w),
+                Some(w) => {
+                    out + &lockscope_text::text::fit_lines(&extra, w)
+                        + &lockscope_text::text::fit_lines(&gain, w)
+                }
                 None => out + &extra + &gain,
             }
         }
@@ -304,15 +309,15 @@ fn many(a: &Args) -> anyhow::Result<i32> {
         let r = crate::cmd::export_formats::report(t)?;
         reports.push((t.display().to_string(), r));
     }
-    let f = lockscope_analysis::fleet::aggregate(&reports, a.group_by.as_deref());
+    let f = lockscope_report::fleet::aggregate(&reports, a.group_by.as_deref());
     let out = if a.json {
         let mut s = serde_json::to_string_pretty(&f)?;
         s.push('\n');
         s
     } else {
-        let t = lockscope_analysis::fleet::text(&f, a.top.unwrap_or(20));
+        let t = lockscope_report::fleet::text(&f, a.top.unwrap_or(20));
         match text_width() {
-            Some(w) if !a.wide => render::fit_lines(&t, w),
+            Some(w) if !a.wide => lockscope_text::text::fit_lines(&t, w),
             _ => t,
         }
     };

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::spin;
+use lockscope_detailed::spin;
 
 use crate::cmd::util;
 

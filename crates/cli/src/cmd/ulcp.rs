@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use lockscope_analysis::{detailed::Detailed, ulcp};
+use lockscope_detailed::detailed::Detailed;
+use lockscope_detailed::ulcp;
 
 use crate::cmd::util;
 

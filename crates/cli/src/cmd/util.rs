@@ -85,7 +85,7 @@ pub fn warn_cut_short(path: &std::path::Path, e: &lockscope_format::FormatError)
 
 /// [`warn_cut_short`] for a command that has only the report of a trace
 /// (and [`warn_skipped`]).
-pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_analysis::Report) {
+pub fn warn_cut_short_report(path: &std::path::Path, r: &lockscope_report::Report) {
     warn_skipped(path, &r.skipped);
     if let Some((offset, what)) = r.cut_short {
         warn_cut_short(
@@ -116,7 +116,7 @@ pub fn skip_corrupt() -> bool {
 /// records were stepped over; this warning, the same for every command,
 /// says how much and where (nothing when none was).
 pub fn warn_skipped(path: &std::path::Path, skipped: &[lockscope_format::Skipped]) {
-    if let Some(line) = lockscope_analysis::input::damaged_line(skipped) {
+    if let Some(line) = lockscope_trace::input::damaged_line(skipped) {
         eprintln!("lockscope: WARNING: {}: {line}", path.display());
     }
 }
@@ -134,9 +134,9 @@ pub fn corrupt_hint(line: &str) -> &'static str {
 /// The index of the trace at `path` (every command that streams a trace
 /// starts here), with the file checked first and the warning of
 /// [`warn_cut_short`] when the trace was cut short.
-pub fn index_trace(path: &std::path::Path) -> anyhow::Result<lockscope_analysis::input::Meta> {
+pub fn index_trace(path: &std::path::Path) -> anyhow::Result<lockscope_trace::input::Meta> {
     check_trace_file(path)?;
-    let meta = lockscope_analysis::input::index_with(path, skip_corrupt(), &mut |_, _| {})
+    let meta = lockscope_trace::input::index_with(path, skip_corrupt(), &mut |_, _| {})
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     warn_skipped(path, &meta.skipped);
     if let Some((offset, what)) = &meta.cut_short {

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lockscope_analysis::{detailed::Detailed, whatif};
+use lockscope_detailed::detailed::Detailed;
+use lockscope_replay::whatif;
 
 use crate::cmd::util;
 

@@ -9,7 +9,7 @@
 //! page`, the last section).
 
 use lockscope_analysis::full::Sections;
-use lockscope_analysis::Report;
+use lockscope_report::Report;
 use serde_json::{json, Value};
 
 /// One table: `fmt` per column, as the script reads it: `t` text, `n`
