@@ -59,6 +59,7 @@ use std::path::PathBuf;
 
 pub use elf::{build_id, build_id_of_bytes};
 pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
+pub use maps::{parse_complete as parse_maps, parse_line as parse_map_line, MapLine};
 pub use pipeline::{default_writers, drain_dir, drain_dir_with, MAX_WRITERS};
 pub use recover::{recover, Gap, RecoverOutcome};
 pub use sessiondir::{orphaned_sessions, OrphanedSession, SessionInfo, KEEP_ORPHANED};

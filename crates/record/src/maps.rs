@@ -2,10 +2,14 @@
 
 /// One line of a maps file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct MapLine {
+pub struct MapLine {
+    /// First address.
     pub start: u64,
+    /// One past the last address.
     pub end: u64,
+    /// Permissions as the kernel writes them (`r-xp`).
     pub perms: String,
+    /// File offset mapped at `start`.
     pub offset: u64,
     /// Path or pseudo-name (`[heap]`), empty for anonymous memory.
     pub path: String,
@@ -13,7 +17,7 @@ pub(crate) struct MapLine {
 
 /// Parses one line: `start-end perms offset dev inode [path]`. `None` for
 /// anything malformed (the file is written by the program: untrusted).
-pub(crate) fn parse_line(line: &str) -> Option<MapLine> {
+pub fn parse_line(line: &str) -> Option<MapLine> {
     let mut rest = line.trim_end_matches('\n');
     let mut field = || {
         let t = rest.trim_start_matches(' ');
@@ -61,7 +65,7 @@ fn unescape_path(p: &str) -> String {
 
 /// Parses the complete lines of `text`; returns them and the number of
 /// bytes consumed (a last line without `\n` may still be being written).
-pub(crate) fn parse_complete(text: &[u8]) -> (Vec<MapLine>, usize) {
+pub fn parse_complete(text: &[u8]) -> (Vec<MapLine>, usize) {
     let used = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let lines = String::from_utf8_lossy(&text[..used])
         .lines()

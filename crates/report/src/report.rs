@@ -2297,7 +2297,20 @@ impl FutexRole {
             ("futex::Once", FutexRole::Once),
             ("parking_lot::once", FutexRole::Once),
             ("parking_lot_core", FutexRole::ParkingLot),
+            // glibc's own locks, as attach mode sees them (every futex
+            // call, not only those made through `syscall()`): the
+            // low-level wait is shared by pthread mutexes and glibc's
+            // internal locks, so the pthread function above it decides
+            // (see `futex_role`).
+            ("pthread_mutex_cond_lock", FutexRole::Mutex),
+            ("pthread_mutex_lock", FutexRole::Mutex),
+            ("pthread_mutex_timedlock", FutexRole::Mutex),
+            ("pthread_mutex_clocklock", FutexRole::Mutex),
+            ("pthread_mutex_unlock", FutexRole::Mutex),
+            ("pthread_rwlock_", FutexRole::RwLock),
+            ("pthread_cond_", FutexRole::Condvar),
             ("__lll_lock_wait", FutexRole::GlibcInternal),
+            ("__lll_lock_wake", FutexRole::GlibcInternal),
         ];
         TABLE.iter().find(|(p, _)| f.contains(p)).map(|&(_, r)| r)
     }
@@ -2333,12 +2346,30 @@ fn futex_role(names: &mut Names, process: u32, sites: &Stats, paths: &Stats) -> 
             .get(&stack)
             .map(|s| s.frames.clone())
             .unwrap_or_default();
+        // glibc's low-level lock wait is the innermost frame of every
+        // contended pthread mutex and of glibc's internal locks alike: it
+        // says "glibc" only when no pthread function calls it.
+        let mut weak = None;
         for pc in pcs.into_iter().take(8) {
-            if let Some(r) = first(&names.code(process, pc).frames) {
-                vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
-                break;
+            match first(&names.code(process, pc).frames) {
+                Some(FutexRole::GlibcInternal) => {
+                    weak.get_or_insert(FutexRole::GlibcInternal);
+                }
+                Some(r) => {
+                    weak = Some(r);
+                    break;
+                }
+                None => {}
             }
         }
+        if let Some(r) = weak {
+            vote(r, st.contended + st.trylock_failures + st.timeouts + 1);
+        }
+    }
+    // The site's own frames are the innermost: a glibc-internal vote
+    // from them yields to a pthread role found on the call paths.
+    if votes.iter().any(|v| v.0 != FutexRole::GlibcInternal) {
+        votes.retain(|v| v.0 != FutexRole::GlibcInternal);
     }
     votes
         .into_iter()

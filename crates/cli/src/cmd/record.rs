@@ -148,9 +148,61 @@ pub struct Args {
         help_heading = "Detailed mode (programs built with `lockscope cc`)"
     )]
     no_coalesce: bool,
+    /// Attach to this running process instead of starting a program
+    /// (repeatable): its blocking lock waits, through eBPF, until
+    /// --duration, Ctrl-C, or its exit. Nothing is injected; the process
+    /// keeps running, unchanged, afterwards. Needs root (CAP_BPF and
+    /// CAP_PERFMON). Waits and who woke them are exact; acquisitions and
+    /// holds of sections that never waited are not seen ("-").
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    pids: Vec<u32>,
+    /// Attach to every process on the machine (use with --duration).
+    #[arg(
+        short = 'a',
+        long = "all",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    all: bool,
+    /// How long to stay attached (`10s`, `500ms`); default: until Ctrl-C
+    /// or until every attached process has exited.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    duration: Option<String>,
+    /// Keep only waits at least this long (`10us`, `1ms`), filtered in the
+    /// kernel before anything is copied: the cheapest way to attach to a
+    /// busy server.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    min_wait: Option<String>,
+    /// Keep only this thread (repeatable).
+    #[arg(
+        long = "tid",
+        value_name = "TID",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    tids: Vec<u32>,
+    /// With -a: keep only processes with this command name (repeatable).
+    #[arg(
+        long = "comm",
+        value_name = "NAME",
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    comms: Vec<String>,
     /// The program to record and its arguments (after `--`).
     #[arg(
-        required = true,
+        required_unless_present_any = ["pids", "all"],
+        conflicts_with_all = ["pids", "all"],
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "PROGRAM"
@@ -183,6 +235,21 @@ fn default_output() -> anyhow::Result<(PathBuf, bool)> {
 
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    if !args.pids.is_empty() || args.all {
+        return attach(args);
+    }
+    for (set, name) in [
+        (args.duration.is_some(), "--duration"),
+        (args.min_wait.is_some(), "--min-wait"),
+        (!args.tids.is_empty(), "--tid"),
+        (!args.comms.is_empty(), "--comm"),
+    ] {
+        if set {
+            anyhow::bail!(
+                "{name} applies to attach mode (-p PID or -a); a program started by record is recorded whole (filter its report instead: lockscope report --min-wait, --thread, --lock)"
+            );
+        }
+    }
     let lib = crate::cmd::util::find_library("liblockscope_preload.so", "LOCKSCOPE_PRELOAD_LIB")?;
     let env = runtime_env(&args);
     let mut it = args.command.into_iter();
@@ -612,6 +679,112 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
         return Err(format!("label {k}: the value holds a control character"));
     }
     Ok((k.to_string(), v.to_string()))
+}
+
+/// Set by the SIGINT/SIGTERM handler of attach mode: the recording ends,
+/// the trace is written, the process goes on.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn stop_attach(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `record -p PID` / `record -a`: attach mode (lockscope-attach).
+fn attach(args: Args) -> anyhow::Result<i32> {
+    if args.all && args.duration.is_none() {
+        anyhow::bail!(
+            "-a records every process on the machine: give --duration (for example --duration 10s)"
+        );
+    }
+    if !args.comms.is_empty() && !args.all {
+        anyhow::bail!(
+            "--comm selects among every process (-a); with -p the processes are named already"
+        );
+    }
+    let duration = args
+        .duration
+        .as_deref()
+        .map(|s| crate::cmd::util::parse_duration("--duration", s))
+        .transpose()?
+        .map(std::time::Duration::from_nanos);
+    let min_wait_ns = args
+        .min_wait
+        .as_deref()
+        .map(|s| crate::cmd::util::parse_duration("--min-wait", s))
+        .transpose()?
+        .unwrap_or(0);
+    let (output, renamed) = match args.output {
+        Some(p) => (p, false),
+        None => default_output()?,
+    };
+    if renamed && !args.quiet {
+        eprintln!(
+            "lockscope: lockscope.lstrace exists; writing this trace to {}",
+            output.display()
+        );
+    }
+    let cfg = lockscope_attach::AttachConfig {
+        pids: args.pids,
+        all: args.all,
+        duration,
+        min_wait_ns,
+        tids: args.tids,
+        comms: args.comms,
+        output: output.clone(),
+        labels: args.labels,
+    };
+    // SAFETY: `stop_attach` only stores to an atomic (async-signal-safe);
+    // replacing the default disposition of SIGINT and SIGTERM is what
+    // lets Ctrl-C end the recording with a written trace instead of
+    // killing the recorder.
+    unsafe {
+        libc::signal(libc::SIGINT, stop_attach as *const () as libc::sighandler_t);
+        libc::signal(
+            libc::SIGTERM,
+            stop_attach as *const () as libc::sighandler_t,
+        );
+    }
+    if !args.quiet {
+        let what = if cfg.all {
+            "every process".to_string()
+        } else {
+            cfg.pids
+                .iter()
+                .map(|p| format!("pid {p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let until = match duration {
+            Some(d) => format!("for {:.1} s (or Ctrl-C)", d.as_secs_f64()),
+            None => "until Ctrl-C or its exit".to_string(),
+        };
+        eprintln!("lockscope: attached to {what} {until}");
+    }
+    let s = lockscope_attach::record(&cfg, &STOP).map_err(|e| anyhow::anyhow!("record: {e}"))?;
+    if !args.quiet || s.lost > 0 {
+        let ended = match s.ended {
+            lockscope_attach::Ended::Duration => "time was up",
+            lockscope_attach::Ended::Stopped => "stopped",
+            lockscope_attach::Ended::Exited => "the process exited",
+            _ => "ended",
+        };
+        eprintln!(
+            "lockscope: detached ({ended}) after {:.3} s: {} blocking waits ({} still blocked), {} wakes that woke a thread, {} threads in {} processes{}; trace written to {}",
+            s.duration_ns as f64 / 1e9,
+            s.waits,
+            s.open_waits,
+            s.wakes,
+            s.threads,
+            s.processes,
+            if s.lost > 0 {
+                format!(", {} events LOST", s.lost)
+            } else {
+                String::new()
+            },
+            output.display()
+        );
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

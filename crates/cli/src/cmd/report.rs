@@ -90,30 +90,6 @@ pub struct Args {
     no_advice: bool,
 }
 
-/// Parses `300ns`, `1.5us`, `2ms`, `1s` or a plain number of ns.
-///
-/// Hand-written on purpose, not humantime (the crate one would reach for):
-/// humantime rejects fractions (`1.5us`) and bare numbers, both of which
-/// this option has always accepted and its tests check.
-fn parse_duration(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .with_context(|| format!("--min-wait {s:?}: expected a number with a unit, like 2ms"))?;
-    let mul = match unit.trim() {
-        "" | "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        u => anyhow::bail!("--min-wait {s:?}: unknown unit {u:?} (use ns, us, ms or s)"),
-    };
-    Ok((v * mul).round() as u64)
-}
-
 /// The most recently modified `*.lstrace` file in `dir` (ties broken by
 /// name), and how many there are.
 fn newest_trace(dir: &std::path::Path) -> anyhow::Result<(PathBuf, usize)> {
@@ -187,7 +163,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         min_wait_ns: a
             .min_wait
             .as_deref()
-            .map(parse_duration)
+            .map(|s| crate::cmd::util::parse_duration("--min-wait", s))
             .transpose()?
             .unwrap_or(0),
         lock_filter: a.lock.clone(),
@@ -325,20 +301,4 @@ fn many(a: &Args) -> anyhow::Result<i32> {
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("300").unwrap(), 300);
-        assert_eq!(parse_duration("300ns").unwrap(), 300);
-        assert_eq!(parse_duration("1.5us").unwrap(), 1500);
-        assert_eq!(parse_duration("2ms").unwrap(), 2_000_000);
-        assert_eq!(parse_duration("1s").unwrap(), 1_000_000_000);
-        assert!(parse_duration("2 parsecs").is_err());
-        assert!(parse_duration("ms").is_err());
-    }
 }

@@ -293,3 +293,47 @@ pub fn expand_traces(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<std::pa
     }
     Ok(traces)
 }
+
+/// Parses `300ns`, `1.5us`, `2ms`, `1s` or a plain number of ns.
+///
+/// Hand-written on purpose, not humantime (the crate one would reach for):
+/// humantime rejects fractions (`1.5us`) and bare numbers, both of which
+/// `report --min-wait` has always accepted and its tests check. `opt` is
+/// the option named in errors.
+pub fn parse_duration(opt: &str, s: &str) -> anyhow::Result<u64> {
+    use anyhow::Context as _;
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("{opt} {s:?}: expected a number with a unit, like 2ms"))?;
+    let mul = match unit.trim() {
+        "" | "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        u => anyhow::bail!("{opt} {s:?}: unknown unit {u:?} (use ns, us, ms or s)"),
+    };
+    Ok((v * mul).round() as u64)
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("--min-wait", "300").unwrap(), 300);
+        assert_eq!(parse_duration("--min-wait", "300ns").unwrap(), 300);
+        assert_eq!(parse_duration("--min-wait", "1.5us").unwrap(), 1500);
+        assert_eq!(parse_duration("--min-wait", "2ms").unwrap(), 2_000_000);
+        assert_eq!(parse_duration("--min-wait", "1s").unwrap(), 1_000_000_000);
+        assert!(parse_duration("--min-wait", "2 parsecs").is_err());
+        assert!(parse_duration("--min-wait", "ms").is_err());
+        let e = parse_duration("--duration", "2h").unwrap_err().to_string();
+        assert!(e.starts_with("--duration \"2h\""), "{e}");
+    }
+}
