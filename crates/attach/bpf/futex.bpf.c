@@ -5,11 +5,20 @@
 // the call path offline with the binaries' CFI (most code has no frame
 // pointers, so the kernel's own frame-pointer walk stops in libc).
 //
-// Raw tracepoints on sys_enter/sys_exit rather than the syscalls:
-// sys_{enter,exit}_futex tracepoints: only the raw ones pass the user
-// registers (struct pt_regs *), which the stack copy needs. They run for
-// every system call of every process, so the first thing each does is
-// compare the syscall number (one load and one branch for the others).
+// Raw tracepoints on sys_enter/sys_exit. They run for every system call
+// of every process while attached, so the first thing each does is
+// compare the syscall number; measured, a getppid() of any program costs
+// about +200 ns meanwhile. Alternatives tried, not taken:
+// - the syscalls:sys_{enter,exit}_futex tracepoints (futex calls only,
+//   registers from bpf_task_pt_regs): still +60-90 ns on every system
+//   call (enabling any syscall tracepoint puts every task on the slow
+//   system-call path), and they missed 4-7 % of the waits of a program
+//   with more threads than CPUs without a trace of it (the perf-event
+//   tracepoint runner skips a program while another one is active on
+//   the CPU), where the raw ones saw every wait;
+// - fentry/fexit on __x64_sys_futex: refused (EPERM) where ftrace's
+//   function hooks are locked down, as on the machines this was built on;
+// - kprobes: absent from kernels built without CONFIG_KPROBES.
 //
 // Written for x86-64 (pt_regs offsets below); no libbpf headers: the few
 // helper declarations and map macros are spelled out here.

@@ -129,9 +129,12 @@ impl Loaded {
         #[cfg(not(lockscope_no_bpf))]
         {
             let bpf_err = |what: &'static str| {
-                move |e: &dyn std::fmt::Display| AttachError::Bpf {
+                // Debug, not Display: aya's Display of a refused load
+                // leaves out the errno (EPERM: a capability or a locked
+                // down kernel), which is what the user needs.
+                move |e: &dyn std::fmt::Debug| AttachError::Bpf {
                     what,
-                    detail: e.to_string(),
+                    detail: format!("{e:?}"),
                 }
             };
             let mut bpf = aya::EbpfLoader::new()
