@@ -65,7 +65,7 @@ pub const fn wake_mark(capacity: u64) -> u64 {
 /// the kernel) for a ring that no consumer reads: the start-up cost
 /// measurements write into one. `None` if the kernel refuses. The caller
 /// unmaps it (`munmap(ptr, len)`).
-pub(crate) fn scratch_map(len: usize) -> Option<*mut u8> {
+pub fn scratch_map(len: usize) -> Option<*mut u8> {
     // SAFETY: a new anonymous mapping; no existing memory is touched.
     let m = unsafe {
         libc::mmap(
@@ -81,6 +81,7 @@ pub(crate) fn scratch_map(len: usize) -> Option<*mut u8> {
 }
 
 /// Bytes a ring file of `capacity` slots needs.
+#[inline]
 pub fn file_bytes(capacity: u64) -> usize {
     HEADER_BYTES + capacity as usize * SLOT_BYTES
 }
@@ -147,6 +148,10 @@ pub struct Producer {
     /// until [`Producer::set_wake`] gives it a page: with nobody to wake,
     /// the look (a load of the consumer's line) is never due.
     wake_at: u64,
+    /// Clock ticks this producer spent waiting for room
+    /// (`Producer::wait_for_room`) that its owner has not collected yet
+    /// ([`Producer::take_waited`]).
+    waited: u64,
 }
 
 impl Producer {
@@ -168,6 +173,7 @@ impl Producer {
         // All-zero bytes: thread state lives in zero-initialised TLS. A
         // producer without a ring never pushes, so the look is never due.
         wake_at: 0,
+        waited: 0,
     };
 
     /// True if this producer has a ring.
@@ -229,6 +235,7 @@ impl Producer {
                 deferred: false,
                 wake: core::ptr::null(),
                 wake_at: u64::MAX,
+                waited: 0,
             })
         }
     }
@@ -279,6 +286,7 @@ impl Producer {
             deferred: false,
             wake: core::ptr::null(),
             wake_at: u64::MAX,
+            waited: 0,
         })
     }
 
@@ -691,6 +699,19 @@ impl Producer {
         false
     }
 
+    /// Clock ticks spent waiting for the consumer to make room since the
+    /// last call, and starts counting again from 0. Only [`Producer::push`]
+    /// and [`Producer::headroom_slow`] ever wait: their caller collects the
+    /// wait into the thread's own total (which its run-queue delay
+    /// samples include). Why not a call into the thread's state from the
+    /// wait itself: the ring protocol knows no thread state (the recorder
+    /// links it too), and a hook through a global function pointer would
+    /// hide where the figure goes.
+    #[inline]
+    pub fn take_waited(&mut self) -> u64 {
+        core::mem::take(&mut self.waited)
+    }
+
     /// Capacity in slots.
     #[inline]
     pub fn capacity(&self) -> u64 {
@@ -726,7 +747,7 @@ impl Producer {
             h.full_wait_ticks.load(Ordering::Relaxed) + t,
             Ordering::Relaxed,
         );
-        crate::thread::add_recorder_wait(t);
+        self.waited = self.waited.wrapping_add(t);
         ok
     }
 
@@ -2024,6 +2045,44 @@ mod tests {
         assert_eq!(c.lost(), failed + u64::from(tries));
         // After a success the next overflow starts with eager reloads.
         assert_eq!((p.skip, p.backoff), (0, 0));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A push that waited for the consumer hands the wait to its owner
+    /// once (the thread state adds it to the time its run-queue delay
+    /// samples report), the same ticks the header counts.
+    #[test]
+    fn a_wait_for_room_is_handed_to_the_owner_once() {
+        let (path, _, mut p) = fresh_ring(2);
+        p.set_wait_when_full(true);
+        let cap = p.capacity();
+        for i in 0..cap {
+            assert!(p.push(
+                Head {
+                    tsc: i,
+                    ..Head::default()
+                },
+                None,
+                &[]
+            ));
+        }
+        assert_eq!(p.take_waited(), 0, "no wait while there was room");
+        let mut c = Consumer::open(&path).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                assert_eq!(c.drain(|_| {}), (cap, 0));
+            });
+            assert!(p.push(Head::default(), None, &[]), "waited, not dropped");
+        });
+        // SAFETY: attached (the pushes above succeeded); the test keeps
+        // the mapping.
+        let h = unsafe { p.header() };
+        assert_eq!(h.full_waits.load(Ordering::Relaxed), 1);
+        let ticks = h.full_wait_ticks.load(Ordering::Relaxed);
+        assert!(ticks > 0);
+        assert_eq!(p.take_waited(), ticks, "the header's count, handed over");
+        assert_eq!(p.take_waited(), 0, "handed over once");
         std::fs::remove_file(path).unwrap();
     }
 
