@@ -838,11 +838,10 @@ impl Guard {
     /// after [`Guard::stamp_exit`]. The ring stays usable until the join.
     pub fn retire_ring(&mut self) {
         let st = self.st();
-        if !st.prod.is_attached() {
+        // The header is the start of the ring's mapping.
+        let Some(base) = st.prod.header().map(|h| h as *const _ as usize) else {
             return;
-        }
-        // SAFETY: attached; the header is the start of the mapping.
-        let base = unsafe { st.prod.header() } as *const _ as usize;
+        };
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
         park_ring(&RETIRED_KEY, &RETIRED_RING, slot_start(me), me, base);
@@ -860,11 +859,13 @@ impl Guard {
         let st = self.st();
         // The main thread's tid is the process's: it exists (a zombie
         // leader) until the process ends, so it would never be swept.
-        if !st.prod.is_attached() || st.tid == 0 || st.tid == process::pid() {
+        if st.tid == 0 || st.tid == process::pid() {
             return;
         }
-        // SAFETY: attached; the header is the start of the mapping.
-        let base = unsafe { st.prod.header() } as *const _ as usize;
+        // The header is the start of the ring's mapping.
+        let Some(base) = st.prod.header().map(|h| h as *const _ as usize) else {
+            return;
+        };
         let tid = st.tid as usize;
         if park_ring(&DETACHED_TID, &DETACHED_RING, tid, tid, base) {
             DETACHED_COUNT.fetch_add(1, Ordering::Relaxed);
@@ -879,11 +880,8 @@ impl Guard {
         let st = self.st();
         // The recorder may close the ring once it is stamped and empty.
         publish_deferred(st);
-        if st.prod.is_attached() {
-            // SAFETY: attached.
-            unsafe { st.prod.header() }
-                .end_tsc
-                .store(tsc, Ordering::Release);
+        if let Some(h) = st.prod.header() {
+            h.end_tsc.store(tsc, Ordering::Release);
             // The drain sleeps until a ring crosses its mark or a thread
             // ends: this thread's last events may be below the mark, and
             // its ring should be closed (or its end written) soon, not
@@ -1023,15 +1021,17 @@ fn grow(st: &mut ThreadState) -> bool {
         st.prod.defer(h);
     }
     st.seq += 1;
-    // SAFETY: `old` is attached (RING_OK); nothing writes its slots after
-    // this point, so the Release store publishes every event in it.
-    let base = unsafe {
-        let h = old.header();
+    // `old` has a ring (RING_OK); nothing writes its slots after this
+    // point, so the Release store publishes every event in it. Its header
+    // is the start of the mapping unmapped here; `old` is not used again.
+    let base = old.header().map(|h| {
         h.next_seq.store(u64::from(st.seq), Ordering::Release);
         h as *const _ as usize
-    };
+    });
     process::count_ring_grown();
-    unmap_ring(base);
+    if let Some(base) = base {
+        unmap_ring(base);
+    }
     true
 }
 
@@ -1470,13 +1470,7 @@ pub(crate) fn reset_after_fork() -> (u32, u64) {
 pub(crate) fn ring_header_addr() -> usize {
     let st = state();
     // SAFETY: this thread's state.
-    unsafe {
-        if (*st).prod.is_attached() {
-            (*st).prod.header() as *const _ as usize
-        } else {
-            0
-        }
-    }
+    unsafe { (*st).prod.header() }.map_or(0, |h| h as *const _ as usize)
 }
 
 #[cfg(test)]

@@ -203,8 +203,8 @@ fn concurrent_drain_keeps_every_event_in_order() {
         ph.exit_code.store(3, Ordering::Relaxed);
         ph.end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
-        // SAFETY: attached producers.
-        unsafe { p.header() }
+        p.header()
+            .expect("attached")
             .end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
     });
@@ -642,8 +642,8 @@ fn a_first_ring_under_an_alternative_name_is_drained() {
             ));
             assert!(p.push(head(Op::MutexUnlock, 0, 0x1000, 0x401004), None, &[]));
         }
-        // SAFETY: attached producer.
-        unsafe { p.header() }
+        p.header()
+            .expect("attached")
             .end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
         ph.end_tsc
@@ -708,8 +708,10 @@ fn a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
         }
         let now = lockscope_ring::tsc::now();
         for (p, _) in &rings {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -776,8 +778,9 @@ fn after_a_closed_thread(
                 &[]
             ));
         }
-        // SAFETY: attached producer.
-        unsafe { ended.header() }
+        ended
+            .header()
+            .expect("attached")
             .end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
         let ended_file = dir.join(ring_file_name(pid, 0, ended_tid));
@@ -790,8 +793,10 @@ fn after_a_closed_thread(
         let more = then(&dir, &mut main);
         let now = lockscope_ring::tsc::now();
         for p in more.iter().chain([&main]) {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -853,8 +858,10 @@ fn names_given_across_converter_workers_reach_the_thread_named() {
         }
         let now = lockscope_ring::tsc::now();
         for p in [&main, &a, &b] {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -924,8 +931,8 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
         }
         ph.end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
-        // SAFETY: attached producer.
-        unsafe { p.header() }
+        p.header()
+            .expect("attached")
             .end_tsc
             .store(lockscope_ring::tsc::now(), Ordering::Release);
     });

@@ -34,7 +34,12 @@
 //!   index, so an event is wholly visible to the consumer or not at all.
 //!   A full ring never blocks the program for good: the event is dropped
 //!   and counted ([`session::RingHeader::lost`]), or the producer waits
-//!   a bounded time for the recorder. Its small functions are
+//!   a bounded time for the recorder. That a producer's ring stays mapped
+//!   is established once, by its `unsafe` constructors
+//!   ([`ring::Producer::init`], [`ring::Producer::resume`]), and held by a
+//!   handle type after them; the only `unsafe` left on the push path is
+//!   the slot stores, which the protocol (not the mapping) makes sound.
+//!   Its small functions are
 //!   `#[inline]`: the producer is instantiated in other crates, and the
 //!   release profile has no LTO.
 //! - The rings are `MAP_SHARED` mappings of files on tmpfs: whatever was
