@@ -53,7 +53,7 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 runner_var="CARGO_TARGET_$(echo "$host" | tr 'a-z-' 'A-Z_')_RUNNER"
 memcheck="valgrind -q --tool=memcheck --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite --suppressions=$PWD/scripts/valgrind.supp"
 env "$runner_var=$memcheck" cargo test --release --lib \
-  -p lockscope-capture -p lockscope-swap -p lockscope-preload -p lockscope-tsan -p lockscope-format
+  -p lockscope-ring -p lockscope-capture -p lockscope-swap -p lockscope-preload -p lockscope-tsan -p lockscope-format
 # The lock algorithms' integration tests too (not `loom`, which is a
 # model-checking build of its own, run by .ci/run).
 env "$runner_var=$memcheck" cargo test --release -p lockscope-locks \

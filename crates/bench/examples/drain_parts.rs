@@ -2,10 +2,10 @@
 //! event encoding. For finding the bottleneck of the drain pipeline.
 use std::time::Instant;
 
-use lockscope_capture::raw::Head;
-use lockscope_capture::ring::{self, Consumer, Producer, RingIdentity};
 use lockscope_format::codec::Encoder;
 use lockscope_format::Event;
+use lockscope_ring::raw::Head;
+use lockscope_ring::ring::{self, Consumer, Producer, RingIdentity};
 
 fn main() {
     let dir = std::env::temp_dir().join(format!("lsparts-{}", std::process::id()));
@@ -59,7 +59,7 @@ fn main() {
     }
     // The same slots read in place, no RawEvent.
     // SAFETY: the slots follow the ring's 4 KiB header inside the mapping.
-    let slots = unsafe { base.add(4096) as *const lockscope_capture::raw::Slot };
+    let slots = unsafe { base.add(4096) as *const lockscope_ring::raw::Slot };
     let mut tr = 0.0;
     let cap = ring::capacity_for_kib(4096);
     for r in 0..rounds {

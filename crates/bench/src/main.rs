@@ -43,10 +43,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use lockscope_capture::raw::Head;
-use lockscope_capture::ring::{self, Producer, RingIdentity};
-use lockscope_capture::session::{proc_file_name, ring_file_name, ProcessHeader, PROC_MAGIC};
 use lockscope_format::{phase, Op, Trace};
+use lockscope_ring::raw::Head;
+use lockscope_ring::ring::{self, Producer, RingIdentity};
+use lockscope_ring::session::{proc_file_name, ring_file_name, ProcessHeader, PROC_MAGIC};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -117,7 +117,7 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
         let h = base as *mut ProcessHeader;
         (*h).version = 1;
         (*h).pid = pid;
-        (*h).start_tsc = lockscope_capture::tsc::now();
+        (*h).start_tsc = lockscope_ring::tsc::now();
         std::sync::atomic::fence(Ordering::Release);
         std::ptr::write_volatile(&mut (*h).magic, PROC_MAGIC);
     }
@@ -126,7 +126,7 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
     let id = RingIdentity {
         pid,
         tid: 2,
-        start_tsc: lockscope_capture::tsc::now(),
+        start_tsc: lockscope_ring::tsc::now(),
         ..RingIdentity::default()
     };
     // SAFETY: fresh zeroed mapping.
@@ -142,7 +142,7 @@ fn drain_throughput(n: u64, wait_for_room: bool) -> (f64, u64, u64) {
         let t0 = Instant::now();
         for i in 0..n {
             let head = Head {
-                tsc: lockscope_capture::tsc::now(),
+                tsc: lockscope_ring::tsc::now(),
                 addr: 0x5555_0000_1000 + (i & 1) * 64,
                 site: 0x4011a0 + (i & 1) * 8,
                 op: if i & 1 == 0 { 1 } else { 4 },

@@ -20,18 +20,13 @@
 
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use crate::ring::{self, Producer};
-use crate::session::{
+use crate::thread::{self, StacksMode, RECORDING, REC_DISABLED, REC_OFF, REC_ON};
+use lockscope_ring::raw::{OP_THREAD_EXIT, OP_THREAD_START};
+use lockscope_ring::ring::{self, Producer};
+use lockscope_ring::session::{
     ProcessHeader, SessionWake, DEFAULT_RING_KB, DEFAULT_RING_MAX_KB, HEADER_BYTES, PROC_MAGIC,
 };
-use crate::thread::{self, StacksMode, RECORDING, REC_DISABLED, REC_OFF, REC_ON};
-use crate::tsc;
-
-/// `lockscope_format::Op::ThreadStart` (capture does not depend on the
-/// format crate; the preload tests check the values agree).
-pub const OP_THREAD_START: u8 = 28;
-/// `lockscope_format::Op::ThreadExit`.
-pub const OP_THREAD_EXIT: u8 = 29;
+use lockscope_ring::tsc;
 
 /// Longest session directory path we accept (stack-formatted paths).
 const MAX_DIR: usize = 480;
@@ -195,7 +190,7 @@ static LOCK_NAMER: AtomicUsize = AtomicUsize::new(0);
 /// is published, so that the recorder reads it with the process's first
 /// record (the preload library asks `lockscope run`'s swap library).
 /// Register it before calling [`init`].
-pub fn set_lock_namer(f: fn(&mut [u8; crate::session::SWAPPED_LOCK_BYTES])) {
+pub fn set_lock_namer(f: fn(&mut [u8; lockscope_ring::session::SWAPPED_LOCK_BYTES])) {
     LOCK_NAMER.store(f as usize, Ordering::Release);
 }
 
@@ -478,7 +473,7 @@ pub(crate) fn session_wake() -> *const SessionWake {
     WAKE.load(Ordering::Acquire)
 }
 
-/// Maps the session's wake file ([`crate::session::WAKE_FILE`]), created
+/// Maps the session's wake file ([`lockscope_ring::session::WAKE_FILE`]), created
 /// by the recorder. Without it (a recorder that made none, or a failure)
 /// nothing wakes the drain early and it drains at its own period: never
 /// an error.
@@ -488,7 +483,7 @@ pub(crate) fn session_wake() -> *const SessionWake {
 /// written.
 unsafe fn map_wake() {
     let mut p = PathBuf::in_session();
-    p.push(crate::session::WAKE_FILE.as_bytes());
+    p.push(lockscope_ring::session::WAKE_FILE.as_bytes());
     // SAFETY: `p.c()` is a NUL-terminated stack path; the mapping is one
     // page of a file we checked is at least that long, our descriptor is
     // closed once; the page is never unmapped, so the pointer published
@@ -499,12 +494,12 @@ unsafe fn map_wake() {
             return;
         }
         let mut st: libc::stat = core::mem::zeroed();
-        let big_enough =
-            libc::fstat(fd, &mut st) == 0 && st.st_size as usize >= crate::session::WAKE_BYTES;
+        let big_enough = libc::fstat(fd, &mut st) == 0
+            && st.st_size as usize >= lockscope_ring::session::WAKE_BYTES;
         let m = if big_enough {
             libc::mmap(
                 core::ptr::null_mut(),
-                crate::session::WAKE_BYTES,
+                lockscope_ring::session::WAKE_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd,
@@ -616,7 +611,7 @@ unsafe fn open_process(ppid: u32, parent_generation: u32) -> Result<(), i32> {
         if namer != 0 {
             // SAFETY: only set_lock_namer stores here, from a fn pointer
             // of this type.
-            let f: fn(&mut [u8; crate::session::SWAPPED_LOCK_BYTES]) =
+            let f: fn(&mut [u8; lockscope_ring::session::SWAPPED_LOCK_BYTES]) =
                 core::mem::transmute::<usize, _>(namer);
             f(&mut (*h).swapped_lock);
         }
@@ -847,7 +842,7 @@ fn measure_costs() -> (u64, u64) {
                     let busy = core::hint::black_box(thread::locks_held());
                     let t = tsc::now();
                     let waiters = kind == 1 && word.load(Ordering::Relaxed) > 1;
-                    let head = crate::raw::Head {
+                    let head = lockscope_ring::raw::Head {
                         tsc: t,
                         addr: core::hint::black_box(&word) as *const _ as u64,
                         site: i as u64,
@@ -951,7 +946,7 @@ unsafe fn init_inner() -> bool {
         }
         // The clock the recorder chose (and converts with): the same here.
         let clk = libc::getenv(c"LOCKSCOPE_CLOCK".as_ptr());
-        crate::tsc::use_monotonic(
+        lockscope_ring::tsc::use_monotonic(
             !clk.is_null() && core::ffi::CStr::from_ptr(clk).to_bytes() == b"monotonic",
         );
         let kb = libc::getenv(c"LOCKSCOPE_RING_KB".as_ptr());
@@ -1072,7 +1067,8 @@ pub fn after_fork_child() {
         }
         if ring != 0 {
             // The whole ring mapping starts at its header.
-            let len = ring::file_bytes((*(ring as *const crate::session::RingHeader)).capacity);
+            let len =
+                ring::file_bytes((*(ring as *const lockscope_ring::session::RingHeader)).capacity);
             libc::munmap(ring as *mut libc::c_void, len);
         }
         thread::forget_retired_after_fork();

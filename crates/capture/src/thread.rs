@@ -31,9 +31,9 @@
 use core::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
 
 use crate::process;
-use crate::raw::{Head, MAX_FRAMES};
-use crate::ring::Producer;
-use crate::session::{RingHeader, POOL_OPEN, POOL_POOLED};
+use lockscope_ring::raw::{Head, MAX_FRAMES};
+use lockscope_ring::ring::Producer;
+use lockscope_ring::session::{RingHeader, POOL_OPEN, POOL_POOLED};
 
 /// Ring state of a thread: no ring yet (created on the first event).
 const RING_NONE: u8 = 0;
@@ -224,7 +224,7 @@ fn sample_run_delay_now(g: &mut Guard) {
     // room in its ring. Without the second, the replay kept a detailed
     // recording's back-pressure waits (255 ms in one 0.8 s run of
     // `ulcp_table`) as the program's work.
-    let before = crate::tsc::now();
+    let before = lockscope_ring::tsc::now();
     emit_run_delay(g, schedstat().unwrap_or_default(), before);
 }
 
@@ -243,14 +243,14 @@ fn emit_run_delay(g: &mut Guard, stat: Schedstat, before: u64) {
     // preemption there must fall before the sample (in the segment it
     // measures), not after it (4 of 38 preemptions of the `preempted`
     // fixture were missed that way).
-    let t = crate::tsc::now();
+    let t = lockscope_ring::tsc::now();
     g.st().cpu_t = t;
     // A sample also restarts the gap that makes a creation or a join take
     // one (`Guard::boundary_stamp`).
     g.st().last_t = t;
     let head = Head {
         tsc: t,
-        op: crate::raw::OP_RUN_DELAY,
+        op: lockscope_ring::raw::OP_RUN_DELAY,
         ..Head::default()
     };
     g.emit(head, Some((ns, 0)), &[]);
@@ -325,16 +325,6 @@ fn parse_schedstat(text: &[u8]) -> Option<Schedstat> {
     Some(Schedstat { on_cpu, run_delay })
 }
 
-/// Adds `ticks` of waiting for the recorder (a full ring) to the calling
-/// thread's total, which its run-queue delay samples include.
-pub(crate) fn add_recorder_wait(ticks: u64) {
-    // SAFETY: this thread's state; only this thread writes `waited`.
-    unsafe {
-        let st = state();
-        (*st).waited = (*st).waited.wrapping_add(ticks);
-    }
-}
-
 /// `ThreadState::busy` while the recorder makes a call of its own into
 /// the C library ([`quietly`]).
 const BUSY_QUIET: u8 = 2;
@@ -380,7 +370,7 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
 /// are restored.
 pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
     const CAP: u64 = 1 << 12;
-    let len = crate::ring::file_bytes(CAP);
+    let len = lockscope_ring::ring::file_bytes(CAP);
     let st = state();
     // SAFETY: `st` is this thread's state, not in use (busy is 0, checked
     // first; nothing else runs on this thread meanwhile except signal
@@ -392,8 +382,9 @@ pub fn with_scratch_ring<R>(f: impl FnOnce() -> R) -> Option<R> {
         if (*st).busy != 0 {
             return None;
         }
-        let m = crate::ring::scratch_map(len)?;
-        let Some(mut scratch) = Producer::init(m, len, &crate::ring::RingIdentity::default())
+        let m = lockscope_ring::ring::scratch_map(len)?;
+        let Some(mut scratch) =
+            Producer::init(m, len, &lockscope_ring::ring::RingIdentity::default())
         else {
             libc::munmap(m.cast(), len);
             return None;
@@ -657,13 +648,13 @@ impl Guard {
     /// 500 us before, is not sampled again: 1000 short threads pay
     /// nothing.
     pub fn exit_stamp(&mut self) -> u64 {
-        let t = crate::tsc::now();
+        let t = lockscope_ring::tsc::now();
         let st = self.st();
         if st.cpu_t == 0 || t.wrapping_sub(st.cpu_t) <= process::delay_gap_ticks() {
             return t;
         }
         sample_run_delay_now(self);
-        crate::tsc::now()
+        lockscope_ring::tsc::now()
     }
 
     /// For a lock call that took longer than any uncontended one can
@@ -705,7 +696,7 @@ impl Guard {
         // sides. Measured from `cpu_t` (read after), such a preemption
         // was in the run-queue growth but not in the wall time, and hid
         // a 2 ms futex sleep (`slept` 0) on two busy CPUs.
-        let before = crate::tsc::now();
+        let before = lockscope_ring::tsc::now();
         let Some(stat) = schedstat() else {
             return false;
         };
@@ -847,11 +838,10 @@ impl Guard {
     /// after [`Guard::stamp_exit`]. The ring stays usable until the join.
     pub fn retire_ring(&mut self) {
         let st = self.st();
-        if !st.prod.is_attached() {
+        // The header is the start of the ring's mapping.
+        let Some(base) = st.prod.header().map(|h| h as *const _ as usize) else {
             return;
-        }
-        // SAFETY: attached; the header is the start of the mapping.
-        let base = unsafe { st.prod.header() } as *const _ as usize;
+        };
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
         park_ring(&RETIRED_KEY, &RETIRED_RING, slot_start(me), me, base);
@@ -869,11 +859,13 @@ impl Guard {
         let st = self.st();
         // The main thread's tid is the process's: it exists (a zombie
         // leader) until the process ends, so it would never be swept.
-        if !st.prod.is_attached() || st.tid == 0 || st.tid == process::pid() {
+        if st.tid == 0 || st.tid == process::pid() {
             return;
         }
-        // SAFETY: attached; the header is the start of the mapping.
-        let base = unsafe { st.prod.header() } as *const _ as usize;
+        // The header is the start of the ring's mapping.
+        let Some(base) = st.prod.header().map(|h| h as *const _ as usize) else {
+            return;
+        };
         let tid = st.tid as usize;
         if park_ring(&DETACHED_TID, &DETACHED_RING, tid, tid, base) {
             DETACHED_COUNT.fetch_add(1, Ordering::Relaxed);
@@ -888,11 +880,8 @@ impl Guard {
         let st = self.st();
         // The recorder may close the ring once it is stamped and empty.
         publish_deferred(st);
-        if st.prod.is_attached() {
-            // SAFETY: attached.
-            unsafe { st.prod.header() }
-                .end_tsc
-                .store(tsc, Ordering::Release);
+        if let Some(h) = st.prod.header() {
+            h.end_tsc.store(tsc, Ordering::Release);
             // The drain sleeps until a ring crosses its mark or a thread
             // ends: this thread's last events may be below the mark, and
             // its ring should be closed (or its end written) soon, not
@@ -932,7 +921,11 @@ fn emit_full(st: &mut ThreadState, head: Head, args: Option<(u64, u64)>, frames:
     if st.ring == RING_OK && grow(st) && st.prod.try_push(head, args, frames) {
         return true;
     }
-    if st.prod.push(head, args, frames) {
+    let pushed = st.prod.push(head, args, frames);
+    // A full ring may have made the push wait for the recorder: the
+    // thread's run-queue delay samples include that wait.
+    st.waited = st.waited.wrapping_add(st.prod.take_waited());
+    if pushed {
         return true;
     }
     if st.ring != RING_OK {
@@ -962,6 +955,8 @@ fn headroom_inner(st: &mut ThreadState) {
         // Could not grow: wait (or skip) as for a ring at its maximum.
         st.prod.headroom_slow(may_wait, false);
     }
+    // The thread's run-queue delay samples include its waits for room.
+    st.waited = st.waited.wrapping_add(st.prod.take_waited());
 }
 
 /// Moves the thread to a ring four times larger (up to the configured
@@ -982,7 +977,7 @@ fn grow(st: &mut ThreadState) -> bool {
         return false;
     };
     let rq0 = run_delay_ns();
-    let t0 = crate::tsc::now();
+    let t0 = lockscope_ring::tsc::now();
     // SAFETY: errno is saved around the file operations (the program must
     // not see them); create_ring has no other precondition.
     let new = unsafe {
@@ -1004,7 +999,7 @@ fn grow(st: &mut ThreadState) -> bool {
     // growing), which the samples include already: reading the delay
     // twice costs ~10 us, next to milliseconds of growing, a few times
     // per thread.
-    let spent = crate::tsc::now().wrapping_sub(t0);
+    let spent = lockscope_ring::tsc::now().wrapping_sub(t0);
     let preempted_ns = match (rq0, run_delay_ns()) {
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
@@ -1026,15 +1021,17 @@ fn grow(st: &mut ThreadState) -> bool {
         st.prod.defer(h);
     }
     st.seq += 1;
-    // SAFETY: `old` is attached (RING_OK); nothing writes its slots after
-    // this point, so the Release store publishes every event in it.
-    let base = unsafe {
-        let h = old.header();
+    // `old` has a ring (RING_OK); nothing writes its slots after this
+    // point, so the Release store publishes every event in it. Its header
+    // is the start of the mapping unmapped here; `old` is not used again.
+    let base = old.header().map(|h| {
         h.next_seq.store(u64::from(st.seq), Ordering::Release);
         h as *const _ as usize
-    };
+    });
     process::count_ring_grown();
-    unmap_ring(base);
+    if let Some(base) = base {
+        unmap_ring(base);
+    }
     true
 }
 
@@ -1303,8 +1300,11 @@ fn unmap_ring(base: usize) {
     // SAFETY: `base` is the start of a live ring mapping that nobody will
     // use again (its thread is gone); its header gives the length.
     unsafe {
-        let cap = (*(base as *const crate::session::RingHeader)).capacity;
-        libc::munmap(base as *mut libc::c_void, crate::ring::file_bytes(cap));
+        let cap = (*(base as *const lockscope_ring::session::RingHeader)).capacity;
+        libc::munmap(
+            base as *mut libc::c_void,
+            lockscope_ring::ring::file_bytes(cap),
+        );
     }
 }
 
@@ -1470,13 +1470,7 @@ pub(crate) fn reset_after_fork() -> (u32, u64) {
 pub(crate) fn ring_header_addr() -> usize {
     let st = state();
     // SAFETY: this thread's state.
-    unsafe {
-        if (*st).prod.is_attached() {
-            (*st).prod.header() as *const _ as usize
-        } else {
-            0
-        }
-    }
+    unsafe { (*st).prod.header() }.map_or(0, |h| h as *const _ as usize)
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 use core::panic::AssertUnwindSafe;
 
 use lockscope_capture::process;
-use lockscope_capture::raw::{Head, MAX_FRAMES};
 use lockscope_capture::thread::Guard;
 use lockscope_format::Op;
+use lockscope_ring::raw::{Head, MAX_FRAMES};
 
 /// Defines an interposed symbol as a naked trampoline that appends the
 /// call site (its own return address, read at `[rsp]`) and the caller's

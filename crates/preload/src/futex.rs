@@ -12,8 +12,8 @@
 
 use libc::c_long;
 use lockscope_capture::thread;
-use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
+use lockscope_ring::tsc;
 
 use crate::common::{emit, errno, guarded, set_errno};
 use crate::real::real;

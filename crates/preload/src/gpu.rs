@@ -41,10 +41,10 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use lockscope_capture::raw::{Head, MAX_FRAMES, OP_CODE_NAME};
 use lockscope_capture::thread;
-use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
+use lockscope_ring::raw::{Head, MAX_FRAMES, OP_CODE_NAME};
+use lockscope_ring::tsc;
 
 use crate::common::{emit_frames, guarded};
 
@@ -704,7 +704,7 @@ unsafe fn deliver(buf: *mut u8, valid: usize) {
             MALFORMED.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let head = lockscope_capture::raw::Head {
+        let head = lockscope_ring::raw::Head {
             tsc: tsc::now(),
             addr: to_tsc(a.start),
             site: u64::from(a.stream) | (u64::from(a.device) << 32),

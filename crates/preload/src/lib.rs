@@ -2,7 +2,8 @@
 //! mode. It interposes the POSIX synchronization calls, thread and process
 //! lifecycle calls, and the libc `syscall` entry (futex), and writes one
 //! compact event per call into the calling thread's ring
-//! (`lockscope_capture`), which `lockscope record` drains.
+//! (`lockscope_capture`, over the rings of `lockscope_ring`), which
+//! `lockscope record` drains.
 //!
 //! # Entry points
 //! - The interposed symbols themselves (`pthread_mutex_lock`, ...): each

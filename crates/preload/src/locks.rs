@@ -18,9 +18,10 @@
 
 use libc::{c_int, clockid_t, pthread_barrier_t, pthread_cond_t, pthread_mutex_t};
 use libc::{pthread_rwlock_t, pthread_spinlock_t, sem_t, timespec};
+use lockscope_capture::process;
 use lockscope_capture::thread::{self, Guard};
-use lockscope_capture::{process, tsc};
 use lockscope_format::{phase, Op};
+use lockscope_ring::tsc;
 
 use crate::common::{emit, emit_opening, errno, guarded, set_errno, tramp};
 use crate::real::real;

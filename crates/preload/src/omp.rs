@@ -47,9 +47,10 @@ use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use core::sync::atomic::AtomicU32;
 use libc::{c_int, c_void};
 
-use lockscope_capture::ring::{futex_wait_private, futex_wake_all_private};
-use lockscope_capture::{thread, tsc};
+use lockscope_capture::thread;
 use lockscope_format::{barrier, phase, Op};
+use lockscope_ring::ring::{futex_wait_private, futex_wake_all_private};
+use lockscope_ring::tsc;
 
 use crate::common::{emit, guarded, tramp};
 use crate::locks::{self, acquire, try_acquire};

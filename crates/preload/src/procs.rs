@@ -6,8 +6,8 @@
 use libc::{c_char, c_int, pid_t};
 use lockscope_capture::process;
 use lockscope_capture::thread;
-use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
+use lockscope_ring::tsc;
 
 use crate::common::{emit, errno, guarded, set_errno, tramp};
 use crate::real::real;

@@ -20,7 +20,7 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 use libc::{c_char, c_int, pthread_mutex_t};
-use lockscope_capture::session::SWAPPED_LOCK_BYTES;
+use lockscope_ring::session::SWAPPED_LOCK_BYTES;
 
 type BusyFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
 type NameFn = extern "C" fn() -> *const c_char;

@@ -4,10 +4,10 @@
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void, pthread_attr_t, pthread_t};
-use lockscope_capture::raw::{Head, OP_THREAD_NAME};
 use lockscope_capture::thread;
-use lockscope_capture::tsc;
 use lockscope_format::{phase, Op};
+use lockscope_ring::raw::{Head, OP_THREAD_NAME};
+use lockscope_ring::tsc;
 
 use crate::common::{emit, guarded, tramp};
 use crate::real::real;

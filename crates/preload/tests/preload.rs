@@ -1,7 +1,7 @@
 //! End-to-end tests of liblockscope_preload.so: C fixtures from
 //! tests/programs/preload/ are compiled with gcc, run under LD_PRELOAD with
 //! a session directory, and the rings they leave are read back with
-//! `capture::ring::Consumer`. Every count is checked against what the
+//! `lockscope_ring::ring::Consumer`. Every count is checked against what the
 //! fixture did (and printed).
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lockscope_capture::raw::{RawEvent, OP_THREAD_NAME};
-use lockscope_capture::ring::Consumer;
-use lockscope_capture::session::{parse_file_name, ProcessHeader, SessionFile, PROC_MAGIC};
 use lockscope_format::{phase, Op};
+use lockscope_ring::raw::{RawEvent, OP_THREAD_NAME};
+use lockscope_ring::ring::Consumer;
+use lockscope_ring::session::{parse_file_name, ProcessHeader, SessionFile, PROC_MAGIC};
 
 /// The cdylib next to this test's deps directory (cargo builds it for
 /// `cargo test -p lockscope-preload`).
@@ -667,15 +667,9 @@ fn without_a_session_nothing_is_recorded_and_nothing_changes() {
 
 #[test]
 fn op_numbers_used_by_capture_match_the_format() {
-    assert_eq!(
-        lockscope_capture::process::OP_THREAD_START,
-        Op::ThreadStart as u8
-    );
-    assert_eq!(
-        lockscope_capture::process::OP_THREAD_EXIT,
-        Op::ThreadExit as u8
-    );
-    assert_eq!(lockscope_capture::raw::OP_RUN_DELAY, Op::RunDelay as u8);
+    assert_eq!(lockscope_ring::raw::OP_THREAD_START, Op::ThreadStart as u8);
+    assert_eq!(lockscope_ring::raw::OP_THREAD_EXIT, Op::ThreadExit as u8);
+    assert_eq!(lockscope_ring::raw::OP_RUN_DELAY, Op::RunDelay as u8);
     assert!(
         Op::from_u8(OP_THREAD_NAME).is_none(),
         "pseudo-op stays out of the format"
@@ -777,11 +771,11 @@ int pthread_mutex_unlock(pthread_mutex_t *m) {
     costs.sort();
     let (acq, rel) = costs[costs.len() / 2];
     // The floor: two TSC reads per pair (one per event).
-    let hz = lockscope_capture::tsc::calibrate(50);
+    let hz = lockscope_ring::tsc::calibrate(50);
     let t0 = std::time::Instant::now();
     let mut sink = 0u64;
     for _ in 0..10_000_000 {
-        sink = sink.wrapping_add(lockscope_capture::tsc::now());
+        sink = sink.wrapping_add(lockscope_ring::tsc::now());
     }
     let rdtsc_ns = t0.elapsed().as_nanos() as f64 / 1e7;
     println!(

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use lockscope_capture::session::SessionWake;
+use lockscope_ring::session::SessionWake;
 
 use crate::{RecordConfig, RecordError};
 
@@ -52,7 +52,7 @@ fn wake_from_handler() {
         // Not `wake_drain`: the drain's last look before sleeping does not
         // see this news unless it reads NOTED, which it does; the
         // unconditional wake covers a drain already asleep.
-        lockscope_capture::ring::wake_drain_now(w);
+        lockscope_ring::ring::wake_drain_now(w);
     }
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
 }
@@ -204,26 +204,26 @@ pub(crate) fn spawn(cfg: &RecordConfig, session: &std::path::Path) -> Result<u32
     let mut cmd = Command::new(&cfg.program);
     cmd.args(&cfg.args)
         .env("LD_PRELOAD", preload)
-        .env(lockscope_capture::session::ENV_SESSION, session)
+        .env(lockscope_ring::session::ENV_SESSION, session)
         .env(
-            lockscope_capture::session::ENV_RING_KB,
+            lockscope_ring::session::ENV_RING_KB,
             cfg.ring_kb.to_string(),
         )
         .env(
-            lockscope_capture::session::ENV_RING_MAX_KB,
+            lockscope_ring::session::ENV_RING_MAX_KB,
             cfg.ring_max_kb.to_string(),
         )
-        .env(lockscope_capture::session::ENV_STACKS, cfg.stacks.as_str())
+        .env(lockscope_ring::session::ENV_STACKS, cfg.stacks.as_str())
         .env(
-            lockscope_capture::tsc::ENV_CLOCK,
-            if lockscope_capture::tsc::is_monotonic() {
+            lockscope_ring::tsc::ENV_CLOCK,
+            if lockscope_ring::tsc::is_monotonic() {
                 "monotonic"
             } else {
                 "tsc"
             },
         )
         .env(
-            lockscope_capture::session::ENV_ON_FULL,
+            lockscope_ring::session::ENV_ON_FULL,
             if cfg.wait_when_full { "wait" } else { "drop" },
         )
         .envs(cfg.env.iter().map(|(k, v)| (k, v)));

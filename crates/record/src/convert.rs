@@ -37,13 +37,13 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockscope_capture::raw::{
-    Head, LastPath, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS, XF_PATH_TAIL,
-};
 use lockscope_format::codec::Encoder;
 use lockscope_format::{
     phase, CodeName, Event, EventChunk, FormatError, LockInfo, Loss, LossReason, Op, ProcessEnd,
     Record, StackTrace, ThreadEnd, ThreadName, TraceWriter,
+};
+use lockscope_ring::raw::{
+    Head, LastPath, Slot, MAX_FRAMES, OP_CODE_NAME, OP_THREAD_NAME, XF_ARGS, XF_PATH_TAIL,
 };
 
 use crate::drain::{ClockConv, Msg};
@@ -764,7 +764,7 @@ impl Worker {
                 // detailed mode), or of the last full path for a tail;
                 // a `Vec` is made only for a path not seen before. The
                 // event's slots were checked to be there.
-                let words = lockscope_capture::raw::slot_words(&slots[fstart..]);
+                let words = lockscope_ring::raw::slot_words(&slots[fstart..]);
                 if !tail {
                     t.tails = Default::default();
                 }

@@ -10,15 +10,15 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockscope_capture::raw::Slot;
-use lockscope_capture::ring::{Consumer, Handoff, RingError};
-use lockscope_capture::session::{
-    parse_file_name, ProcessHeader, SessionFile, HEADER_BYTES, PROC_MAGIC,
-};
-use lockscope_capture::tsc::{self, ClockPair};
 use lockscope_format::{
     Loss, LossReason, MapEntry, Overhead, Process, Record, StringEntry, Thread,
 };
+use lockscope_ring::raw::Slot;
+use lockscope_ring::ring::{Consumer, Handoff, RingError};
+use lockscope_ring::session::{
+    parse_file_name, ProcessHeader, SessionFile, HEADER_BYTES, PROC_MAGIC,
+};
+use lockscope_ring::tsc::{self, ClockPair};
 
 use crate::convert::Out;
 use crate::maps::{parse_complete, MapLine};
@@ -1134,7 +1134,7 @@ impl Drainer {
     }
 
     /// The ring changed owner (a recycled ring, see
-    /// `lockscope_capture::ring::Producer::hand_over`): the previous
+    /// `lockscope_ring::ring::Producer::hand_over`): the previous
     /// owner ends here (unless already ended as vacated), the new one
     /// starts, and what follows in the ring is the new owner's.
     fn hand_over(&mut self, ri: usize, h: Handoff) {
@@ -1269,7 +1269,7 @@ impl Drainer {
     }
 
     /// The drain's last look before it sleeps (after announcing the
-    /// sleep, see `lockscope_capture::ring::drain_sleep`): true if a ring
+    /// sleep, see `lockscope_ring::ring::drain_sleep`): true if a ring
     /// has reached the fill at which its producer wakes the drain, its
     /// thread ended (exit stamp not yet seen). Those are what the program
     /// wakes the drain for, so a wake-up that raced with this look is
@@ -1279,7 +1279,7 @@ impl Drainer {
     pub(crate) fn has_work(&self) -> bool {
         let ord = std::sync::atomic::Ordering::Acquire;
         self.rings.iter().any(|r| {
-            r.c.pending() >= lockscope_capture::ring::wake_mark(r.c.capacity())
+            r.c.pending() >= lockscope_ring::ring::wake_mark(r.c.capacity())
                 || (r.end_seen.is_none() && r.c.header().end_tsc.load(ord) != 0)
         })
     }
@@ -1317,7 +1317,7 @@ impl Drainer {
     /// every worker; each writes what it has converted and passes the mark
     /// on; once the output has it from every worker it writes its buffer
     /// to the file and publishes N. Then (at a later pass) each ring's
-    /// [`lockscope_capture::session::RingHeader::durable`] gets its
+    /// [`lockscope_ring::session::RingHeader::durable`] gets its
     /// position at mark N: the events before it are in the file, and a
     /// recorder killed after that loses none of them. Costs a flush per
     /// period (the workers and the output flushed that often anyway) and
@@ -1453,7 +1453,7 @@ impl Drainer {
         let Ok(seq) = u32::try_from(seq) else {
             return false;
         };
-        let name = lockscope_capture::session::ring_seq_file_name(pid, gen, tid, seq);
+        let name = lockscope_ring::session::ring_seq_file_name(pid, gen, tid, seq);
         let path = self.dir.join(&name);
         let Ok(c) = Consumer::open(&path) else {
             return false;

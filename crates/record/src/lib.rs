@@ -4,7 +4,7 @@
 //! [`record`] creates a session directory on tmpfs, starts the program with
 //! the preload library (`LD_PRELOAD`) and the session variables, drains the
 //! per-thread shared-memory rings the program fills
-//! ([`lockscope_capture::ring`]) while it runs, and writes one trace file
+//! ([`lockscope_ring::ring`]) while it runs, and writes one trace file
 //! ([`lockscope_format::TraceWriter`]). After the program (and every
 //! process it started) has exited, also when it was killed, the rings are
 //! drained once more, the end records and the footer are written, and the
@@ -58,7 +58,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use elf::{build_id, build_id_of_bytes};
-pub use lockscope_capture::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
+pub use lockscope_ring::session::{DEFAULT_RING_KB, DEFAULT_RING_MAX_KB};
 pub use maps::{parse_complete as parse_maps, parse_line as parse_map_line, MapLine};
 pub use pipeline::{default_writers, drain_dir, drain_dir_with, MAX_WRITERS};
 pub use recover::{recover, Gap, RecoverOutcome};
@@ -159,8 +159,8 @@ impl RecordConfig {
             output: output.into(),
             preload_lib: preload_lib.into(),
             stacks: StackMode::Contended,
-            ring_kb: lockscope_capture::session::DEFAULT_RING_KB,
-            ring_max_kb: lockscope_capture::session::DEFAULT_RING_MAX_KB,
+            ring_kb: lockscope_ring::session::DEFAULT_RING_KB,
+            ring_max_kb: lockscope_ring::session::DEFAULT_RING_MAX_KB,
             wait_when_full: true,
             session_parent: None,
             gpu: true,

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lockscope_capture::tsc;
 use lockscope_format::{FormatError, Header};
+use lockscope_ring::tsc;
 
 use crate::child;
 use crate::convert::{output_loop, worker_loop, Tables, WriterResult};
@@ -556,7 +556,7 @@ pub(crate) fn run(cfg: RecordConfig) -> Result<RecordOutcome, RecordError> {
             .next_due()
             .map_or(IDLE_TIMEOUT, |d| d.min(IDLE_TIMEOUT));
         looked_busy = false;
-        lockscope_capture::ring::drain_sleep(w.get(), timeout, || {
+        lockscope_ring::ring::drain_sleep(w.get(), timeout, || {
             looked_busy = child::take_noted() || pipe.drainer.has_work();
             looked_busy
         });

@@ -36,8 +36,8 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use lockscope_capture::tsc;
 use lockscope_format::{Event, FormatError, Header, LossReason, Record, TraceReader, TraceWriter};
+use lockscope_ring::tsc;
 
 use crate::sessiondir::{SessionInfo, LOCK_NAME};
 use crate::RecordError;
@@ -160,7 +160,7 @@ pub fn recover<W: Write>(
     let mut reread_slots = 0;
     let mut gaps = Vec::new();
     for (path, (pid, _, tid)) in rings {
-        let Ok(mut c) = lockscope_capture::ring::Consumer::open(&path) else {
+        let Ok(mut c) = lockscope_ring::ring::Consumer::open(&path) else {
             continue;
         };
         let (again, lost) = c.rewind_to_durable();
@@ -256,7 +256,7 @@ fn output_error(session: &Path, e: FormatError) -> RecordError {
 /// tid), after giving the earliest ring of each thread whose first ring
 /// is gone the first ring's name (see [`recover`]).
 fn first_rings_renamed(session: &Path) -> Vec<(PathBuf, (u32, u32, u32))> {
-    use lockscope_capture::session::{parse_file_name, ring_file_name, SessionFile};
+    use lockscope_ring::session::{parse_file_name, ring_file_name, SessionFile};
     let mut rings: Vec<(PathBuf, (u32, u32, u32), u32)> = Vec::new();
     for e in std::fs::read_dir(session).into_iter().flatten().flatten() {
         match parse_file_name(&e.file_name().to_string_lossy()) {

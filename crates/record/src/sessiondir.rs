@@ -10,7 +10,7 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use lockscope_capture::session::{SessionWake, WAKE_BYTES, WAKE_FILE};
+use lockscope_ring::session::{SessionWake, WAKE_BYTES, WAKE_FILE};
 
 use crate::RecordError;
 
@@ -106,7 +106,7 @@ pub struct SessionInfo {
     pub clock: String,
     /// The start of the trace's time on that clock (the trace header's
     /// `tsc_at_start` and `monotonic_ns_at_start`).
-    pub start: Option<lockscope_capture::tsc::ClockPair>,
+    pub start: Option<lockscope_ring::tsc::ClockPair>,
 }
 
 /// Largest `session.info` read: it is written by the recorder, but the
@@ -156,7 +156,7 @@ impl SessionInfo {
                 b"start" => {
                     let t = text();
                     let (a, b) = t.split_once(' ')?;
-                    info.start = Some(lockscope_capture::tsc::ClockPair {
+                    info.start = Some(lockscope_ring::tsc::ClockPair {
                         tsc: a.parse().ok()?,
                         mono_ns: b.parse().ok()?,
                     });
@@ -334,7 +334,7 @@ impl SessionDir {
                 let path = dir.join(format!(
                     "lockscope-{}-{}-{attempt}",
                     std::process::id(),
-                    lockscope_capture::tsc::now() % 1_000_000
+                    lockscope_ring::tsc::now() % 1_000_000
                 ));
                 match std::fs::DirBuilder::new().mode(0o700).create(&path) {
                     Ok(()) => {
@@ -399,7 +399,7 @@ mod tests {
             recorder_pid: 42,
             started_unix: 1_700_000_000,
             clock: "tsc".into(),
-            start: Some(lockscope_capture::tsc::ClockPair {
+            start: Some(lockscope_ring::tsc::ClockPair {
                 tsc: 123,
                 mono_ns: 456,
             }),

@@ -10,7 +10,7 @@
 //! faults once per 65,536 events. Buffers are recycled through the pool
 //! and unmapped only at the end.
 
-use lockscope_capture::raw::Slot;
+use lockscope_ring::raw::Slot;
 
 const HUGE: usize = 2 << 20;
 

@@ -1,18 +1,18 @@
 //! The drain against hand-made session directories: rings filled with
-//! `capture::ring::Producer` exactly as the preload library fills them,
+//! `lockscope_ring::ring::Producer` exactly as the preload library fills them,
 //! drained while being written, checked event by event in the trace.
 
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lockscope_capture::raw::{Head, Slot, OP_THREAD_NAME};
-use lockscope_capture::ring::{self, Producer, RingIdentity};
-use lockscope_capture::session::{
+use lockscope_format::{phase, LossReason, Op, Record, Trace};
+use lockscope_ring::raw::{Head, Slot, OP_THREAD_NAME};
+use lockscope_ring::ring::{self, Producer, RingIdentity};
+use lockscope_ring::session::{
     maps_file_name, proc_file_name, ring_file_name, ProcessHeader, RingHeader, HEADER_BYTES,
     PROC_MAGIC,
 };
-use lockscope_format::{phase, LossReason, Op, Record, Trace};
 use lockscope_test_support::{poll_until, DEFAULT_DEADLINE};
 
 /// The thread names of a trace as (OS tid of the thread named, name), in
@@ -83,7 +83,7 @@ fn make_proc(dir: &Path, pid: u32, gen: u32, ppid: u32, argv: &[&str]) -> &'stat
         (*h).pid = pid;
         (*h).ppid = ppid;
         (*h).exec_generation = gen;
-        (*h).start_tsc = lockscope_capture::tsc::now();
+        (*h).start_tsc = lockscope_ring::tsc::now();
         (*h).argv_bytes = text.len() as u32;
         (*h).acquire_cost_ticks.store(100, Ordering::Relaxed);
         (*h).release_cost_ticks.store(50, Ordering::Relaxed);
@@ -103,7 +103,7 @@ fn make_ring(dir: &Path, pid: u32, tid: u32, parent_tid: u32, kib: u64) -> (Prod
         tid,
         exec_generation: 0,
         parent_tid,
-        start_tsc: lockscope_capture::tsc::now(),
+        start_tsc: lockscope_ring::tsc::now(),
         name,
     };
     // SAFETY: fresh zeroed mapping of `len` bytes.
@@ -112,7 +112,7 @@ fn make_ring(dir: &Path, pid: u32, tid: u32, parent_tid: u32, kib: u64) -> (Prod
 
 fn head(op: Op, flags: u8, addr: u64, site: u64) -> Head {
     Head {
-        tsc: lockscope_capture::tsc::now(),
+        tsc: lockscope_ring::tsc::now(),
         addr,
         site,
         op: op as u8,
@@ -202,11 +202,11 @@ fn concurrent_drain_keeps_every_event_in_order() {
         ));
         ph.exit_code.store(3, Ordering::Relaxed);
         ph.end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
-        // SAFETY: attached producers.
-        unsafe { p.header() }
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
+        p.header()
+            .expect("attached")
             .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
     });
     assert_eq!(outcome.lost, failed);
     let t = Trace::open(&out).unwrap();
@@ -490,7 +490,7 @@ fn a_recycled_ring_changes_owner_without_mixing_their_events() {
     // joiner pools the ring, a new thread takes it over once drained
     // (hand-over event) and records its own events. Each owner must come
     // out as its own thread with exactly its own events and losses.
-    use lockscope_capture::session::{POOL_OPEN, POOL_POOLED};
+    use lockscope_ring::session::{POOL_OPEN, POOL_POOLED};
     let dir = temp_dir("recycle");
     let out = dir.with_extension("lstrace");
     let pid = 4343;
@@ -529,7 +529,7 @@ fn a_recycled_ring_changes_owner_without_mixing_their_events() {
                     tid,
                     exec_generation: 0,
                     parent_tid: 100,
-                    start_tsc: lockscope_capture::tsc::now(),
+                    start_tsc: lockscope_ring::tsc::now(),
                     name,
                 };
                 if hdr.read.load(Ordering::Acquire) != hdr.write.load(Ordering::Acquire) {
@@ -559,10 +559,10 @@ fn a_recycled_ring_changes_owner_without_mixing_their_events() {
                 l.store(l.load(Ordering::Relaxed) + 7, Ordering::Relaxed);
             }
             hdr.end_tsc
-                .store(lockscope_capture::tsc::now(), Ordering::Release);
+                .store(lockscope_ring::tsc::now(), Ordering::Release);
         }
         ph.end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
     });
     println!("{behind} of 3 hand-overs found the previous owner's events unread");
     assert_eq!(outcome.lost, 7);
@@ -629,7 +629,7 @@ fn a_first_ring_under_an_alternative_name_is_drained() {
         let id = RingIdentity {
             pid,
             tid: 77,
-            start_tsc: lockscope_capture::tsc::now(),
+            start_tsc: lockscope_ring::tsc::now(),
             ..RingIdentity::default()
         };
         // SAFETY: fresh zeroed mapping of `len` bytes.
@@ -642,12 +642,12 @@ fn a_first_ring_under_an_alternative_name_is_drained() {
             ));
             assert!(p.push(head(Op::MutexUnlock, 0, 0x1000, 0x401004), None, &[]));
         }
-        // SAFETY: attached producer.
-        unsafe { p.header() }
+        p.header()
+            .expect("attached")
             .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
         ph.end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
     });
     assert_eq!(outcome.lost, 0);
     let t = Trace::open(&out).unwrap();
@@ -706,10 +706,12 @@ fn a_heavy_pass_copied_by_several_threads_keeps_every_event_in_order() {
                 }
             }
         }
-        let now = lockscope_capture::tsc::now();
+        let now = lockscope_ring::tsc::now();
         for (p, _) in &rings {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -776,10 +778,11 @@ fn after_a_closed_thread(
                 &[]
             ));
         }
-        // SAFETY: attached producer.
-        unsafe { ended.header() }
+        ended
+            .header()
+            .expect("attached")
             .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
         let ended_file = dir.join(ring_file_name(pid, 0, ended_tid));
         poll_until(
             "the drain to close the ended thread",
@@ -788,10 +791,12 @@ fn after_a_closed_thread(
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
         let more = then(&dir, &mut main);
-        let now = lockscope_capture::tsc::now();
+        let now = lockscope_ring::tsc::now();
         for p in more.iter().chain([&main]) {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -851,10 +856,12 @@ fn names_given_across_converter_workers_reach_the_thread_named() {
             let (h2, args) = name_event(tid, name);
             assert!(main.push(h2, Some(args), &[]));
         }
-        let now = lockscope_capture::tsc::now();
+        let now = lockscope_ring::tsc::now();
         for p in [&main, &a, &b] {
-            // SAFETY: attached producers.
-            unsafe { p.header() }.end_tsc.store(now, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .end_tsc
+                .store(now, Ordering::Release);
         }
         ph.end_tsc.store(now, Ordering::Release);
         stop.store(true, Ordering::Release);
@@ -923,11 +930,11 @@ fn call_paths_written_as_tails_reach_the_trace_whole() {
             }
         }
         ph.end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
-        // SAFETY: attached producer.
-        unsafe { p.header() }
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
+        p.header()
+            .expect("attached")
             .end_tsc
-            .store(lockscope_capture::tsc::now(), Ordering::Release);
+            .store(lockscope_ring::tsc::now(), Ordering::Release);
     });
     let t = Trace::open(&out).unwrap();
     let stacks = t.call_paths();

@@ -12,8 +12,8 @@
 
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
-use lockscope_capture::raw::{Head, MAX_FRAMES};
 use lockscope_format::{repeat, Op};
+use lockscope_ring::raw::{Head, MAX_FRAMES};
 
 use crate::{backend, config, record, tls};
 
@@ -164,7 +164,7 @@ fn record_access(addr: u64, size: u64, pc: u64, write: bool, held: u32) {
             (0, Some((0, size)))
         };
         let head = Head {
-            tsc: lockscope_capture::tsc::now(),
+            tsc: lockscope_ring::tsc::now(),
             addr,
             site: pc,
             op: if write { Op::Write } else { Op::Read } as u8,

@@ -13,8 +13,8 @@
 //! - [`install`]: register the shadow stack as the call-path provider of
 //!   the pthread hooks.
 
-use lockscope_capture::raw::Head;
 use lockscope_capture::thread;
+use lockscope_ring::raw::Head;
 
 /// True when a recording session is active for this process.
 pub fn recording() -> bool {
@@ -61,7 +61,7 @@ pub fn emit_sampled(mut head: Head, args: Option<(u64, u64)>, frames: &[u64]) ->
     match thread::recorder() {
         Some(mut g) => {
             if g.sample_run_delay(head.tsc) {
-                head.tsc = lockscope_capture::tsc::now();
+                head.tsc = lockscope_ring::tsc::now();
             }
             g.emit(head, args, frames)
         }

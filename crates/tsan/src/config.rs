@@ -21,7 +21,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use lockscope_capture::raw::MAX_FRAMES;
+use lockscope_ring::raw::MAX_FRAMES;
 
 static INIT: AtomicBool = AtomicBool::new(false);
 static ALL: AtomicBool = AtomicBool::new(false);

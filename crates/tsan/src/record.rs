@@ -4,8 +4,8 @@
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use lockscope_capture::raw::{Head, MAX_FRAMES};
 use lockscope_format::{repeat, Op};
+use lockscope_ring::raw::{Head, MAX_FRAMES};
 
 use crate::atomic::{CAS_FAILED, CAS_WEAK};
 use crate::{backend, config, tls};
@@ -99,7 +99,7 @@ pub fn fold(t: &tls::Tls, addr: u64, key: u64, value: u64, site: u64, held: u32)
     // access from several pcs. The repeats are attributed to the first.
     if r.addr == addr && r.key == key && r.value == value && r.held == held {
         r.count += 1;
-        r.last = lockscope_capture::tsc::now();
+        r.last = lockscope_ring::tsc::now();
         t.run.set(r);
         return true;
     }
@@ -254,7 +254,7 @@ fn atomic_event_slow(
             // the acquisition ahead of that release and making the two
             // owners' critical sections overlap in the trace. The lfence
             // costs a few ns against the ~40 ns of recording an event.
-            tsc: lockscope_capture::tsc::now_after(),
+            tsc: lockscope_ring::tsc::now_after(),
             addr,
             site: pc,
             op: op as u8,
@@ -278,7 +278,7 @@ pub fn alloc_event(addr: u64, size: u64, pc: u64) {
             flush_run_in(t);
         }
         let head = Head {
-            tsc: lockscope_capture::tsc::now(),
+            tsc: lockscope_ring::tsc::now(),
             addr,
             site: pc,
             op: Op::Alloc as u8,
@@ -305,7 +305,7 @@ pub fn free_event(addr: u64, usable: u64, pc: u64) {
         // SAFETY: this thread's own log.
         unsafe { (*t.wlog.get()).forget_range(addr, addr.saturating_add(usable)) };
         let head = Head {
-            tsc: lockscope_capture::tsc::now(),
+            tsc: lockscope_ring::tsc::now(),
             addr,
             site: pc,
             op: Op::Free as u8,
@@ -365,7 +365,7 @@ pub fn release_values(remaining: u32) {
         let log = unsafe { &mut *t.wlog.get() };
         if !t.guard.get() && (log.len > 0 || log.overflow > 0) {
             t.guard.set(true);
-            let now = lockscope_capture::tsc::now();
+            let now = lockscope_ring::tsc::now();
             backend::with_recorder(|g| emit_release_values(g, log, now));
             t.guard.set(false);
         }

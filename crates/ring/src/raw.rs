@@ -49,6 +49,7 @@ pub struct Slot(pub [u64; 4]);
 /// The words of consecutive slots, in order: a call path's frames span
 /// the slots after the head (and args), four to a slot, and a consumer
 /// reads them in place instead of copying them out.
+#[inline]
 pub fn slot_words(s: &[Slot]) -> &[u64] {
     // SAFETY: `Slot` is `repr(C)` over `[u64; 4]`: 32 bytes, no padding,
     // aligned for u64, so `s.len()` slots are `4 * s.len()` initialized
@@ -240,15 +241,27 @@ impl LastPath {
     }
 }
 
+// The op table of the rings: the op values that the hooks do not take
+// from `lockscope_format::Op` where they write them, in one place. Below
+// 250, values of the trace format's `Op` (the table of record), written
+// by the capture crate itself: mirrored here because the ring protocol
+// does not depend on the trace format (the preload tests check that the
+// values agree). 250 and up: pseudo-ops that the recorder consumes or
+// turns into other records, never trace events.
+
+/// `lockscope_format::Op::ThreadStart`: the thread's first event.
+pub const OP_THREAD_START: u8 = 28;
+/// `lockscope_format::Op::ThreadExit`: the thread's last event.
+pub const OP_THREAD_EXIT: u8 = 29;
+/// `lockscope_format::Op::RunDelay` (run-queue delay of the thread so
+/// far, in the args slot): written by the capture crate's
+/// `Guard::sample_run_delay` and passed through to the trace as it is.
+pub const OP_RUN_DELAY: u8 = 83;
+
 /// Capture-internal pseudo-op (not a `lockscope_format::Op`): the thread
 /// was named; the name's 16 bytes (NUL-padded) are in `arg`, `arg2`
 /// (little-endian). The recorder turns it into a ThreadName record.
 pub const OP_THREAD_NAME: u8 = 250;
-
-/// `Op::RunDelay` of the trace format (run-queue delay of the thread so
-/// far, in the args slot): written by [`crate::thread::Guard::sample_run_delay`]
-/// and passed through to the trace as it is.
-pub const OP_RUN_DELAY: u8 = 83;
 
 /// Capture-internal pseudo-op (not a `lockscope_format::Op`): a ring
 /// changes owner. Written by a new thread as the first event into the

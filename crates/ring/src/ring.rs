@@ -21,6 +21,7 @@
 //! the producer writes it, so counting a drop is a plain add, no locked
 //! instruction.
 
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::raw::{
@@ -65,7 +66,7 @@ pub const fn wake_mark(capacity: u64) -> u64 {
 /// the kernel) for a ring that no consumer reads: the start-up cost
 /// measurements write into one. `None` if the kernel refuses. The caller
 /// unmaps it (`munmap(ptr, len)`).
-pub(crate) fn scratch_map(len: usize) -> Option<*mut u8> {
+pub fn scratch_map(len: usize) -> Option<*mut u8> {
     // SAFETY: a new anonymous mapping; no existing memory is touched.
     let m = unsafe {
         libc::mmap(
@@ -81,6 +82,7 @@ pub(crate) fn scratch_map(len: usize) -> Option<*mut u8> {
 }
 
 /// Bytes a ring file of `capacity` slots needs.
+#[inline]
 pub fn file_bytes(capacity: u64) -> usize {
     HEADER_BYTES + capacity as usize * SLOT_BYTES
 }
@@ -109,12 +111,77 @@ pub struct RingIdentity {
     pub name: [u8; 16],
 }
 
+/// A ring the producer is attached to: its header and its slot area,
+/// in a mapping that stays valid for as long as this handle is used.
+///
+/// The invariant every use of a producer's ring relies on is established
+/// once, by the `unsafe` [`Attached::new`] (called only by
+/// [`Producer::init`] and [`Producer::resume`], whose callers promise the
+/// mapping); after it, reaching the header is safe
+/// ([`Attached::header`]). What stays `unsafe` is what the protocol, not
+/// the mapping, makes sound: writing a slot, which is the producer's only
+/// between `write` and `read + capacity`, and only until published.
+///
+/// Why a copyable handle with no lifetime and not a `&'a RingHeader`: a
+/// producer lives in initial-exec TLS (all-zero bytes are "no ring",
+/// [`Producer::EMPTY`]: `Option<Attached>` is null there), and the
+/// mapping's lifetime is managed by hand, by the thread that unmaps the
+/// ring once it is done with its producer (`munmap` is `unsafe`, and its
+/// caller answers for it), which no borrow can express.
+#[derive(Clone, Copy, Debug)]
+struct Attached {
+    /// The ring header, at the start of the mapping.
+    hdr: NonNull<RingHeader>,
+    /// The slot area, [`HEADER_BYTES`] into the mapping: `capacity` slots
+    /// (the header's `capacity`, a power of two).
+    slots: NonNull<Slot>,
+}
+
+impl Attached {
+    /// The ring whose mapping starts at `base`.
+    ///
+    /// # Safety
+    /// `base` is the start of a live mapping, readable and writable,
+    /// aligned to a page, of [`file_bytes`]`(capacity)` bytes or more,
+    /// where `capacity` is the slot count the producer masks its indices
+    /// with; that mapping stays mapped, and its header is not moved or
+    /// reinterpreted, for as long as the returned handle or any copy of
+    /// it (a [`Producer`] holding it) is used. The header's non-atomic
+    /// fields are written only before the handle is made
+    /// ([`Producer::init`]).
+    #[inline(always)]
+    unsafe fn new(base: NonNull<u8>) -> Attached {
+        Attached {
+            hdr: base.cast(),
+            // SAFETY: the mapping is longer than the header page (the
+            // contract), so `base + HEADER_BYTES` lies inside it and is
+            // not null.
+            slots: unsafe { base.add(HEADER_BYTES) }.cast(),
+        }
+    }
+
+    /// The ring header.
+    #[inline(always)]
+    fn header(&self) -> &RingHeader {
+        // SAFETY: the header page is mapped for as long as this handle is
+        // used (`Attached::new`'s contract); everything in it that the
+        // consumer writes is atomic.
+        unsafe { self.hdr.as_ref() }
+    }
+
+    /// The first slot: slot `i < capacity` is at `slots().add(i)`.
+    #[inline(always)]
+    fn slots(&self) -> *mut Slot {
+        self.slots.as_ptr()
+    }
+}
+
 /// The producer side. Plain data with a `const` empty value, so that it
 /// can live in initial-exec TLS with no constructor and no destructor.
 #[derive(Debug)]
 pub struct Producer {
-    hdr: *mut RingHeader,
-    slots: *mut Slot,
+    /// The ring (`None`: no ring; every push fails).
+    ring: Option<Attached>,
     mask: u64,
     write: u64,
     read_cache: u64,
@@ -147,14 +214,17 @@ pub struct Producer {
     /// until [`Producer::set_wake`] gives it a page: with nobody to wake,
     /// the look (a load of the consumer's line) is never due.
     wake_at: u64,
+    /// Clock ticks this producer spent waiting for room
+    /// (`Producer::wait_for_room`) that its owner has not collected yet
+    /// ([`Producer::take_waited`]).
+    waited: u64,
 }
 
 impl Producer {
     /// A producer with no ring: every push fails (and is not counted here;
     /// the caller counts "no ring" losses).
     pub const EMPTY: Producer = Producer {
-        hdr: core::ptr::null_mut(),
-        slots: core::ptr::null_mut(),
+        ring: None,
         mask: 0,
         write: 0,
         read_cache: 0,
@@ -168,12 +238,13 @@ impl Producer {
         // All-zero bytes: thread state lives in zero-initialised TLS. A
         // producer without a ring never pushes, so the look is never due.
         wake_at: 0,
+        waited: 0,
     };
 
     /// True if this producer has a ring.
     #[inline]
     pub fn is_attached(&self) -> bool {
-        !self.hdr.is_null()
+        self.ring.is_some()
     }
 
     /// Initializes a ring in the `len` bytes at `base` (a fresh, zeroed,
@@ -190,7 +261,9 @@ impl Producer {
         // `base + HEADER_BYTES` is the slot area. Plain stores: no consumer
         // reads the header before `magic`, written last with a volatile
         // store after a Release fence, and no other producer has the
-        // mapping yet.
+        // mapping yet. `base` stays mapped for as long as the producer is
+        // used (the contract), which is what `Attached::new` requires of it
+        // (non-null: a mapping's start).
         unsafe {
             if len < HEADER_BYTES + 64 * SLOT_BYTES {
                 return None;
@@ -216,8 +289,7 @@ impl Producer {
             core::sync::atomic::fence(Ordering::Release);
             core::ptr::write_volatile(&mut (*hdr).magic, RING_MAGIC);
             Some(Producer {
-                hdr,
-                slots: base.add(HEADER_BYTES) as *mut Slot,
+                ring: Some(Attached::new(NonNull::new_unchecked(base))),
                 mask: cap - 1,
                 write: 0,
                 read_cache: 0,
@@ -229,6 +301,7 @@ impl Producer {
                 deferred: false,
                 wake: core::ptr::null(),
                 wake_at: u64::MAX,
+                waited: 0,
             })
         }
     }
@@ -264,10 +337,11 @@ impl Producer {
             return None;
         }
         Some(Producer {
-            hdr,
-            // SAFETY: the slots follow the header page inside the same
-            // mapping (file_bytes(cap) long, the caller's contract).
-            slots: unsafe { base.add(HEADER_BYTES) } as *mut Slot,
+            // SAFETY: `base` starts a live mapping of a whole ring file
+            // (file_bytes(cap) long: `init` made it), valid for as long as
+            // the producer is used (the caller's contract), whose header
+            // `init` wrote before any producer had it.
+            ring: Some(unsafe { Attached::new(NonNull::new_unchecked(base)) }),
             mask: cap - 1,
             write,
             read_cache: read,
@@ -279,6 +353,7 @@ impl Producer {
             deferred: false,
             wake: core::ptr::null(),
             wake_at: u64::MAX,
+            waited: 0,
         })
     }
 
@@ -294,7 +369,7 @@ impl Producer {
         // The first look is due a mark past what the consumer had read
         // when this producer last knew it (0 for a new ring, the header's
         // `read` for a recycled one).
-        self.wake_at = if wake.is_null() || self.hdr.is_null() {
+        self.wake_at = if wake.is_null() || self.ring.is_none() {
             u64::MAX
         } else {
             self.read_cache + wake_mark(self.mask + 1)
@@ -315,8 +390,10 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn crossed(&mut self) {
-        // SAFETY: called from push_with after its attached check.
-        let h = unsafe { &*self.hdr };
+        let Some(ring) = self.ring else {
+            return;
+        };
+        let h = ring.header();
         self.read_cache = h.read.load(Ordering::Acquire);
         let mark = wake_mark(self.mask + 1);
         if self.write - self.read_cache >= mark {
@@ -345,11 +422,10 @@ impl Producer {
     /// (`end_tsc` cleared, [`RingHeader::pool`] back to open). Returns
     /// false if there was no room (the caller then gives the ring back).
     pub fn hand_over(&mut self, id: &RingIdentity) -> bool {
-        if self.hdr.is_null() {
+        let Some(ring) = self.ring else {
             return false;
-        }
-        // SAFETY: attached (checked above): `hdr` is the live header.
-        let h = unsafe { &*self.hdr };
+        };
+        let h = ring.header();
         // The previous owner's last path is not this thread's, and its
         // reader starts with none (a new thread's state).
         h.path_len.store(0, Ordering::Relaxed);
@@ -384,14 +460,12 @@ impl Producer {
         true
     }
 
-    /// The ring header (for the thread-exit stamp and loss counter).
-    ///
-    /// # Safety
-    /// The producer must be attached.
+    /// The ring header (for the thread-exit stamp and loss counter), or
+    /// `None` without a ring. Its address is the start of the ring's
+    /// mapping.
     #[inline]
-    pub unsafe fn header(&self) -> &RingHeader {
-        // SAFETY: the caller guarantees the producer is attached: `hdr` points to a live header.
-        unsafe { &*self.hdr }
+    pub fn header(&self) -> Option<&RingHeader> {
+        self.ring.as_ref().map(Attached::header)
     }
 
     /// Appends one event. Returns false (and counts a loss) if the ring is
@@ -420,9 +494,9 @@ impl Producer {
         frames: &[u64],
         on_full: bool,
     ) -> bool {
-        if self.hdr.is_null() {
+        let Some(ring) = self.ring else {
             return false;
-        }
+        };
         let frames = &frames[..frames.len().min(MAX_FRAMES)];
         head.nframes = frames.len() as u8;
         head.xflags = if args.is_some() {
@@ -437,7 +511,8 @@ impl Producer {
         let mut learn = false;
         let frames = if frames.is_empty() || head.op >= OP_THREAD_NAME {
             frames
-        } else if frames[0] == head.site && (frames.len() == 1 || self.same_tail(frames)) {
+        } else if frames[0] == head.site && (frames.len() == 1 || same_tail(ring.header(), frames))
+        {
             head.xflags |= XF_PATH_TAIL;
             &[]
         } else {
@@ -455,18 +530,24 @@ impl Producer {
                 return false;
             }
         }
-        // SAFETY: indices are masked into the ring; the slots between
-        // `write` and `read + cap` belong to the producer until published.
+        let slots = ring.slots();
+        let mut w = self.write;
+        // SAFETY: every index is masked into the ring's `capacity` slots,
+        // which the mapping holds whole for as long as the producer is used
+        // (`Attached`). The slots from `write` up to `read + capacity`
+        // (room checked above, against a `read` at most as new as the
+        // consumer's) belong to the producer until the `write` store
+        // below publishes them: the consumer reads no slot at or past
+        // the `write` it loaded, so these plain stores race with nothing.
         unsafe {
-            let mut w = self.write;
             // Four 8-byte stores of values in registers: writing the head
             // as a struct went through a copy on the stack, whose 16-byte
             // reload spanned the byte stores of op/flags (a store-forwarding
             // stall on every event).
-            self.slots.add((w & self.mask) as usize).write(head.pack());
+            slots.add((w & self.mask) as usize).write(head.pack());
             w += 1;
             if let Some((a, b)) = args {
-                self.slots
+                slots
                     .add((w & self.mask) as usize)
                     .write(Slot([a, b, 0, 0]));
                 w += 1;
@@ -478,55 +559,28 @@ impl Producer {
             let mut whole = frames.chunks_exact(4);
             for c in whole.by_ref() {
                 let s = Slot([c[0], c[1], c[2], c[3]]);
-                self.slots.add((w & self.mask) as usize).write(s);
+                slots.add((w & self.mask) as usize).write(s);
                 w += 1;
             }
             let tail = whole.remainder();
             if !tail.is_empty() {
                 let at = |i: usize| tail.get(i).copied().unwrap_or(0);
                 let s = Slot([at(0), at(1), at(2), 0]);
-                self.slots.add((w & self.mask) as usize).write(s);
+                slots.add((w & self.mask) as usize).write(s);
                 w += 1;
             }
-            self.write = w;
-            (*self.hdr).write.store(w, Ordering::Release);
         }
+        self.write = w;
+        // Publishes the event: a consumer that loads this `write`
+        // (Acquire) sees every slot stored above.
+        ring.header().write.store(w, Ordering::Release);
         if self.write >= self.wake_at {
             self.crossed();
         }
         if learn {
-            self.learn_path(frames);
+            learn_path(ring.header(), frames);
         }
         true
-    }
-
-    /// True if `frames` (not empty, at most [`MAX_FRAMES`]) has the length
-    /// of the last path written in full and the same frames after the
-    /// first. Producer-only header lines: no other core writes them.
-    #[inline(always)]
-    fn same_tail(&self, frames: &[u64]) -> bool {
-        // SAFETY: attached (the caller checked `hdr`): the header is live.
-        let h = unsafe { &*self.hdr };
-        if h.path_len.load(Ordering::Relaxed) != frames.len() as u64 {
-            return false;
-        }
-        // Innermost first: a path that changed usually changed there.
-        frames[1..]
-            .iter()
-            .zip(&h.path[1..])
-            .all(|(&f, p)| p.load(Ordering::Relaxed) == f)
-    }
-
-    /// Makes `frames` (at most [`MAX_FRAMES`]) the last path written in
-    /// full.
-    #[inline(always)]
-    fn learn_path(&mut self, frames: &[u64]) {
-        // SAFETY: attached (checked by the caller): the header is live.
-        let h = unsafe { &*self.hdr };
-        for (p, &f) in h.path.iter().zip(frames) {
-            p.store(f, Ordering::Relaxed);
-        }
-        h.path_len.store(frames.len() as u64, Ordering::Relaxed);
     }
 
     /// Holds a one-slot event (no args, no frames: `head`'s are cleared)
@@ -549,22 +603,22 @@ impl Producer {
     /// while another event is deferred.
     #[inline]
     pub fn defer(&mut self, mut head: Head) -> bool {
-        if self.hdr.is_null() || self.deferred {
+        let Some(ring) = self.ring else {
+            return false;
+        };
+        if self.deferred {
             return false;
         }
         head.nframes = 0;
         head.xflags &= !(XF_ARGS | XF_PATH_TAIL);
         let s = head.pack();
-        // SAFETY: attached; the header lives as long as the mapping. The
-        // slot words first, then the mark (Release): a consumer that sees
-        // the mark sees the slot.
-        unsafe {
-            let h = &*self.hdr;
-            for (d, v) in h.deferred.iter().zip(s.0) {
-                d.store(v, Ordering::Relaxed);
-            }
-            h.deferred_at.store(self.write + 1, Ordering::Release);
+        // The slot words first, then the mark (Release): a consumer that
+        // sees the mark sees the slot.
+        let h = ring.header();
+        for (d, v) in h.deferred.iter().zip(s.0) {
+            d.store(v, Ordering::Relaxed);
         }
+        h.deferred_at.store(self.write + 1, Ordering::Release);
         self.deferred = true;
         true
     }
@@ -587,25 +641,31 @@ impl Producer {
     /// its acquisition (callgrind).
     #[inline(always)]
     pub fn publish_deferred(&mut self) -> bool {
-        if !self.deferred || self.hdr.is_null() {
+        if !self.deferred {
             return false;
         }
+        let Some(ring) = self.ring else {
+            return false;
+        };
         if self.write - self.read_cache + 1 > self.mask + 1 && !self.reload_has_room(1) {
             return false;
         }
-        // SAFETY: attached (checked); the slot at `write` belongs to the
-        // producer until published (room checked above). The mark is
-        // cleared before the slot is published, as `take_deferred` does:
-        // the consumer never publishes it a second time.
+        let h = ring.header();
+        let s = h.deferred_slot();
+        // The mark is cleared before the slot is published, as
+        // `take_deferred` does: the consumer never publishes it a second
+        // time.
+        h.deferred_at.store(0, Ordering::Relaxed);
+        self.deferred = false;
+        // SAFETY: the index is masked into the ring's `capacity` slots,
+        // which the mapping holds whole (`Attached`); the slot at `write`
+        // is the producer's until the store below publishes it (room
+        // checked above), so the plain store races with no reader.
         unsafe {
-            let h = &*self.hdr;
-            let s = h.deferred_slot();
-            h.deferred_at.store(0, Ordering::Relaxed);
-            self.deferred = false;
-            self.slots.add((self.write & self.mask) as usize).write(s);
-            self.write += 1;
-            h.write.store(self.write, Ordering::Release);
+            ring.slots().add((self.write & self.mask) as usize).write(s);
         }
+        self.write += 1;
+        h.write.store(self.write, Ordering::Release);
         true
     }
 
@@ -613,16 +673,14 @@ impl Producer {
     /// larger ring), and clears the header's mark so that the consumer
     /// never publishes it too.
     pub fn take_deferred(&mut self) -> Option<Head> {
-        if !self.deferred || self.hdr.is_null() {
+        if !self.deferred {
             return None;
         }
+        let ring = self.ring?;
+        let h = ring.header();
         self.deferred = false;
-        // SAFETY: attached.
-        unsafe {
-            let h = &*self.hdr;
-            h.deferred_at.store(0, Ordering::Relaxed);
-            Some(Head::from_slot(&h.deferred_slot()))
-        }
+        h.deferred_at.store(0, Ordering::Relaxed);
+        Some(Head::from_slot(&h.deferred_slot()))
     }
 
     /// Makes a full ring wait for the consumer instead of dropping events
@@ -672,8 +730,10 @@ impl Producer {
             self.headroom_skip -= 1;
             return false;
         }
-        // SAFETY: attached (checked by low_on_room).
-        self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+        let Some(ring) = self.ring else {
+            return false;
+        };
+        self.read_cache = ring.header().read.load(Ordering::Acquire);
         let need = self.reserve();
         if self.write - self.read_cache + need <= self.mask + 1 {
             return false;
@@ -689,6 +749,19 @@ impl Producer {
             self.headroom_skip = 32;
         }
         false
+    }
+
+    /// Clock ticks spent waiting for the consumer to make room since the
+    /// last call, and starts counting again from 0. Only [`Producer::push`]
+    /// and [`Producer::headroom_slow`] ever wait: their caller collects the
+    /// wait into the thread's own total (which its run-queue delay
+    /// samples include). Why not a call into the thread's state from the
+    /// wait itself: the ring protocol knows no thread state (the recorder
+    /// links it too), and a hook through a global function pointer would
+    /// hide where the figure goes.
+    #[inline]
+    pub fn take_waited(&mut self) -> u64 {
+        core::mem::take(&mut self.waited)
     }
 
     /// Capacity in slots.
@@ -713,12 +786,14 @@ impl Producer {
     /// the program.
     #[cold]
     fn wait_for_room(&mut self, n: u64) -> bool {
+        let Some(ring) = self.ring else {
+            return false;
+        };
+        let h = ring.header();
         let t0 = crate::tsc::now();
-        let ok = self.wait_for_room_inner(n);
+        let ok = self.wait_for_room_inner(h, n);
         // Every wait is perturbation of the program's timing: counted in
         // the header (single writer: load + store) and reported.
-        // SAFETY: attached (checked by the callers).
-        let h = unsafe { &*self.hdr };
         let t = crate::tsc::now().saturating_sub(t0);
         h.full_waits
             .store(h.full_waits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -726,16 +801,14 @@ impl Producer {
             h.full_wait_ticks.load(Ordering::Relaxed) + t,
             Ordering::Relaxed,
         );
-        crate::thread::add_recorder_wait(t);
+        self.waited = self.waited.wrapping_add(t);
         ok
     }
 
-    fn wait_for_room_inner(&mut self, n: u64) -> bool {
+    fn wait_for_room_inner(&mut self, h: &RingHeader, n: u64) -> bool {
         let cap = self.mask + 1;
         let mut last_read = self.read_cache;
         let mut idle = 0u32;
-        // SAFETY: attached (checked by the callers).
-        let h = unsafe { &*self.hdr };
         loop {
             self.read_cache = h.read.load(Ordering::Acquire);
             if self.write - self.read_cache + n <= cap {
@@ -792,8 +865,10 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn reload_has_room(&mut self, n: u64) -> bool {
-        // SAFETY: attached (checked by push_with).
-        self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+        let Some(ring) = self.ring else {
+            return false;
+        };
+        self.read_cache = ring.header().read.load(Ordering::Acquire);
         self.write - self.read_cache + n <= self.mask + 1
     }
 
@@ -802,12 +877,14 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn room_after_reload(&mut self, n: u64) -> bool {
+        let Some(ring) = self.ring else {
+            return false;
+        };
         if self.wait_full && self.wait_for_room(n) {
             return true;
         }
         if self.skip == 0 {
-            // SAFETY: attached (checked by push), so hdr is a live header.
-            self.read_cache = unsafe { (*self.hdr).read.load(Ordering::Acquire) };
+            self.read_cache = ring.header().read.load(Ordering::Acquire);
             if self.write - self.read_cache + n <= self.mask + 1 {
                 self.backoff = 0;
                 return true;
@@ -831,11 +908,36 @@ impl Producer {
         // Single writer (this thread; re-entrant hooks are excluded by the
         // caller's guard): load + store instead of a locked add. The
         // consumer reads it with a relaxed load.
-        // SAFETY: attached.
-        let lost = unsafe { &(*self.hdr).lost };
+        let lost = &ring.header().lost;
         lost.store(lost.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         false
     }
+}
+
+/// True if `frames` (not empty, at most [`MAX_FRAMES`]) has the length
+/// of the last path written in full to the ring of `h` and the same
+/// frames after the first. Producer-only header lines: no other core
+/// writes them.
+#[inline(always)]
+fn same_tail(h: &RingHeader, frames: &[u64]) -> bool {
+    if h.path_len.load(Ordering::Relaxed) != frames.len() as u64 {
+        return false;
+    }
+    // Innermost first: a path that changed usually changed there.
+    frames[1..]
+        .iter()
+        .zip(&h.path[1..])
+        .all(|(&f, p)| p.load(Ordering::Relaxed) == f)
+}
+
+/// Makes `frames` (at most [`MAX_FRAMES`]) the last path written in
+/// full to the ring of `h`.
+#[inline(always)]
+fn learn_path(h: &RingHeader, frames: &[u64]) {
+    for (p, &f) in h.path.iter().zip(frames) {
+        p.store(f, Ordering::Relaxed);
+    }
+    h.path_len.store(frames.len() as u64, Ordering::Relaxed);
 }
 
 /// The futex system call, made directly: the preload library interposes
@@ -1911,8 +2013,10 @@ mod tests {
                     (at as *mut Slot).write(s);
                 }
             }
-            // SAFETY: attached: the header is live.
-            unsafe { p.header() }.write.store(w + n, Ordering::Release);
+            p.header()
+                .expect("attached")
+                .write
+                .store(w + n, Ordering::Release);
             p = if round % 2 == 0 {
                 let (events, corrupt) = c.drain(|e| assert!(e.frames.len() <= MAX_FRAMES));
                 assert!(
@@ -1961,10 +2065,7 @@ mod tests {
 
     /// Slots `p` has published (its header's `write`).
     fn published(p: &Producer) -> u64 {
-        assert!(p.is_attached());
-        // SAFETY: attached (checked): the header lives as long as the
-        // mapping, which the test keeps.
-        unsafe { p.header() }.write.load(Ordering::Relaxed)
+        p.header().expect("attached").write.load(Ordering::Relaxed)
     }
 
     #[test]
@@ -2024,6 +2125,42 @@ mod tests {
         assert_eq!(c.lost(), failed + u64::from(tries));
         // After a success the next overflow starts with eager reloads.
         assert_eq!((p.skip, p.backoff), (0, 0));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A push that waited for the consumer hands the wait to its owner
+    /// once (the thread state adds it to the time its run-queue delay
+    /// samples report), the same ticks the header counts.
+    #[test]
+    fn a_wait_for_room_is_handed_to_the_owner_once() {
+        let (path, _, mut p) = fresh_ring(2);
+        p.set_wait_when_full(true);
+        let cap = p.capacity();
+        for i in 0..cap {
+            assert!(p.push(
+                Head {
+                    tsc: i,
+                    ..Head::default()
+                },
+                None,
+                &[]
+            ));
+        }
+        assert_eq!(p.take_waited(), 0, "no wait while there was room");
+        let mut c = Consumer::open(&path).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                assert_eq!(c.drain(|_| {}), (cap, 0));
+            });
+            assert!(p.push(Head::default(), None, &[]), "waited, not dropped");
+        });
+        let h = p.header().expect("attached");
+        assert_eq!(h.full_waits.load(Ordering::Relaxed), 1);
+        let ticks = h.full_wait_ticks.load(Ordering::Relaxed);
+        assert!(ticks > 0);
+        assert_eq!(p.take_waited(), ticks, "the header's count, handed over");
+        assert_eq!(p.take_waited(), 0, "handed over once");
         std::fs::remove_file(path).unwrap();
     }
 

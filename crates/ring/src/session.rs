@@ -191,6 +191,7 @@ pub struct RingHeader {
 
 impl RingHeader {
     /// The deferred event's slot ([`RingHeader::deferred`]), as written.
+    #[inline]
     pub fn deferred_slot(&self) -> crate::raw::Slot {
         crate::raw::Slot(
             self.deferred
