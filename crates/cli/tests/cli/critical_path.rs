@@ -1,8 +1,7 @@
 //! `lockscope critical-path` on fixtures whose critical path is known by
 //! construction.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::path::Path;
 use std::process::Command;

@@ -4,8 +4,7 @@
 //! flipped byte is an error naming its offset, from every command alike,
 //! and with `--skip-corrupt` every command reads past it the same way.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use lockscope_test_support::build_c;
 use record_util::{lockscope, record, temp};

@@ -1,7 +1,7 @@
 //! `lockscope barriers` on a phase program whose second barrier is
 //! redundant by construction and whose first is not.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! runtime records atomics, heap blocks and release values with their
 //! exact values.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::process::Command;
 

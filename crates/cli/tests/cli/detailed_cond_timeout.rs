@@ -2,7 +2,7 @@
 //! section that re-opens is on the wait's mutex (the event's `arg` then
 //! holds the errno, not the mutex).
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 

@@ -2,7 +2,7 @@
 //! (as in DeadSpy): partial overlaps of different widths, and a write killed
 //! by another thread across a barrier.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 

@@ -1,6 +1,6 @@
 //! `lockscope lockset` on the fixture with an unprotected counter.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 

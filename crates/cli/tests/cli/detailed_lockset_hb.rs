@@ -1,7 +1,7 @@
 //! `lockscope lockset` with happens-before: create, join and
 //! barrier crossings hand data over without sharing it.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 

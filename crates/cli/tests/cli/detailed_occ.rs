@@ -1,7 +1,7 @@
 //! `lockscope occ` on the PinCS Fig. 1 program: the data-access model must
 //! equal the ground truth the program computes from its logged order.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 

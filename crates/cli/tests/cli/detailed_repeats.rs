@@ -2,7 +2,7 @@
 //! (`LOCKSCOPE_COALESCE=1`): the trace holds one event plus one
 //! `AccessRepeat` per run, and the analyses' answers do not change.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use detailed_support::*;
 use lockscope_format::{Op, Trace};

@@ -2,7 +2,7 @@
 //! their critical sections: every pair classification must match exactly,
 //! with gcc and with clang.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::collections::BTreeMap;
 

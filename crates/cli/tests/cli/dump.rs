@@ -70,7 +70,7 @@ fn dump_filters_by_op_and_rejects_unknown_ops() {
 
 #[test]
 fn dump_of_a_non_trace_names_the_problem() {
-    let this = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dump.rs");
+    let this = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/dump.rs");
     let out = dump(&[this.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();

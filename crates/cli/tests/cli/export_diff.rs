@@ -1,8 +1,7 @@
 //! `lockscope diff`: locks matched by symbol across two
 //! recordings (never by address), the change per lock and the verdict.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::path::Path;
 

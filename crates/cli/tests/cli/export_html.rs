@@ -5,8 +5,7 @@
 //! test-temporary directory (`target/tmp/html-report/`) for a person to
 //! look at.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! the per-lock totals `lockscope report --json` gives for each trace and
 //! for groups of them.
 
-mod export_util;
+use crate::export_util;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -303,7 +303,7 @@ fn run_sql(tables: &Path, sql: &str) -> Vec<Value> {
     let file = tables.parent().unwrap().join("query.sql");
     std::fs::write(&file, sql).unwrap();
     let out = Command::new(require_tool("python3", "python3"))
-        .arg(workspace().join("crates/cli/tests/export_util/duckdb_query.py"))
+        .arg(workspace().join("crates/cli/tests/cli/export_util/duckdb_query.py"))
         .arg(&file)
         .arg(tables.parent().unwrap())
         .env("PYTHONPATH", viewers().join("py"))

@@ -5,8 +5,7 @@
 //! that match the report: one hold slice per critical section, one wait
 //! slice per contended acquisition.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -305,7 +304,7 @@ fn proto_slices(pftrace: &Path) -> (Vec<SliceKey>, u64, u64) {
     );
     let python = require_tool("python3", "python3");
     let out = Command::new(python)
-        .arg(workspace().join("crates/cli/tests/export_util/perfetto_proto.py"))
+        .arg(workspace().join("crates/cli/tests/cli/export_util/perfetto_proto.py"))
         .arg(pftrace)
         .env("PYTHONPATH", export_util::viewers().join("py"))
         .output()

@@ -8,8 +8,7 @@
 //! by `at`, within the profile's range, each close matching the frame on
 //! top of the stack, every frame index valid, nothing left open.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::collections::BTreeMap;
 

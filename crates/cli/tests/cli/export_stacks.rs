@@ -1,8 +1,7 @@
 //! `lockscope export --format folded|pprof`: the exported
 //! totals equal the report's, and `go tool pprof` reads the profile.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -12,8 +12,7 @@
 //! A viewer that is not installed fails the test with the command that
 //! installs it, as a missing `chromium` or `go` does elsewhere.
 
-#[path = "export_util/mod.rs"]
-mod export_util;
+use crate::export_util;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

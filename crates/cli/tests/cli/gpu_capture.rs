@@ -8,7 +8,7 @@
 //! analysis charges idleness as documented. What it cannot check: real
 //! CUPTI's struct layouts (validated on a GPU machine; see docs/gpu.md).
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::ffi::OsStr;

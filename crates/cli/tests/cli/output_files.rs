@@ -4,8 +4,7 @@
 //! file byte for byte as it was, names its cause, and leaves no temporary
 //! file behind. Outputs carry the permissions of the trace they come from.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -2,8 +2,7 @@
 //! frame pointers, and a library loaded with `dlopen` after the recorder
 //! started, are unwound with the loaded objects' CFI.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

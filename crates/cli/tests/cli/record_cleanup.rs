@@ -3,7 +3,7 @@
 //! (for a day, then removed), and the killed recorder's trace holds what
 //! it had drained.
 
-mod record_util;
+use crate::record_util;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `lockscope record` as a command: output, errors, file naming.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! The clock is chosen at start-up by measuring it, and
 //! the choice is recorded in the trace header.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! acquisition"), and the DEADLOCK section names the call paths of the
 //! stuck waits under the default `--stacks contended`.
 
-mod record_util;
+use crate::record_util;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;

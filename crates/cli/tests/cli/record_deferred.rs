@@ -5,7 +5,7 @@
 //! must still be in the trace: the recorder publishes what the thread left
 //! in its ring header.
 
-mod record_util;
+use crate::record_util;
 
 use lockscope_format::{phase, Op};
 use record_util::*;

@@ -7,7 +7,7 @@
 //! MiB (41 ms) stayed in a detailed recording of `ulcp_table` as work,
 //! with the other growths a twelfth of the replayed program.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use lockscope_format::Op;

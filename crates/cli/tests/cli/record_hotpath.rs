@@ -3,7 +3,7 @@
 //! hooked call from a signal handler that runs while its thread is blocked
 //! inside an interposed call is recorded, not silently dropped.
 
-mod record_util;
+use crate::record_util;
 
 use std::path::PathBuf;
 use std::process::Command;

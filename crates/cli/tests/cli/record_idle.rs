@@ -2,7 +2,7 @@
 //! until the program wakes it (a ring past its mark, a thread's end), and
 //! nothing is lost by sleeping.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::process::{Command, Stdio};

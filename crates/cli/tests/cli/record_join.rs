@@ -1,6 +1,6 @@
 //! Joins of threads that had already exited name the joined thread.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use lockscope_format::{phase, Op};

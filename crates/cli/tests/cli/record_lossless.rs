@@ -3,7 +3,7 @@
 //! thread that still outruns the recorder waits for it (counted as
 //! perturbation) instead of dropping events.
 
-mod record_util;
+use crate::record_util;
 
 use lockscope_format::{phase, Op};
 use record_util::*;

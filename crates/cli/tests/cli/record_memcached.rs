@@ -17,7 +17,7 @@
 //! Skipped with a notice when memcached is not installed
 //! (`apt-get install memcached`; scripts/test.sh installs it).
 
-mod record_util;
+use crate::record_util;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@
 //! single-bit errors). The stable counterpart of the cargo-fuzz target in
 //! fuzz/ (which needs nightly).
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

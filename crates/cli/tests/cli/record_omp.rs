@@ -3,7 +3,7 @@
 //! hook sees; the OpenMP hooks record them as mutexes. The fixture
 //! (`tests/programs/omp_locks.c`) counts every call itself.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::path::{Path, PathBuf};

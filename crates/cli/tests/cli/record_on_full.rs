@@ -1,7 +1,7 @@
 //! `--on-full wait`: a thread whose buffer is full waits for the recorder,
 //! so even a tight lock loop into a tiny buffer loses nothing.
 
-mod record_util;
+use crate::record_util;
 
 use std::process::Command;
 

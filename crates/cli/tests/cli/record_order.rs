@@ -6,7 +6,7 @@
 //! And the trace's contended acquisitions are the ones the program itself
 //! found taken.
 
-mod record_util;
+use crate::record_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Processes under `lockscope record`: fork and exec, a program killed by
 //! SIGKILL, signals sent to the recorder.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use lockscope_format::{phase, LossReason, Op, Record};

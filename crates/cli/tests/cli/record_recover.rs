@@ -3,7 +3,7 @@
 //! its session's buffers still hold, holds every acquisition the program
 //! made, once, or counts what it cannot have.
 
-mod record_util;
+use crate::record_util;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

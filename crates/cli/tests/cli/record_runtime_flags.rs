@@ -2,7 +2,7 @@
 //! (`--all-accesses`, `--no-coalesce`, ...): each flag records what its
 //! environment variable records, and `--help` names both.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::path::Path;
 use std::process::Command;

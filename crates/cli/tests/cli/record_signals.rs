@@ -2,7 +2,7 @@
 //! not forwarded again by the recorder (servers treat a second SIGINT as
 //! "force quit").
 
-mod record_util;
+use crate::record_util;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

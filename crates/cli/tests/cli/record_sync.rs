@@ -1,7 +1,7 @@
 //! `lockscope record` on fixtures that print their own ground truth: the
 //! trace must hold exactly the operations each thread counted.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use lockscope_format::{phase, Op, Record};

@@ -2,7 +2,7 @@
 //! (`pthread_setname_np(worker, ...)`) belongs to the thread named, not to
 //! the one that called it.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use lockscope_format::Record;

@@ -5,7 +5,7 @@
 //! first, thread names given across workers, process ends after all of a
 //! process's events, timestamps that still order critical sections.
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::collections::{HashMap, HashSet};

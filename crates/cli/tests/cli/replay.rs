@@ -2,8 +2,7 @@
 //! unchanged run reproduces its recorded wall time, and is identical run
 //! after run.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::path::Path;
 use std::process::Command;

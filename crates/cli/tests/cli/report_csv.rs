@@ -1,7 +1,7 @@
 //! `report --csv` quotes what RFC 4180 requires, CR included (the
 //! hand-written quoting once did not quote `\r`).
 
-mod record_util;
+use crate::record_util;
 use record_util::*;
 
 use std::process::Command;

@@ -1,8 +1,7 @@
 //! Debug files from a debuginfod server, and from a
 //! Debian package's separate debug file (a real distribution binary).
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -1,8 +1,7 @@
 //! `lockscope report` on recorded fixture programs, compared with the
 //! ground truth each program prints about itself (exact counts).
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -5,10 +5,9 @@
 //! dead writes; hand-written spinlocks; GPU work through a stand-in
 //! CUPTI).
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! a condition variable, not a lock. Ground truth: rust_sync_roles.rs,
 //! which prints its objects' addresses and sizes.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use record_util::{build_rust_with, hex, kv, lockscope, ok, record, temp};
 use serde_json::Value;

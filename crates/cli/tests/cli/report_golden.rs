@@ -11,11 +11,11 @@
 //!
 //! The snapshots live in tests/golden/snapshots/. After an intended change
 //! of the output, review each changed snapshot one by one: `cargo insta
-//! test --review -p lockscope --test report_golden` with cargo-insta, or
-//! without it run the test (insta writes `NAME.snap.new` next to each
-//! differing snapshot), read `diff NAME.snap NAME.snap.new`, and rename the
-//! new file over the old one. CI sets `INSTA_UPDATE=no`: a changed output
-//! fails and writes nothing.
+//! test --review -p lockscope --test cli -- report_golden::` with
+//! cargo-insta, or without it run the test (insta writes `NAME.snap.new`
+//! next to each differing snapshot), read `diff NAME.snap NAME.snap.new`,
+//! and rename the new file over the old one. CI sets `INSTA_UPDATE=no`: a
+//! changed output fails and writes nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

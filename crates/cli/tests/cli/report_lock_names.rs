@@ -8,8 +8,7 @@
 //! addresses and acquisition counts; its holder thread makes each
 //! worker's first submit() and record_stat() wait.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

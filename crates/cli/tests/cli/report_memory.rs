@@ -1,46 +1,41 @@
 //! `lockscope report` in bounded memory on a trace whose events alone
 //! would take more than the bound in memory.
 
-mod report_memory_support;
+use crate::report_memory_support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Runs `lockscope report --no-symbols TRACE`; returns its stdout, stderr
-/// and peak RSS in KiB (the child's own, from `wait4`).
-// The child is reaped with wait4 (for its rusage), which clippy cannot see.
-#[allow(clippy::zombie_processes)]
+/// and peak RSS in KiB, its own: measured by the helper
+/// `tests/programs/peak_rss.c`, which forks it. A `wait4` here would
+/// count the peak of this test process, which every CLI test shares.
 fn report_with_peak_rss(trace: &std::path::Path) -> (String, String, i64) {
-    let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+    let dir = lockscope_test_support::scratch_dir("report-memory-rss");
+    let peak_rss = lockscope_test_support::build_c("peak_rss", dir.path());
+    let rss_file = dir.path().join("peak_kib");
+    let out = Command::new(peak_rss)
+        .arg(&rss_file)
+        .arg(env!("CARGO_BIN_EXE_lockscope"))
         .args(["report", "--no-symbols"])
         .arg(trace)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run lockscope");
-    let id = child.id();
-    // Read both pipes to the end before reaping the child, which then
-    // cannot block on a full pipe.
-    let (mut out, mut err) = (child.stdout.unwrap(), child.stderr.unwrap());
-    let err_thread = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut err, &mut s).unwrap();
-        s
-    });
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut out, &mut stdout).unwrap();
-    let stderr = err_thread.join().unwrap();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value to overwrite.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: reaps our own child (std's handle was consumed above, so
-    // nothing else waits for it); both pointers are valid.
-    let r = unsafe { libc::wait4(id as i32, &mut status, 0, &mut ru) };
-    assert_eq!(r, id as i32, "wait4: {}", std::io::Error::last_os_error());
+        .output()
+        .expect("run lockscope under peak_rss");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "report failed ({status}): {stderr}"
+        out.status.success(),
+        "report failed ({}): {stderr}",
+        out.status
     );
-    (stdout, stderr, ru.ru_maxrss)
+    let peak_kib = std::fs::read_to_string(&rss_file)
+        .expect("peak_rss wrote the peak")
+        .trim()
+        .parse()
+        .expect("peak RSS in KiB");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+        peak_kib,
+    )
 }
 
 // See issue 30: a detailed-mode trace was loaded whole for the spinlock,

@@ -4,8 +4,7 @@
 //! preload library (build the workspace first, or set
 //! `LOCKSCOPE_PRELOAD_LIB`).
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::path::Path;
 

@@ -3,8 +3,7 @@
 //! semaphores used to signal or count stay semaphores. Ground truth: the
 //! fixtures' own counts.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::collections::BTreeMap;
 use std::path::Path;

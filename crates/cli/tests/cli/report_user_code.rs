@@ -1,8 +1,7 @@
 //! A report that leads to the user's code. Tests on the traces
 //! kept in tests/golden/ (no recording needed) and on recorded fixtures.
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

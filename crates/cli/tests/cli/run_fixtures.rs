@@ -4,7 +4,7 @@
 //! initialisers, recursive and error-checking mutexes, C++ std::mutex and
 //! condition_variable).
 
-mod run_support;
+use crate::run_support;
 use run_support::*;
 
 /// Runs a fixture with a workload argument small enough that the 16

@@ -4,7 +4,7 @@
 //! byte-identical to the original under every lock. Skipped with a notice
 //! when pbzip2 is not installed (`apt-get install pbzip2`).
 
-mod run_support;
+use crate::run_support;
 use run_support::*;
 use std::path::Path;
 

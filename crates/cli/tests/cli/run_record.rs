@@ -3,7 +3,7 @@
 //! forwards it to the swapped lock), and the program's output stays the
 //! same.
 
-mod run_support;
+use crate::run_support;
 use run_support::*;
 use std::process::{Command, Stdio};
 

@@ -2,7 +2,7 @@
 //! detailed mode with gcc and clang: exact counts from the programs' own
 //! ground truth, decoys rejected, the sleeping holder warned about.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! example of docs/hwtrace.md imports and shows its lock; bad input is
 //! refused with file, line and column.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

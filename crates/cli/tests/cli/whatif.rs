@@ -4,8 +4,7 @@
 //! speedup of the lock-free build is measured and printed next to the
 //! prediction (timings are not asserted: the machine is shared).
 
-#[path = "record_util/mod.rs"]
-mod record_util;
+use crate::record_util;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! benchmark, `cargo run --release -p lockscope --example whatif_validate`,
 //! not a test: this machine is shared.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

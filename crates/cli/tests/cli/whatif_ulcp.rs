@@ -2,7 +2,7 @@
 //! whose every critical section is unnecessary: lookups of a read-only
 //! table and per-thread counters under one global mutex.
 
-mod detailed_support;
+use crate::detailed_support;
 
 use std::process::Command;
 

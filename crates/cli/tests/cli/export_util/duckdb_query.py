@@ -1,5 +1,5 @@
 """Runs one SQL query with DuckDB and prints its rows as JSON (a list of
-objects), for crates/cli/tests/export_parquet.rs. Usage: duckdb_query.py
+objects), for crates/cli/tests/cli/export_parquet.rs. Usage: duckdb_query.py
 SQL_FILE WORKDIR (the query's relative paths are read from WORKDIR)."""
 import json
 import os

@@ -8,8 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[path = "../record_util/mod.rs"]
-pub mod record_util;
+pub(crate) use crate::record_util;
 
 pub use record_util::{build_c, record, temp, workspace, TempDir};
 
