@@ -7,12 +7,12 @@
 //!
 //! For each size (default 2, 10 and 20 million events) writes a
 //! timing-mode trace of 1 and of 9 threads and a detailed-mode one of 2
-//! threads (`tests/report_memory_support`), runs `target/release/lockscope
+//! threads (`tests/cli/report_memory_support`), runs `target/release/lockscope
 //! report --no-symbols` (the one beside this example) on it in a child and prints its wall time, events
 //! per second and peak RSS (`wait4`'s `ru_maxrss`, the child's own).
 //! `LOCKSCOPE=PATH` runs another build (a baseline) instead.
 
-#[path = "../tests/report_memory_support/mod.rs"]
+#[path = "../tests/cli/report_memory_support/mod.rs"]
 mod support;
 
 use std::path::PathBuf;

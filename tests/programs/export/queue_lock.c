@@ -1,6 +1,6 @@
 /* A work queue whose lock is held across the work (`queue_lock`), and the
  * fixed variant (`queue_lock fixed`) that does the work after releasing
- * it. Used by crates/cli/tests/export_diff.rs: `lockscope diff` of the two
+ * it. Used by crates/cli/tests/cli/export_diff.rs: `lockscope diff` of the two
  * recordings must match the lock by its symbol and show its wait and the
  * program's wall time going down. 4 threads x 25 items x 1 ms of work;
  * every run makes exactly 100 acquisitions of queue_lock. */

@@ -1,5 +1,5 @@
 /* Threads whose names are markup: the HTML report must show them as text
- * (crates/cli/tests/export_html.rs). Two workers named "<script>" and
+ * (crates/cli/tests/cli/export_html.rs). Two workers named "<script>" and
  * "<img src=x>" take one lock in turn, the first holding it across a
  * short sleep so that the second waits. */
 #define _GNU_SOURCE

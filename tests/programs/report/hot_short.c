@@ -1,7 +1,7 @@
 /* A hot lock with very short critical sections, taken in a tight loop by
  * twice as many threads as online CPUs (at least 4), which start together
  * (a barrier), so that they contend for it for most of their lives; plus
- * one private lock per thread, never contended. Used by crates/cli/tests/report_advice.rs: the report must
+ * one private lock per thread, never contended. Used by crates/cli/tests/cli/report_advice.rs: the report must
  * recommend a lock algorithm for `hot` and nothing for the private locks.
  *
  * Ground truth: the usual `truth` lines (acquisitions per thread and
