@@ -21,8 +21,6 @@
 
 static atomic_int word;  // 0 free, 1 held, 2 held with waiters
 static long counter;
-static double seconds;
-static struct timespec begin;
 
 struct rec { long long start, end; char kind; };
 static struct rec log_[MAX_LOG];
@@ -92,7 +90,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int threads = atoi(argv[1]);
-    seconds = atof(argv[2]);
+    double seconds = atof(argv[2]);
     if (threads < 1 || threads > 64 || seconds <= 0) {
         fprintf(stderr, "bad arguments\n");
         return 2;

@@ -182,3 +182,199 @@ fn record_names_a_missing_process_and_refuses_attach_options_for_a_program() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("give --duration"), "{err}");
 }
+
+/// Starts `cmd` (which runs for a few seconds), attaches after 1 s for
+/// `secs`, and returns the JSON report of the trace and the program's
+/// standard output.
+fn attach_to(dir: &std::path::Path, cmd: &mut Command, opts: &[&str]) -> (Value, String) {
+    let trace = dir.join("t.lstrace");
+    let prog = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = prog.id().to_string();
+    let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap(), "-p", &pid];
+    args.extend_from_slice(opts);
+    let out = lockscope(&args, None);
+    assert!(out.status.success(), "record -p: {}", String::from_utf8_lossy(&out.stderr));
+    let done = prog.wait_with_output().unwrap();
+    assert!(done.status.success(), "the program failed after detach");
+    let r = serde_json::from_str(&ok(&lockscope(
+        &["report", "--json", trace.to_str().unwrap()],
+        None,
+    )))
+    .unwrap();
+    (r, String::from_utf8_lossy(&done.stdout).into_owned())
+}
+
+#[test]
+fn attach_names_the_user_code_of_a_static_binary() {
+    let dir = temp("attach-static");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let src = workspace().join("tests/programs/attach_futex.c");
+    let bin = dir.join("attach_futex_static");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-static", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -static (libc.a from libc6-dev)");
+    let log = dir.join("waits.log");
+    let (r, out) = attach_to(
+        &dir,
+        Command::new(&bin).args(["3", "3"]).arg(&log),
+        &["--duration", "1s"],
+    );
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f[1], f[3], "{out}");
+    let b = &r["blame"][0];
+    assert!(b["waiter_site"].as_str().unwrap().starts_with("lock (attach_futex.c:"), "{b}");
+    assert!(b["holder_site"].as_str().unwrap().starts_with("unlock (attach_futex.c:"), "{b}");
+}
+
+#[test]
+fn attach_tells_a_rust_std_mutex_and_names_its_line() {
+    let dir = temp("attach-rust");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_rust_with("attach_rust_mutex", &dir, &["-O", "-g"]);
+    let (r, out) = attach_to(&dir, Command::new(&bin).arg("3"), &["--duration", "1s"]);
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f[1], f[3], "{out}");
+    let lock = &r["locks"][0];
+    assert_eq!(lock["kind"], "futex-mutex", "{lock}");
+    assert!(lock["acquisitions"].is_null(), "{lock}");
+    let b = &r["blame"][0];
+    assert!(b["waiter_site"].as_str().unwrap().contains("attach_rust_mutex.rs:"), "{b}");
+    assert!(b["holder_site"].as_str().unwrap().contains("attach_rust_mutex.rs:"), "{b}");
+}
+
+#[test]
+fn attach_sees_a_python_threading_lock_wait_at_its_interpreter_sites() {
+    let dir = temp("attach-python");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let Some(py) = lockscope_test_support::tool_or_skip("python3", "python3") else {
+        return;
+    };
+    let script = workspace().join("tests/programs/attach_python_lock.py");
+    let (r, out) = attach_to(&dir, Command::new(py).arg(&script).arg("3"), &["--duration", "1s"]);
+    assert!(out.starts_with("iterations "), "{out}");
+    // The script's lock is the most waited-for word: its waits are in
+    // CPython's lock acquisition, and the wakes that ended them in its
+    // release.
+    let b = &r["blame"][0];
+    assert!(
+        b["waiter_site"].as_str().unwrap().contains("PyThread_acquire_lock"),
+        "{b}"
+    );
+    assert!(
+        b["holder_site"].as_str().unwrap().contains("PyThread_release_lock"),
+        "{b}"
+    );
+}
+
+#[test]
+fn attach_all_keeps_each_process_apart_and_filters_by_command_name() {
+    let dir = temp("attach-all");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_futex", &dir);
+    let (a, b) = (dir.join("af_one"), dir.join("af_two"));
+    std::fs::copy(&bin, &a).unwrap();
+    std::fs::copy(&bin, &b).unwrap();
+    let pa = Command::new(&a).args(["2", "3"]).arg(dir.join("a.log")).stdout(Stdio::null()).spawn().unwrap();
+    let pb = Command::new(&b).args(["2", "3"]).arg(dir.join("b.log")).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let trace = dir.join("t.lstrace");
+    let out = lockscope(
+        &[
+            "record", "-q", "-o", trace.to_str().unwrap(), "-a", "--duration", "1s",
+            "--comm", "af_one", "--comm", "af_two",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mut p in [pa, pb] {
+        assert!(p.wait().unwrap().success());
+    }
+    let r: Value = serde_json::from_str(&ok(&lockscope(
+        &["report", "--json", trace.to_str().unwrap()],
+        None,
+    )))
+    .unwrap();
+    let mut pids: Vec<u64> = r["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["name"] == "word")
+        .map(|l| l["pid"].as_u64().unwrap())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let t = Trace::open(&trace).unwrap();
+    let mut want: Vec<u64> = t
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            lockscope_format::Record::Process(p) => Some(u64::from(p.pid)),
+            _ => None,
+        })
+        .collect();
+    want.sort_unstable();
+    // Only the two named programs, each with its own lock.
+    assert_eq!(want.len(), 2, "processes in the trace: {want:?}");
+    assert_eq!(pids, want, "{r}");
+}
+
+#[test]
+fn min_wait_keeps_only_the_waits_at_least_that_long() {
+    let dir = temp("attach-min-wait");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_futex", &dir);
+    let log = dir.join("waits.log");
+    let trace = dir.join("t.lstrace");
+    let prog = Command::new(&bin).args(["3", "3"]).arg(&log).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = prog.id().to_string();
+    let out = lockscope(
+        &["record", "-q", "-o", trace.to_str().unwrap(), "-p", &pid, "--duration", "1s", "--min-wait", "1ms"],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut prog = prog;
+    assert!(prog.wait().unwrap().success());
+    let t = Trace::open(&trace).unwrap();
+    let t0 = t.header.monotonic_ns_at_start;
+    let dur = t.footer.as_ref().unwrap().duration_ns;
+    let mut kept = 0;
+    for evs in t.events.values() {
+        let mut begin = None;
+        for e in evs.iter().filter(|e| e.op == Op::FutexWait as u8) {
+            match phase::of(e.flags) {
+                phase::BEGIN => begin = Some(e.time),
+                _ => {
+                    let b = begin.take().expect("a wait's BEGIN before its end");
+                    assert!(e.time - b >= 1_000_000, "a wait of {} ns was kept", e.time - b);
+                    kept += 1;
+                }
+            }
+        }
+    }
+    // Every wait of at least 1 ms inside the window, by the program's log.
+    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
+    let long = lines
+        .iter()
+        .filter(|&&(k, s, e)| k == 'W' && s >= t0 && e <= t0 + dur && e - s >= 1_000_000)
+        .count();
+    assert!(long > 0, "no wait of 1 ms or more in the window");
+    // The program's clock reads surround the system call: its waits look
+    // a little longer than the kernel's, so a few near 1 ms are its only.
+    assert!(kept <= long && kept as f64 >= 0.9 * long as f64, "kept {kept}, program {long}");
+}
