@@ -119,8 +119,9 @@ pub struct Counters {
 }
 
 impl Loaded {
-    /// Loads the program, sets its filter, and attaches it.
-    pub fn attach(pids: &[u32], all: bool, min_wait_ns: u64) -> Result<Loaded, AttachError> {
+    /// Loads the program, sets its filter, and attaches it; returns it
+    /// with CLOCK_MONOTONIC read just before the entry side went live.
+    pub fn attach(pids: &[u32], all: bool, min_wait_ns: u64) -> Result<(Loaded, u64), AttachError> {
         #[cfg(lockscope_no_bpf)]
         {
             let _ = (pids, all, min_wait_ns);
@@ -167,6 +168,7 @@ impl Loaded {
             // every call followed has both. Detached in the other order
             // (`detach`).
             let mut links = Vec::new();
+            let mut t0 = 0;
             for (prog, tp) in [("futex_exit", "sys_exit"), ("futex_enter", "sys_enter")] {
                 let p: &mut RawTracePoint = bpf
                     .program_mut(prog)
@@ -177,6 +179,7 @@ impl Loaded {
                     .try_into()
                     .map_err(|e| bpf_err("a program's type")(&e))?;
                 p.load().map_err(|e| bpf_err("verifying the program")(&e))?;
+                t0 = crate::monotonic_ns();
                 let id = p
                     .attach(tp)
                     .map_err(|e| bpf_err("attaching to the sys_enter/sys_exit tracepoints")(&e))?;
@@ -188,7 +191,7 @@ impl Loaded {
                 detail: "missing".into(),
             })?;
             let ring = RingBuf::try_from(ring).map_err(|e| bpf_err("the EVENTS ring")(&e))?;
-            Ok(Loaded { bpf, ring, links })
+            Ok((Loaded { bpf, ring, links }, t0))
         }
     }
 

@@ -43,6 +43,18 @@ use std::time::Duration;
 
 pub use session::record;
 
+/// CLOCK_MONOTONIC, ns: the clock `bpf_ktime_get_ns` reads.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer
+    // to a local; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// What to attach to and how.
 #[derive(Clone, Debug)]
 pub struct AttachConfig {

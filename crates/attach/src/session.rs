@@ -17,7 +17,7 @@ use lockscope_format::{
 
 use crate::bpf::{Loaded, RawEvent};
 use crate::unwind::ProcessUnwinder;
-use crate::{AttachConfig, AttachError, AttachSummary, Ended};
+use crate::{monotonic_ns, AttachConfig, AttachError, AttachSummary, Ended};
 
 /// Events buffered per thread before they are encoded as one chunk.
 const CHUNK: usize = 4096;
@@ -27,18 +27,6 @@ const POLL: Duration = Duration::from_millis(5);
 const LIVENESS: Duration = Duration::from_millis(100);
 
 const FUTEX_CMD_MASK: u32 = !(128 | 256);
-
-/// CLOCK_MONOTONIC, ns: the clock `bpf_ktime_get_ns` reads.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer
-    // to a local; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The effective capabilities of this process (`CapEff`).
 fn effective_caps() -> u64 {
@@ -426,11 +414,11 @@ pub fn record(cfg: &AttachConfig, stop: &AtomicBool) -> Result<AttachSummary, At
         }
     }
     check_caps()?;
-    let mut loaded = Loaded::attach(&cfg.pids, cfg.all, cfg.min_wait_ns)?;
-    // Time 0 is when the programs are live (the trace says nothing of
-    // before): a call that entered in the microseconds before is clamped
-    // to 0.
-    let t0 = monotonic_ns();
+    // Time 0 is read just before the entry side goes live (the trace
+    // says nothing of before), so that no call it follows started
+    // earlier; calls that enter while it attaches (microseconds) are
+    // missed, never placed before time 0.
+    let (mut loaded, t0) = Loaded::attach(&cfg.pids, cfg.all, cfg.min_wait_ns)?;
     let unix_ns = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

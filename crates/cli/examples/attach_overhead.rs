@@ -36,11 +36,15 @@ fn build(src: &str, dir: &Path) -> std::path::PathBuf {
 /// Starts `lockscope record -p PID` in the background.
 fn attach(pid: u32, trace: &Path, duration: Option<&str>) -> std::process::Child {
     let mut c = Command::new(lockscope());
-    c.args(["record", "-q", "-o"]).arg(trace).args(["-p", &pid.to_string()]);
+    c.args(["record", "-q", "-o"])
+        .arg(trace)
+        .args(["-p", &pid.to_string()]);
     if let Some(d) = duration {
         c.args(["--duration", d]);
     }
-    c.stderr(Stdio::piped()).spawn().expect("lockscope record -p")
+    c.stderr(Stdio::piped())
+        .spawn()
+        .expect("lockscope record -p")
 }
 
 fn wait_recorder(c: std::process::Child) {
@@ -100,7 +104,11 @@ fn main() {
     // 2. A program that blocks all the time, attached for its whole run.
     let (mut alone, mut attached, mut per_wait) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let o = Command::new(&fut).args(["3", "3"]).arg(&log).output().unwrap();
+        let o = Command::new(&fut)
+            .args(["3", "3"])
+            .arg(&log)
+            .output()
+            .unwrap();
         check("attach_futex", &o);
         let base = number(&o, 1);
         alone.push(base);
@@ -132,16 +140,28 @@ fn main() {
     // 3. pbzip2, when installed.
     if Command::new("pbzip2").arg("--help").output().is_ok() {
         let input = dir.path().join("in.bin");
-        let data: Vec<u8> = (0..24_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 % 64).collect();
+        let data: Vec<u8> = (0..24_000_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 % 64)
+            .collect();
         std::fs::write(&input, data).unwrap();
         let (mut alone, mut attached) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let t = Instant::now();
-            let o = Command::new("pbzip2").args(["-p2", "-c"]).arg(&input).stdout(Stdio::null()).output().unwrap();
+            let o = Command::new("pbzip2")
+                .args(["-p2", "-c"])
+                .arg(&input)
+                .stdout(Stdio::null())
+                .output()
+                .unwrap();
             check("pbzip2", &o);
             alone.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
-            let p = Command::new("pbzip2").args(["-p2", "-c"]).arg(&input).stdout(Stdio::null()).spawn().unwrap();
+            let p = Command::new("pbzip2")
+                .args(["-p2", "-c"])
+                .arg(&input)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
             let rec = attach(p.id(), &trace, None);
             let o = p.wait_with_output().unwrap();
             check("pbzip2", &o);
@@ -149,7 +169,10 @@ fn main() {
             wait_recorder(rec);
         }
         let (a, b) = (median(alone), median(attached));
-        println!("pbzip2 -p2, 24 MB: {a:.3} s alone, {b:.3} s attached: {:.3}x", b / a);
+        println!(
+            "pbzip2 -p2, 24 MB: {a:.3} s alone, {b:.3} s attached: {:.3}x",
+            b / a
+        );
     } else {
         println!("pbzip2: not installed, skipped");
     }

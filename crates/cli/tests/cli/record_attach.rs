@@ -11,8 +11,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use lockscope_format::{phase, Op, Trace};
 use crate::record_util::*;
+use lockscope_format::{phase, Op, Trace};
 use serde_json::Value;
 
 /// Whether attach mode can run here: `None` (and a notice, or a failure
@@ -194,7 +194,11 @@ fn attach_to(dir: &std::path::Path, cmd: &mut Command, opts: &[&str]) -> (Value,
     let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap(), "-p", &pid];
     args.extend_from_slice(opts);
     let out = lockscope(&args, None);
-    assert!(out.status.success(), "record -p: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "record -p: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let done = prog.wait_with_output().unwrap();
     assert!(done.status.success(), "the program failed after detach");
     let r = serde_json::from_str(&ok(&lockscope(
@@ -229,8 +233,20 @@ fn attach_names_the_user_code_of_a_static_binary() {
     let f: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(f[1], f[3], "{out}");
     let b = &r["blame"][0];
-    assert!(b["waiter_site"].as_str().unwrap().starts_with("lock (attach_futex.c:"), "{b}");
-    assert!(b["holder_site"].as_str().unwrap().starts_with("unlock (attach_futex.c:"), "{b}");
+    assert!(
+        b["waiter_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("lock (attach_futex.c:"),
+        "{b}"
+    );
+    assert!(
+        b["holder_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("unlock (attach_futex.c:"),
+        "{b}"
+    );
 }
 
 #[test]
@@ -247,8 +263,20 @@ fn attach_tells_a_rust_std_mutex_and_names_its_line() {
     assert_eq!(lock["kind"], "futex-mutex", "{lock}");
     assert!(lock["acquisitions"].is_null(), "{lock}");
     let b = &r["blame"][0];
-    assert!(b["waiter_site"].as_str().unwrap().contains("attach_rust_mutex.rs:"), "{b}");
-    assert!(b["holder_site"].as_str().unwrap().contains("attach_rust_mutex.rs:"), "{b}");
+    assert!(
+        b["waiter_site"]
+            .as_str()
+            .unwrap()
+            .contains("attach_rust_mutex.rs:"),
+        "{b}"
+    );
+    assert!(
+        b["holder_site"]
+            .as_str()
+            .unwrap()
+            .contains("attach_rust_mutex.rs:"),
+        "{b}"
+    );
 }
 
 #[test]
@@ -261,18 +289,28 @@ fn attach_sees_a_python_threading_lock_wait_at_its_interpreter_sites() {
         return;
     };
     let script = workspace().join("tests/programs/attach_python_lock.py");
-    let (r, out) = attach_to(&dir, Command::new(py).arg(&script).arg("3"), &["--duration", "1s"]);
+    let (r, out) = attach_to(
+        &dir,
+        Command::new(py).arg(&script).arg("3"),
+        &["--duration", "1s"],
+    );
     assert!(out.starts_with("iterations "), "{out}");
     // The script's lock is the most waited-for word: its waits are in
     // CPython's lock acquisition, and the wakes that ended them in its
     // release.
     let b = &r["blame"][0];
     assert!(
-        b["waiter_site"].as_str().unwrap().contains("PyThread_acquire_lock"),
+        b["waiter_site"]
+            .as_str()
+            .unwrap()
+            .contains("PyThread_acquire_lock"),
         "{b}"
     );
     assert!(
-        b["holder_site"].as_str().unwrap().contains("PyThread_release_lock"),
+        b["holder_site"]
+            .as_str()
+            .unwrap()
+            .contains("PyThread_release_lock"),
         "{b}"
     );
 }
@@ -287,18 +325,41 @@ fn attach_all_keeps_each_process_apart_and_filters_by_command_name() {
     let (a, b) = (dir.join("af_one"), dir.join("af_two"));
     std::fs::copy(&bin, &a).unwrap();
     std::fs::copy(&bin, &b).unwrap();
-    let pa = Command::new(&a).args(["2", "3"]).arg(dir.join("a.log")).stdout(Stdio::null()).spawn().unwrap();
-    let pb = Command::new(&b).args(["2", "3"]).arg(dir.join("b.log")).stdout(Stdio::null()).spawn().unwrap();
+    let pa = Command::new(&a)
+        .args(["2", "3"])
+        .arg(dir.join("a.log"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pb = Command::new(&b)
+        .args(["2", "3"])
+        .arg(dir.join("b.log"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let trace = dir.join("t.lstrace");
     let out = lockscope(
         &[
-            "record", "-q", "-o", trace.to_str().unwrap(), "-a", "--duration", "1s",
-            "--comm", "af_one", "--comm", "af_two",
+            "record",
+            "-q",
+            "-o",
+            trace.to_str().unwrap(),
+            "-a",
+            "--duration",
+            "1s",
+            "--comm",
+            "af_one",
+            "--comm",
+            "af_two",
         ],
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for mut p in [pa, pb] {
         assert!(p.wait().unwrap().success());
     }
@@ -340,14 +401,34 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
     let bin = build_c("attach_futex", &dir);
     let log = dir.join("waits.log");
     let trace = dir.join("t.lstrace");
-    let prog = Command::new(&bin).args(["3", "3"]).arg(&log).stdout(Stdio::null()).spawn().unwrap();
+    let prog = Command::new(&bin)
+        .args(["3", "3"])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let pid = prog.id().to_string();
     let out = lockscope(
-        &["record", "-q", "-o", trace.to_str().unwrap(), "-p", &pid, "--duration", "1s", "--min-wait", "1ms"],
+        &[
+            "record",
+            "-q",
+            "-o",
+            trace.to_str().unwrap(),
+            "-p",
+            &pid,
+            "--duration",
+            "1s",
+            "--min-wait",
+            "1ms",
+        ],
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut prog = prog;
     assert!(prog.wait().unwrap().success());
     let t = Trace::open(&trace).unwrap();
@@ -361,7 +442,11 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
                 phase::BEGIN => begin = Some(e.time),
                 _ => {
                     let b = begin.take().expect("a wait's BEGIN before its end");
-                    assert!(e.time - b >= 1_000_000, "a wait of {} ns was kept", e.time - b);
+                    assert!(
+                        e.time - b >= 1_000_000,
+                        "a wait of {} ns was kept",
+                        e.time - b
+                    );
                     kept += 1;
                 }
             }
@@ -376,5 +461,8 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
     assert!(long > 0, "no wait of 1 ms or more in the window");
     // The program's clock reads surround the system call: its waits look
     // a little longer than the kernel's, so a few near 1 ms are its only.
-    assert!(kept <= long && kept as f64 >= 0.9 * long as f64, "kept {kept}, program {long}");
+    assert!(
+        kept <= long && kept as f64 >= 0.9 * long as f64,
+        "kept {kept}, program {long}"
+    );
 }
