@@ -84,6 +84,8 @@ pub struct AttachConfig {
 pub struct AttachSummary {
     /// Waits recorded (completed, or still open at the end).
     pub waits: u64,
+    /// Of those, waits that slept and were woken.
+    pub slept: u64,
     /// Waits still blocked when the recording ended.
     pub open_waits: u64,
     /// Wakes that woke a thread.

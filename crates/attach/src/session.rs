@@ -383,6 +383,7 @@ impl Session<'_> {
             };
             self.out.push(thread, done)?;
             self.summary.waits += 1;
+            self.summary.slept += u64::from(e.ret == 0);
         } else {
             self.out.push(
                 thread,

@@ -55,8 +55,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     writeln!(
         out,
         "header command={:?} host={} cpus={} tsc_hz={:.0} version={} extra={:?} \
-         sleeping_wake_ns={}",
-        h.command, h.host, h.cpus, h.tsc_hz, h.recorder_version, h.extra, h.sleeping_wake_ns
+         sleeping_wake_ns={} monotonic_ns_at_start={} unix_ns_at_start={}",
+        h.command,
+        h.host,
+        h.cpus,
+        h.tsc_hz,
+        h.recorder_version,
+        h.extra,
+        h.sleeping_wake_ns,
+        // Time 0 on the machine's clocks: event times plus these are
+        // CLOCK_MONOTONIC and wall-clock instants, to line a trace up
+        // with the program's own logs.
+        h.monotonic_ns_at_start,
+        h.unix_ns_at_start
     )?;
     let mut printed = 0u64;
     let mut per_op: std::collections::BTreeMap<&'static str, u64> = Default::default();

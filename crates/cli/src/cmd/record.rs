@@ -768,16 +768,18 @@ fn attach(args: Args) -> anyhow::Result<i32> {
             lockscope_attach::Ended::Exited => "the process exited",
             _ => "ended",
         };
+        let count = lockscope_text::units::count;
         eprintln!(
-            "lockscope: detached ({ended}) after {:.3} s: {} blocking waits ({} still blocked), {} wakes that woke a thread, {} threads in {} processes{}; trace written to {}",
+            "lockscope: detached ({ended}) after {:.3} s: {} waits that slept, {} that returned at once, {} still blocked; {} wakes that woke a thread; {} threads in {} processes{}; trace written to {}",
             s.duration_ns as f64 / 1e9,
-            s.waits,
-            s.open_waits,
-            s.wakes,
+            count(s.slept),
+            count(s.waits - s.slept - s.open_waits),
+            count(s.open_waits),
+            count(s.wakes),
             s.threads,
             s.processes,
             if s.lost > 0 {
-                format!(", {} events LOST", s.lost)
+                format!(", {} events LOST", count(s.lost))
             } else {
                 String::new()
             },
