@@ -5,14 +5,17 @@
 // every FUTEX_WAKE that woke a thread, so that a test can count exactly
 // the blocking waits inside the window an attached recorder saw.
 //
-// usage: attach_futex THREADS SECONDS LOGFILE
+// usage: attach_futex THREADS SECONDS LOGFILE [pthread]
 // prints: "iterations N counter C" (C == N: the lock excluded).
+// With `pthread`, the lock is the pthread mutex `pm` instead (glibc waits
+// in its own code: nothing is logged), for the kind a report gives it.
 #define _GNU_SOURCE
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +23,8 @@
 #define MAX_LOG (1 << 20)
 
 static atomic_int word;  // 0 free, 1 held, 2 held with waiters
+static pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
+static int use_pthread;
 static long counter;
 
 struct rec { long long start, end; char kind; };
@@ -42,6 +47,10 @@ static void note(long long s, long long e, char kind) {
 }
 
 static void lock(void) {
+    if (use_pthread) {
+        pthread_mutex_lock(&pm);
+        return;
+    }
     int c = 0;
     if (atomic_compare_exchange_strong(&word, &c, 1))
         return;
@@ -57,6 +66,10 @@ static void lock(void) {
 }
 
 static void unlock(void) {
+    if (use_pthread) {
+        pthread_mutex_unlock(&pm);
+        return;
+    }
     if (atomic_fetch_sub(&word, 1) != 1) {
         atomic_store(&word, 0);
         long long s = now_ns();
@@ -85,10 +98,11 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s THREADS SECONDS LOGFILE\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "pthread") == 0)) {
+        fprintf(stderr, "usage: %s THREADS SECONDS LOGFILE [pthread]\n", argv[0]);
         return 2;
     }
+    use_pthread = argc == 5;
     int threads = atoi(argv[1]);
     double seconds = atof(argv[2]);
     if (threads < 1 || threads > 64 || seconds <= 0) {

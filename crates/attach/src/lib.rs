@@ -73,6 +73,8 @@ pub struct AttachConfig {
     /// Keep only processes whose command name (`comm`) is one of these
     /// (empty: all).
     pub comms: Vec<String>,
+    /// Keep only these futex words (lock addresses; empty: all).
+    pub locks: Vec<u64>,
     /// The trace to write.
     pub output: PathBuf,
     /// Labels (`KEY`, `VALUE`) stored in the header.

@@ -331,7 +331,9 @@ impl Session<'_> {
     }
 
     fn event(&mut self, e: RawEvent) -> Result<(), AttachError> {
-        if !self.cfg.tids.is_empty() && !self.cfg.tids.contains(&e.tid) {
+        if (!self.cfg.tids.is_empty() && !self.cfg.tids.contains(&e.tid))
+            || (!self.cfg.locks.is_empty() && !self.cfg.locks.contains(&e.uaddr))
+        {
             self.filtered += 1;
             return Ok(());
         }
@@ -565,7 +567,9 @@ pub fn record(cfg: &AttachConfig, stop: &AtomicBool) -> Result<AttachSummary, At
         else {
             continue;
         };
-        if !cfg.tids.is_empty() && !cfg.tids.contains(&c.tid) {
+        if (!cfg.tids.is_empty() && !cfg.tids.contains(&c.tid))
+            || (!cfg.locks.is_empty() && !cfg.locks.contains(&c.uaddr))
+        {
             continue;
         }
         let thread = s.thread(pid, c.tid, c.start)?;

@@ -192,6 +192,16 @@ pub struct Args {
         help_heading = "Attach mode (a running process, no restart)"
     )]
     tids: Vec<u32>,
+    /// Keep only this lock (repeatable): its address, as a report shows
+    /// it (`0x55c1a9cfd0c8`; the futex word of a pthread mutex is the
+    /// mutex's address).
+    #[arg(
+        long = "lock",
+        value_name = "ADDR",
+        value_parser = parse_addr,
+        help_heading = "Attach mode (a running process, no restart)"
+    )]
+    locks: Vec<u64>,
     /// With -a: keep only processes with this command name (repeatable).
     #[arg(
         long = "comm",
@@ -242,6 +252,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         (args.duration.is_some(), "--duration"),
         (args.min_wait.is_some(), "--min-wait"),
         (!args.tids.is_empty(), "--tid"),
+        (!args.locks.is_empty(), "--lock"),
         (!args.comms.is_empty(), "--comm"),
     ] {
         if set {
@@ -654,6 +665,15 @@ fn lock_names(
 
 /// `--label KEY=VALUE`: checked here so that a trace never holds a label
 /// a query engine or a profiler's label syntax would choke on.
+/// A lock address as reports print it: `0x` and hex digits (or decimal).
+fn parse_addr(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a lock address (like 0x55c1a9cfd0c8)"))
+}
+
 fn parse_label(s: &str) -> Result<(String, String), String> {
     let Some((k, v)) = s.split_once('=') else {
         return Err(format!("{s:?} is not KEY=VALUE"));
@@ -730,6 +750,7 @@ fn attach(args: Args) -> anyhow::Result<i32> {
         min_wait_ns,
         tids: args.tids,
         comms: args.comms,
+        locks: args.locks,
         output: output.clone(),
         labels: args.labels,
     };

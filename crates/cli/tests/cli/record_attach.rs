@@ -466,3 +466,87 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
         "kept {kept}, program {long}"
     );
 }
+
+#[test]
+fn a_pthread_mutex_seen_by_attach_is_a_mutex_named_by_its_variable() {
+    let dir = temp("attach-pthread");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_futex", &dir);
+    let (r, out) = attach_to(
+        &dir,
+        Command::new(&bin)
+            .args(["3", "3"])
+            .arg(dir.join("unused.log"))
+            .arg("pthread"),
+        &["--duration", "1s"],
+    );
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f[1], f[3], "{out}");
+    // glibc's __lll_lock_wait is the innermost frame of the waits; the
+    // pthread_mutex_lock above it says what the word is.
+    let lock = &r["locks"][0];
+    assert_eq!(lock["name"], "pm", "{lock}");
+    assert_eq!(lock["kind"], "futex-mutex", "{lock}");
+    let b = &r["blame"][0];
+    assert!(
+        b["waiter_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("lock (attach_futex.c:"),
+        "{b}"
+    );
+    assert!(
+        b["holder_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("unlock (attach_futex.c:"),
+        "{b}"
+    );
+}
+
+#[test]
+fn a_lock_filter_keeps_no_wait_of_other_words() {
+    let dir = temp("attach-lock-filter");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_futex", &dir);
+    let trace = dir.join("t.lstrace");
+    let prog = Command::new(&bin)
+        .args(["3", "3"])
+        .arg(dir.join("waits.log"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = prog.id().to_string();
+    let out = lockscope(
+        &[
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "-p",
+            &pid,
+            "--duration",
+            "500ms",
+            "--lock",
+            "0x1",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut prog = prog;
+    assert!(prog.wait().unwrap().success());
+    // The program contended all along (its log says so); no word is at 0x1.
+    let log = std::fs::read_to_string(dir.join("waits.log")).unwrap();
+    assert!(log_lines(&log).len() > 100, "the fixture did not contend");
+    let t = Trace::open(&trace).unwrap();
+    let n = t.events.values().flatten().count();
+    assert_eq!(n, 0, "events of other words were kept");
+}
