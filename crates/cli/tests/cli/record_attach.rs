@@ -121,7 +121,7 @@ fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
     let (truth_w, truth_k) = (inside('W'), inside('K'));
     eprintln!("waits: trace {slept}, program {truth_w}; wakes: trace {woke}, program {truth_k}");
     assert!(
-        truth_w >= 200,
+        truth_w >= 50,
         "too little contention to judge: {truth_w} waits"
     );
     // Within 5 %: the program's log and the kernel see the same calls;
