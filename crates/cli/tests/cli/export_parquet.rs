@@ -319,7 +319,25 @@ fn run_sql(tables: &Path, sql: &str) -> Vec<Value> {
 
 #[test]
 fn the_event_tables_hold_every_contended_wait_and_every_critical_section() {
-    let (dir, trace) = record_fixture("parquet-events", "mutex", &[]);
+    // mutex.c's threads contend unless the machine runs them one at a
+    // time (seen: 0 of 88,000 acquisitions contended with both CPUs busy):
+    // the truth of that run, so it is recorded again, up to 3 times; the
+    // tables are checked against whatever run is kept.
+    let mut tries = 0;
+    let (dir, trace) = loop {
+        tries += 1;
+        let (dir, trace) = record_fixture("parquet-events", "mutex", &[]);
+        let contended: u64 = report_json(&trace)["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["contended"].as_u64().unwrap_or(0))
+            .sum();
+        if contended > 0 || tries == 3 {
+            break (dir, trace);
+        }
+        eprintln!("no contended acquisition (a busy machine): recording again");
+    };
     let tables = dir.join("lockscope-tables");
     lockscope(&[
         "export".as_ref(),
