@@ -27,11 +27,20 @@ pub enum Stacks {
     None,
 }
 
+/// `--help` heading of attach mode's options.
+const ATTACH: &str = "Attach mode (a running process, no restart)";
+/// `--help` heading of the detailed-mode runtime's options.
+const DETAILED: &str = "Detailed mode (programs built with `lockscope cc`)";
+
 /// Run a program and record its lock operations into a trace file.
 ///
 /// The program runs with its own stdin, stdout and stderr; lockscope
 /// prints a short summary on stderr when it ends and exits with the
 /// program's exit status (128+N when it was killed by signal N).
+///
+/// With -p PID (or -a), no program is started: lockscope attaches to
+/// processes already running and records their blocking waits through
+/// eBPF (as root), until --duration, Ctrl-C or their exit.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file to write (overwritten if it exists). Default:
@@ -109,7 +118,7 @@ pub struct Args {
     /// locks protect. Sets LOCKSCOPE_ALL_ACCESSES=1 for the program.
     #[arg(
         long,
-        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+        help_heading = DETAILED
     )]
     all_accesses: bool,
     /// Call-path depth of each access inside a critical
@@ -118,7 +127,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "N",
-        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+        help_heading = DETAILED
     )]
     access_frames: Option<u32>,
     /// With --all-accesses: call-path depth of each access
@@ -128,7 +137,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "N",
-        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+        help_heading = DETAILED
     )]
     outside_frames: Option<u32>,
     /// Call-path depth of atomics and heap allocations
@@ -136,7 +145,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "N",
-        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+        help_heading = DETAILED
     )]
     event_frames: Option<u32>,
     /// Record each access of a run of identical ones
@@ -145,7 +154,7 @@ pub struct Args {
     /// LOCKSCOPE_COALESCE=0.
     #[arg(
         long,
-        help_heading = "Detailed mode (programs built with `lockscope cc`)"
+        help_heading = DETAILED
     )]
     no_coalesce: bool,
     /// Attach to this running process instead of starting a program
@@ -158,14 +167,14 @@ pub struct Args {
         short = 'p',
         long = "pid",
         value_name = "PID",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     pids: Vec<u32>,
     /// Attach to every process on the machine (use with --duration).
     #[arg(
         short = 'a',
         long = "all",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     all: bool,
     /// How long to stay attached (`10s`, `500ms`); default: until Ctrl-C
@@ -173,7 +182,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "DURATION",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     duration: Option<String>,
     /// Keep only waits at least this long (`10us`, `1ms`), filtered in the
@@ -182,14 +191,14 @@ pub struct Args {
     #[arg(
         long,
         value_name = "DURATION",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     min_wait: Option<String>,
     /// Keep only this thread (repeatable).
     #[arg(
         long = "tid",
         value_name = "TID",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     tids: Vec<u32>,
     /// Keep only this lock (repeatable): its address, as a report shows
@@ -199,14 +208,14 @@ pub struct Args {
         long = "lock",
         value_name = "ADDR",
         value_parser = parse_addr,
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     locks: Vec<u64>,
     /// With -a: keep only processes with this command name (repeatable).
     #[arg(
         long = "comm",
         value_name = "NAME",
-        help_heading = "Attach mode (a running process, no restart)"
+        help_heading = ATTACH
     )]
     comms: Vec<String>,
     /// The program to record and its arguments (after `--`).

@@ -21,6 +21,21 @@
 //! The helper modules are declared here once; a test module brings one
 //! in with `use crate::record_util;`.
 
+/// Held by the tests whose fixtures need the CPUs to themselves to show
+/// what they check (threads that must run at once to contend, a timed
+/// window), and by those that keep both CPUs busy for seconds (attach
+/// mode's fixtures): in one process such tests would otherwise run side
+/// by side, two at a time on a 2-CPU machine (seen: `hot_short.c` with 13
+/// contended of 800,000 acquisitions while an attach fixture ran). Other
+/// tests stay parallel.
+static CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`CPUS`] for the rest of the calling test (a test that failed
+/// while holding it does not poison the others).
+pub(crate) fn cpus() -> std::sync::MutexGuard<'static, ()> {
+    CPUS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 // Helpers shared by the test modules.
 mod detailed_support;
 mod export_util;

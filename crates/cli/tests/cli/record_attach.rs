@@ -8,6 +8,7 @@
 //! missing, the tests skip with a notice, except under CI's
 //! LOCKSCOPE_REQUIRE_TOOLS, where they fail.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -57,51 +58,9 @@ fn log_lines(text: &str) -> Vec<(char, u64, u64)> {
         .collect()
 }
 
-#[test]
-fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
-    let dir = temp("attach-window");
-    if attach_available(&dir).is_none() {
-        return;
-    }
-    let bin = build_c("attach_futex", &dir);
-    let log = dir.join("waits.log");
-    let trace = dir.join("t.lstrace");
-    let prog = Command::new(&bin)
-        .args(["3", "4"])
-        .arg(&log)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let pid = prog.id().to_string();
-    let out = lockscope(
-        &[
-            "record",
-            "-o",
-            trace.to_str().unwrap(),
-            "-p",
-            &pid,
-            "--duration",
-            "1500ms",
-        ],
-        None,
-    );
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "record -p failed: {err}");
-    assert!(err.contains("detached (time was up)"), "{err}");
-    // The program ran on, unchanged: its own check of mutual exclusion
-    // and its exit status.
-    let done = prog.wait_with_output().unwrap();
-    assert!(done.status.success(), "the program failed after detach");
-    let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
-    let f: Vec<&str> = stdout.split_whitespace().collect();
-    assert_eq!(f.len(), 4, "{stdout}");
-    assert_eq!(f[1], f[3], "the lock did not exclude: {stdout}");
-
-    let t = Trace::open(&trace).unwrap();
-    let t0 = t.header.monotonic_ns_at_start;
-    let dur = t.footer.as_ref().expect("a complete trace").duration_ns;
-    assert_eq!(t.header.get("capture"), Some("attach"));
+/// The waits of a trace: those that slept (DONE), and wakes that woke
+/// a thread.
+fn slept_and_woke(t: &Trace) -> (u64, u64) {
     let (mut slept, mut woke) = (0u64, 0u64);
     for e in t.events.values().flatten() {
         if e.op == Op::FutexWait as u8 && phase::of(e.flags) == phase::DONE {
@@ -111,6 +70,30 @@ fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
             woke += 1;
         }
     }
+    (slept, woke)
+}
+
+#[test]
+fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
+    let dir = temp("attach-window");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_futex", &dir);
+    let log = dir.join("waits.log");
+    let (trace, out, err) = attach_trace(
+        &dir,
+        Command::new(&bin).args(["3", "4"]).arg(&log),
+        &["--duration", "1500ms"],
+    );
+    assert!(err.contains("detached (time was up)"), "{err}");
+    assert_excluded(&out);
+
+    let t = Trace::open(&trace).unwrap();
+    let t0 = t.header.monotonic_ns_at_start;
+    let dur = t.footer.as_ref().expect("a complete trace").duration_ns;
+    assert_eq!(t.header.get("capture"), Some("attach"));
+    let (slept, woke) = slept_and_woke(&t);
     let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
     let inside = |k: char| {
         lines
@@ -139,59 +122,47 @@ fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
 
     // The report names the user's code for both sides: the waiter's
     // lock() and the releasing holder's unlock().
-    let r: Value = serde_json::from_str(&ok(&lockscope(
-        &["report", "--json", trace.to_str().unwrap()],
-        None,
-    )))
-    .unwrap();
+    let r = report_json(&trace);
     let lock = &r["locks"][0];
     assert_eq!(lock["name"], "word", "{lock}");
     assert!(lock["acquisitions"].is_null(), "{lock}");
     assert_eq!(lock["contended"].as_u64().unwrap(), slept, "{lock}");
-    let b = &r["blame"][0];
-    assert!(
-        b["waiter_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("lock (attach_futex.c:"),
-        "{b}"
-    );
-    assert!(
-        b["holder_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("unlock (attach_futex.c:"),
-        "{b}"
-    );
+    assert_blame(&r, "lock (attach_futex.c:", "unlock (attach_futex.c:");
 }
 
 #[test]
 fn record_names_a_missing_process_and_refuses_attach_options_for_a_program() {
-    let o = lockscope(&["record", "-p", "999999999", "--duration", "1s"], None);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no process 999999999"), "{err}");
-
-    let o = lockscope(&["record", "--min-wait", "1ms", "--", "/bin/true"], None);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--min-wait applies to attach mode"), "{err}");
-
-    let o = lockscope(&["record", "-a"], None);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("give --duration"), "{err}");
+    for (args, want) in [
+        (
+            &["record", "-p", "999999999", "--duration", "1s"][..],
+            "no process 999999999",
+        ),
+        (
+            &["record", "--min-wait", "1ms", "--", "/bin/true"][..],
+            "--min-wait applies to attach mode",
+        ),
+        (&["record", "-a"][..], "give --duration"),
+    ] {
+        let o = lockscope(args, None);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
 }
 
-/// Starts `cmd` (which runs for a few seconds), attaches after 1 s for
-/// `secs`, and returns the JSON report of the trace and the program's
-/// standard output.
-fn attach_to(dir: &std::path::Path, cmd: &mut Command, opts: &[&str]) -> (Value, String) {
+/// Starts `cmd` (which runs for a few seconds), attaches to it after 1 s
+/// with `opts` (a `--duration` among them), waits for it to end, and
+/// returns the trace, the program's standard output and the recorder's
+/// standard error. The program must succeed: detaching leaves it
+/// running, unchanged.
+fn attach_trace(dir: &Path, cmd: &mut Command, opts: &[&str]) -> (PathBuf, String, String) {
+    // The fixtures keep both CPUs busy for seconds.
+    let _cpus = crate::cpus();
     let trace = dir.join("t.lstrace");
     let prog = cmd.stdout(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let pid = prog.id().to_string();
-    let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap(), "-p", &pid];
+    let mut args = vec!["record", "-o", trace.to_str().unwrap(), "-p", &pid];
     args.extend_from_slice(opts);
     let out = lockscope(&args, None);
     assert!(
@@ -201,12 +172,41 @@ fn attach_to(dir: &std::path::Path, cmd: &mut Command, opts: &[&str]) -> (Value,
     );
     let done = prog.wait_with_output().unwrap();
     assert!(done.status.success(), "the program failed after detach");
-    let r = serde_json::from_str(&ok(&lockscope(
+    (
+        trace,
+        String::from_utf8_lossy(&done.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The JSON report of a trace.
+fn report_json(trace: &Path) -> Value {
+    serde_json::from_str(&ok(&lockscope(
         &["report", "--json", trace.to_str().unwrap()],
         None,
     )))
-    .unwrap();
-    (r, String::from_utf8_lossy(&done.stdout).into_owned())
+    .unwrap()
+}
+
+/// [`attach_trace`], then the trace's JSON report.
+fn attach_to(dir: &Path, cmd: &mut Command, opts: &[&str]) -> (Value, String) {
+    let (trace, out, _) = attach_trace(dir, cmd, opts);
+    (report_json(&trace), out)
+}
+
+/// attach_futex's own check, `iterations N counter N`: the lock excluded.
+fn assert_excluded(out: &str) {
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f.len(), 4, "{out}");
+    assert_eq!(f[1], f[3], "the lock did not exclude: {out}");
+}
+
+/// The top blame row's waiter and holder sites contain these.
+fn assert_blame(r: &Value, waiter: &str, holder: &str) {
+    let b = &r["blame"][0];
+    let site = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+    assert!(site("waiter_site").contains(waiter), "{b}");
+    assert!(site("holder_site").contains(holder), "{b}");
 }
 
 #[test]
@@ -230,23 +230,8 @@ fn attach_names_the_user_code_of_a_static_binary() {
         Command::new(&bin).args(["3", "3"]).arg(&log),
         &["--duration", "1s"],
     );
-    let f: Vec<&str> = out.split_whitespace().collect();
-    assert_eq!(f[1], f[3], "{out}");
-    let b = &r["blame"][0];
-    assert!(
-        b["waiter_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("lock (attach_futex.c:"),
-        "{b}"
-    );
-    assert!(
-        b["holder_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("unlock (attach_futex.c:"),
-        "{b}"
-    );
+    assert_excluded(&out);
+    assert_blame(&r, "lock (attach_futex.c:", "unlock (attach_futex.c:");
 }
 
 #[test]
@@ -257,26 +242,11 @@ fn attach_tells_a_rust_std_mutex_and_names_its_line() {
     }
     let bin = build_rust_with("attach_rust_mutex", &dir, &["-O", "-g"]);
     let (r, out) = attach_to(&dir, Command::new(&bin).arg("3"), &["--duration", "1s"]);
-    let f: Vec<&str> = out.split_whitespace().collect();
-    assert_eq!(f[1], f[3], "{out}");
+    assert_excluded(&out);
     let lock = &r["locks"][0];
     assert_eq!(lock["kind"], "futex-mutex", "{lock}");
     assert!(lock["acquisitions"].is_null(), "{lock}");
-    let b = &r["blame"][0];
-    assert!(
-        b["waiter_site"]
-            .as_str()
-            .unwrap()
-            .contains("attach_rust_mutex.rs:"),
-        "{b}"
-    );
-    assert!(
-        b["holder_site"]
-            .as_str()
-            .unwrap()
-            .contains("attach_rust_mutex.rs:"),
-        "{b}"
-    );
+    assert_blame(&r, "attach_rust_mutex.rs:", "attach_rust_mutex.rs:");
 }
 
 #[test]
@@ -298,21 +268,7 @@ fn attach_sees_a_python_threading_lock_wait_at_its_interpreter_sites() {
     // The script's lock is the most waited-for word: its waits are in
     // CPython's lock acquisition, and the wakes that ended them in its
     // release.
-    let b = &r["blame"][0];
-    assert!(
-        b["waiter_site"]
-            .as_str()
-            .unwrap()
-            .contains("PyThread_acquire_lock"),
-        "{b}"
-    );
-    assert!(
-        b["holder_site"]
-            .as_str()
-            .unwrap()
-            .contains("PyThread_release_lock"),
-        "{b}"
-    );
+    assert_blame(&r, "PyThread_acquire_lock", "PyThread_release_lock");
 }
 
 #[test]
@@ -325,18 +281,16 @@ fn attach_all_keeps_each_process_apart_and_filters_by_command_name() {
     let (a, b) = (dir.join("af_one"), dir.join("af_two"));
     std::fs::copy(&bin, &a).unwrap();
     std::fs::copy(&bin, &b).unwrap();
-    let pa = Command::new(&a)
-        .args(["2", "3"])
-        .arg(dir.join("a.log"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pb = Command::new(&b)
-        .args(["2", "3"])
-        .arg(dir.join("b.log"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let spawn = |p: &Path, log: &str| {
+        Command::new(p)
+            .args(["2", "3"])
+            .arg(dir.join(log))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let _cpus = crate::cpus();
+    let procs = [spawn(&a, "a.log"), spawn(&b, "b.log")];
     std::thread::sleep(Duration::from_secs(1));
     let trace = dir.join("t.lstrace");
     let out = lockscope(
@@ -360,14 +314,10 @@ fn attach_all_keeps_each_process_apart_and_filters_by_command_name() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for mut p in [pa, pb] {
+    for mut p in procs {
         assert!(p.wait().unwrap().success());
     }
-    let r: Value = serde_json::from_str(&ok(&lockscope(
-        &["report", "--json", trace.to_str().unwrap()],
-        None,
-    )))
-    .unwrap();
+    let r = report_json(&trace);
     let mut pids: Vec<u64> = r["locks"]
         .as_array()
         .unwrap()
@@ -400,37 +350,11 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
     }
     let bin = build_c("attach_futex", &dir);
     let log = dir.join("waits.log");
-    let trace = dir.join("t.lstrace");
-    let prog = Command::new(&bin)
-        .args(["3", "3"])
-        .arg(&log)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let pid = prog.id().to_string();
-    let out = lockscope(
-        &[
-            "record",
-            "-q",
-            "-o",
-            trace.to_str().unwrap(),
-            "-p",
-            &pid,
-            "--duration",
-            "1s",
-            "--min-wait",
-            "1ms",
-        ],
-        None,
+    let (trace, _, _) = attach_trace(
+        &dir,
+        Command::new(&bin).args(["3", "3"]).arg(&log),
+        &["--duration", "1s", "--min-wait", "1ms"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut prog = prog;
-    assert!(prog.wait().unwrap().success());
     let t = Trace::open(&trace).unwrap();
     let t0 = t.header.monotonic_ns_at_start;
     let dur = t.footer.as_ref().unwrap().duration_ns;
@@ -482,28 +406,13 @@ fn a_pthread_mutex_seen_by_attach_is_a_mutex_named_by_its_variable() {
             .arg("pthread"),
         &["--duration", "1s"],
     );
-    let f: Vec<&str> = out.split_whitespace().collect();
-    assert_eq!(f[1], f[3], "{out}");
+    assert_excluded(&out);
     // glibc's __lll_lock_wait is the innermost frame of the waits; the
     // pthread_mutex_lock above it says what the word is.
     let lock = &r["locks"][0];
     assert_eq!(lock["name"], "pm", "{lock}");
     assert_eq!(lock["kind"], "futex-mutex", "{lock}");
-    let b = &r["blame"][0];
-    assert!(
-        b["waiter_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("lock (attach_futex.c:"),
-        "{b}"
-    );
-    assert!(
-        b["holder_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("unlock (attach_futex.c:"),
-        "{b}"
-    );
+    assert_blame(&r, "lock (attach_futex.c:", "unlock (attach_futex.c:");
 }
 
 #[test]
@@ -513,39 +422,15 @@ fn a_lock_filter_keeps_no_wait_of_other_words() {
         return;
     }
     let bin = build_c("attach_futex", &dir);
-    let trace = dir.join("t.lstrace");
-    let prog = Command::new(&bin)
-        .args(["3", "3"])
-        .arg(dir.join("waits.log"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let pid = prog.id().to_string();
-    let out = lockscope(
-        &[
-            "record",
-            "-o",
-            trace.to_str().unwrap(),
-            "-p",
-            &pid,
-            "--duration",
-            "500ms",
-            "--lock",
-            "0x1",
-        ],
-        None,
+    let log = dir.join("waits.log");
+    let (trace, _, _) = attach_trace(
+        &dir,
+        Command::new(&bin).args(["3", "3"]).arg(&log),
+        &["--duration", "500ms", "--lock", "0x1"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut prog = prog;
-    assert!(prog.wait().unwrap().success());
     // The program contended all along (its log says so); no word is at 0x1.
-    let log = std::fs::read_to_string(dir.join("waits.log")).unwrap();
-    assert!(log_lines(&log).len() > 100, "the fixture did not contend");
+    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
+    assert!(lines.len() > 100, "the fixture did not contend");
     let t = Trace::open(&trace).unwrap();
     let n = t.events.values().flatten().count();
     assert_eq!(n, 0, "events of other words were kept");

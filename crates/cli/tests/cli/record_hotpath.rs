@@ -11,14 +11,12 @@ use std::process::Command;
 use lockscope_format::{phase, Op};
 use record_util::*;
 
-/// Held by the two tests whose outcome depends on the other's load: the
-/// preempted-call test runs a CPU hog, and a slow call recorded beside
-/// it can be judged preempted instead of waiting (19 of 20 contended,
-/// now and then, when the two ran at once).
-static CPU_SENSITIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+/// The two tests whose outcome depends on the other's load (the
+/// preempted-call test runs a CPU hog, and a slow call recorded beside it
+/// can be judged preempted instead of waiting: 19 of 20 contended, now
+/// and then, when the two ran at once) hold the binary's CPU guard.
 fn cpu_sensitive() -> std::sync::MutexGuard<'static, ()> {
-    CPU_SENSITIVE.lock().unwrap_or_else(|e| e.into_inner())
+    crate::cpus()
 }
 
 /// Builds the user's shim `tests/programs/preload/NAME.c` (a shared

@@ -21,6 +21,7 @@ fn report(trace: &Path, extra: &[&str]) -> String {
 
 #[test]
 fn hot_mutex_gets_a_lock_recommendation_with_a_command() {
+    let _cpus = crate::cpus();
     let dir = temp("report-advice");
     let bin = build_c("report/hot_short", &dir);
     // A large buffer: ~1.7 M events in about a second, and none may be
