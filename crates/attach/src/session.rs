@@ -74,8 +74,20 @@ fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// True while the process runs: it exists and is not a zombie (a process
+/// that exited but whose parent has not reaped it yet keeps its /proc
+/// entry; waiting for the reap could wait for ever, the parent being the
+/// one waiting for the recording to end).
 fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S ...`: the state follows the last ')' (a command name
+    // may hold parentheses and spaces).
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
 }
 
 /// What the trace knows of one process.

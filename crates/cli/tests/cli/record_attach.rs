@@ -435,3 +435,75 @@ fn a_lock_filter_keeps_no_wait_of_other_words() {
     let n = t.events.values().flatten().count();
     assert_eq!(n, 0, "events of other words were kept");
 }
+
+#[test]
+fn attach_ends_with_the_process_or_at_ctrl_c_and_leaves_it_running() {
+    let dir = temp("attach-end");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let _cpus = crate::cpus();
+    let bin = build_c("attach_futex", &dir);
+    // No --duration: the recording ends when the process exits.
+    let prog = Command::new(&bin)
+        .args(["2", "2"])
+        .arg(dir.join("a.log"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t1 = dir.join("exit.lstrace");
+    let out = lockscope(
+        &[
+            "record",
+            "-o",
+            t1.to_str().unwrap(),
+            "-p",
+            &prog.id().to_string(),
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("detached (the process exited)"), "{err}");
+    assert_excluded(&String::from_utf8_lossy(
+        &prog.wait_with_output().unwrap().stdout,
+    ));
+    assert!(slept_and_woke(&Trace::open(&t1).unwrap()).0 > 0);
+
+    // Ctrl-C (SIGINT to the recorder): the trace is written, the process
+    // goes on to its own end.
+    let prog = Command::new(&bin)
+        .args(["2", "3"])
+        .arg(dir.join("b.log"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t2 = dir.join("int.lstrace");
+    let rec = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args([
+            "record",
+            "-o",
+            t2.to_str().unwrap(),
+            "-p",
+            &prog.id().to_string(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on the recorder this test started, still running.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    let r = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("detached (stopped)"), "{err}");
+    let done = prog.wait_with_output().unwrap();
+    assert!(done.status.success(), "the program failed after detach");
+    assert_excluded(&String::from_utf8_lossy(&done.stdout));
+    let t = Trace::open(&t2).unwrap();
+    assert!(
+        t.footer.is_some(),
+        "the trace of a stopped recording is complete"
+    );
+    assert!(slept_and_woke(&t).0 > 0);
+}
