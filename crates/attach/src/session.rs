@@ -3,7 +3,7 @@
 //! that names them, events in per-thread chunks), so memory does not grow
 //! with the recording's length.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -97,7 +97,7 @@ struct Proc {
     /// Call paths already written, by frames.
     stacks: HashMap<Vec<u64>, u32>,
     /// Futex words already named by a `Lock` record.
-    locks: HashMap<u64, ()>,
+    locks: HashSet<u64>,
     ended: bool,
     /// Its threads' trace ids, by tid.
     threads: HashMap<u32, u32>,
@@ -196,7 +196,7 @@ impl Session<'_> {
                 id,
                 unwinder: ProcessUnwinder::new(),
                 stacks: HashMap::new(),
-                locks: HashMap::new(),
+                locks: HashSet::new(),
                 ended: false,
                 threads: HashMap::new(),
                 at_start: Vec::new(),
@@ -328,7 +328,7 @@ impl Session<'_> {
     ) -> Result<(), AttachError> {
         let first_ns = self.rel(at);
         let p = self.procs.get_mut(&pid).expect("process seen first");
-        if p.locks.insert(addr, ()).is_some() {
+        if !p.locks.insert(addr) {
             return Ok(());
         }
         let process = p.id;

@@ -8,7 +8,7 @@
 //! executable mapping ends the walk: no frame that maps to no code is ever
 //! emitted.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ops::Range;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -28,7 +28,7 @@ pub struct ProcessUnwinder {
     /// all of them ends a walk.
     code: Vec<Range<u64>>,
     /// Files already added, by path and mapped start.
-    added: HashMap<(String, u64), ()>,
+    added: HashSet<(String, u64)>,
 }
 
 impl ProcessUnwinder {
@@ -38,7 +38,7 @@ impl ProcessUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             code: Vec::new(),
-            added: HashMap::new(),
+            added: HashSet::new(),
         }
     }
 
@@ -58,10 +58,9 @@ impl ProcessUnwinder {
             {
                 self.code.push(m.start..m.end);
             }
-            if !m.path.starts_with('/') || self.added.contains_key(&(m.path.clone(), m.start)) {
+            if !m.path.starts_with('/') || !self.added.insert((m.path.clone(), m.start)) {
                 continue;
             }
-            self.added.insert((m.path.clone(), m.start), ());
             // Through the process's root, so that a program in a container
             // or a deleted-and-replaced file is read as the process sees it.
             let via_root = format!("/proc/{pid}/root{}", m.path);

@@ -815,6 +815,12 @@ fn attach(args: Args) -> anyhow::Result<i32> {
             },
             output.display()
         );
+        if s.filtered > 0 {
+            eprintln!(
+                "lockscope: {} waits and wakes of other threads, processes or locks left out (--tid, --comm, --lock)",
+                count(s.filtered)
+            );
+        }
     }
     Ok(0)
 }
