@@ -1582,6 +1582,17 @@ fn full_report(meta: &Meta, model: &Model, names: &mut Names, cfg: &ReportConfig
     if !cfg.symbolize {
         notes.push("symbolization disabled: sites are module+offset".into());
     }
+    // A trace of attach mode (`record -p PID`) holds only what the kernel
+    // saw of the futex calls: every figure it cannot know is "-", and the
+    // note says why, in every output.
+    if meta.header.get("capture") == Some("attach") {
+        notes.push(
+            "attach mode (eBPF, record -p): only futex waits (those that slept, those that returned at once) and \
+             wakes that woke a thread were seen; acquisitions and holds of sections that never waited happened \
+             in user space, unseen (-), and nothing ran inside the program, so there is no recorder cost to subtract"
+                .into(),
+        );
+    }
     // Loss records and in-stream Lost annotations may describe the same
     // drops: take the largest account rather than their sum.
     let lost_records: u64 = meta.losses.iter().map(|l| l.events).sum();

@@ -123,6 +123,8 @@ fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
     // The report names the user's code for both sides: the waiter's
     // lock() and the releasing holder's unlock().
     let r = report_json(&trace);
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("attach mode (eBPF, record -p)"), "{notes}");
     let lock = &r["locks"][0];
     assert_eq!(lock["name"], "word", "{lock}");
     assert!(lock["acquisitions"].is_null(), "{lock}");
