@@ -32,6 +32,7 @@
 //! that could not be copied. x86-64 only (the register offsets of the
 //! kernel side). Needs CAP_BPF and CAP_PERFMON (or root).
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod bpf;
 mod session;
@@ -43,17 +44,10 @@ use std::time::Duration;
 
 pub use session::record;
 
-/// CLOCK_MONOTONIC, ns: the clock `bpf_ktime_get_ns` reads.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer
-    // to a local; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// CLOCK_MONOTONIC, ns: the clock `bpf_ktime_get_ns` reads (the ring
+/// protocol's clock, which the recorder's other clocks are also read
+/// from).
+pub(crate) use lockscope_ring::tsc::monotonic_ns;
 
 /// What to attach to and how.
 #[derive(Clone, Debug)]

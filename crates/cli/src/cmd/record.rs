@@ -252,6 +252,22 @@ fn default_output() -> anyhow::Result<(PathBuf, bool)> {
     anyhow::bail!("lockscope.lstrace .. lockscope-9999.lstrace all exist; name the trace with -o")
 }
 
+/// The trace to write: `-o FILE`, else the first free default name
+/// (said on stderr unless `quiet` when it is not `lockscope.lstrace`).
+fn output_path(named: Option<PathBuf>, quiet: bool) -> anyhow::Result<PathBuf> {
+    let (output, renamed) = match named {
+        Some(p) => (p, false),
+        None => default_output()?,
+    };
+    if renamed && !quiet {
+        eprintln!(
+            "lockscope: lockscope.lstrace exists; writing this trace to {}",
+            output.display()
+        );
+    }
+    Ok(output)
+}
+
 /// Runs the subcommand; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     if !args.pids.is_empty() || args.all {
@@ -275,16 +291,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut it = args.command.into_iter();
     let program = it.next().expect("clap requires PROGRAM");
     let prog_args: Vec<OsString> = it.collect();
-    let (output, renamed) = match args.output {
-        Some(p) => (p, false),
-        None => default_output()?,
-    };
-    if renamed && !args.quiet {
-        eprintln!(
-            "lockscope: lockscope.lstrace exists; writing this trace to {}",
-            output.display()
-        );
-    }
+    let output = output_path(args.output, args.quiet)?;
     let mut cfg = RecordConfig::new(program.clone(), prog_args, &output, lib);
     cfg.stacks = match args.stacks {
         Stacks::Contended => StackMode::Contended,
@@ -742,16 +749,7 @@ fn attach(args: Args) -> anyhow::Result<i32> {
         .map(|s| crate::cmd::util::parse_duration("--min-wait", s))
         .transpose()?
         .unwrap_or(0);
-    let (output, renamed) = match args.output {
-        Some(p) => (p, false),
-        None => default_output()?,
-    };
-    if renamed && !args.quiet {
-        eprintln!(
-            "lockscope: lockscope.lstrace exists; writing this trace to {}",
-            output.display()
-        );
-    }
+    let output = output_path(args.output, args.quiet)?;
     let cfg = lockscope_attach::AttachConfig {
         pids: args.pids,
         all: args.all,

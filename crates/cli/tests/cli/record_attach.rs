@@ -48,7 +48,10 @@ fn attach_available(dir: &std::path::Path) -> Option<()> {
 
 /// One line of the fixture's log: kind (`W` wait that slept, `K` wake
 /// that woke), start and end, CLOCK_MONOTONIC ns.
-fn log_lines(text: &str) -> Vec<(char, u64, u64)> {
+type LogLine = (char, u64, u64);
+
+/// The lines of the fixture's log.
+fn log_lines(text: &str) -> Vec<LogLine> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.split(' ');
@@ -75,30 +78,22 @@ fn slept_and_woke(t: &Trace) -> (u64, u64) {
 
 #[test]
 fn attach_counts_every_blocking_wait_of_a_running_program_in_its_window() {
-    let dir = temp("attach-window");
-    if attach_available(&dir).is_none() {
+    let Some((_dir, trace, lines, out, err)) =
+        attach_futex("attach-window", ["3", "4"], &["--duration", "1500ms"])
+    else {
         return;
-    }
-    let bin = build_c("attach_futex", &dir);
-    let log = dir.join("waits.log");
-    let (trace, out, err) = attach_trace(
-        &dir,
-        Command::new(&bin).args(["3", "4"]).arg(&log),
-        &["--duration", "1500ms"],
-    );
+    };
     assert!(err.contains("detached (time was up)"), "{err}");
     assert_excluded(&out);
 
     let t = Trace::open(&trace).unwrap();
-    let t0 = t.header.monotonic_ns_at_start;
-    let dur = t.footer.as_ref().expect("a complete trace").duration_ns;
+    let (t0, end) = window(&t);
     assert_eq!(t.header.get("capture"), Some("attach"));
     let (slept, woke) = slept_and_woke(&t);
-    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
     let inside = |k: char| {
         lines
             .iter()
-            .filter(|&&(kind, s, e)| kind == k && s >= t0 && e <= t0 + dur)
+            .filter(|&&(kind, s, e)| kind == k && s >= t0 && e <= end)
             .count() as u64
     };
     let (truth_w, truth_k) = (inside('W'), inside('K'));
@@ -178,6 +173,33 @@ fn attach_trace(dir: &Path, cmd: &mut Command, opts: &[&str]) -> (PathBuf, Strin
         trace,
         String::from_utf8_lossy(&done.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `attach_futex THREADS SECONDS waits.log` attached to after 1 s with
+/// `opts`: the scratch directory (kept alive), the trace, the lines of
+/// the program's log, the program's output and the recorder's standard
+/// error. `None` where attach mode cannot run here.
+fn attach_futex(
+    test: &str,
+    args: [&str; 2],
+    opts: &[&str],
+) -> Option<(TempDir, PathBuf, Vec<LogLine>, String, String)> {
+    let dir = temp(test);
+    attach_available(&dir)?;
+    let bin = build_c("attach_futex", &dir);
+    let log = dir.join("waits.log");
+    let (trace, out, err) = attach_trace(&dir, Command::new(&bin).args(args).arg(&log), opts);
+    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
+    Some((dir, trace, lines, out, err))
+}
+
+/// The trace's window on CLOCK_MONOTONIC: time 0 and its end.
+fn window(t: &Trace) -> (u64, u64) {
+    let t0 = t.header.monotonic_ns_at_start;
+    (
+        t0,
+        t0 + t.footer.as_ref().expect("a complete trace").duration_ns,
     )
 }
 
@@ -346,20 +368,15 @@ fn attach_all_keeps_each_process_apart_and_filters_by_command_name() {
 
 #[test]
 fn min_wait_keeps_only_the_waits_at_least_that_long() {
-    let dir = temp("attach-min-wait");
-    if attach_available(&dir).is_none() {
-        return;
-    }
-    let bin = build_c("attach_futex", &dir);
-    let log = dir.join("waits.log");
-    let (trace, _, _) = attach_trace(
-        &dir,
-        Command::new(&bin).args(["3", "3"]).arg(&log),
+    let Some((_dir, trace, lines, _, _)) = attach_futex(
+        "attach-min-wait",
+        ["3", "3"],
         &["--duration", "1s", "--min-wait", "1ms"],
-    );
+    ) else {
+        return;
+    };
     let t = Trace::open(&trace).unwrap();
-    let t0 = t.header.monotonic_ns_at_start;
-    let dur = t.footer.as_ref().unwrap().duration_ns;
+    let (t0, end) = window(&t);
     let mut kept = 0;
     for evs in t.events.values() {
         let mut begin = None;
@@ -379,10 +396,9 @@ fn min_wait_keeps_only_the_waits_at_least_that_long() {
         }
     }
     // Every wait of at least 1 ms inside the window, by the program's log.
-    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
     let long = lines
         .iter()
-        .filter(|&&(k, s, e)| k == 'W' && s >= t0 && e <= t0 + dur && e - s >= 1_000_000)
+        .filter(|&&(k, s, e)| k == 'W' && s >= t0 && e <= end && e - s >= 1_000_000)
         .count();
     assert!(long > 0, "no wait of 1 ms or more in the window");
     // The program's clock reads surround the system call: its waits look
@@ -419,19 +435,14 @@ fn a_pthread_mutex_seen_by_attach_is_a_mutex_named_by_its_variable() {
 
 #[test]
 fn a_lock_filter_keeps_no_wait_of_other_words() {
-    let dir = temp("attach-lock-filter");
-    if attach_available(&dir).is_none() {
-        return;
-    }
-    let bin = build_c("attach_futex", &dir);
-    let log = dir.join("waits.log");
-    let (trace, _, _) = attach_trace(
-        &dir,
-        Command::new(&bin).args(["3", "3"]).arg(&log),
+    let Some((_dir, trace, lines, _, _)) = attach_futex(
+        "attach-lock-filter",
+        ["3", "3"],
         &["--duration", "500ms", "--lock", "0x1"],
-    );
+    ) else {
+        return;
+    };
     // The program contended all along (its log says so); no word is at 0x1.
-    let lines = log_lines(&std::fs::read_to_string(&log).unwrap());
     assert!(lines.len() > 100, "the fixture did not contend");
     let t = Trace::open(&trace).unwrap();
     let n = t.events.values().flatten().count();
