@@ -520,3 +520,40 @@ fn attach_ends_with_the_process_or_at_ctrl_c_and_leaves_it_running() {
     );
     assert!(slept_and_woke(&t).0 > 0);
 }
+
+#[test]
+fn attach_tells_an_rwlock_a_mutex_and_a_condition_variable_apart() {
+    let dir = temp("attach-roles");
+    if attach_available(&dir).is_none() {
+        return;
+    }
+    let bin = build_c("attach_roles", &dir);
+    let (r, out) = attach_to(&dir, &mut Command::new(&bin), &["--duration", "1500ms"]);
+    assert_eq!(out.trim(), "done");
+    let kind_of = |name: &str| {
+        r["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"].as_str().unwrap_or_default().starts_with(name))
+            .map(|l| l["kind"].as_str().unwrap_or_default().to_string())
+    };
+    // The rwlock's futex words are fields inside it (`rw+0x8`): named by
+    // the variable that holds them.
+    assert_eq!(
+        kind_of("rw").as_deref(),
+        Some("futex-rwlock"),
+        "{}",
+        r["locks"]
+    );
+    assert_eq!(
+        kind_of("qm").as_deref(),
+        Some("futex-mutex"),
+        "{}",
+        r["locks"]
+    );
+    // The condition variable's words are condition waits, not locks.
+    assert_eq!(kind_of("qc"), None, "{}", r["locks"]);
+    let conds = r["conds"].to_string();
+    assert!(conds.contains("qc"), "{conds}");
+}
