@@ -93,6 +93,16 @@ const CASES: &[Case] = &[
         whatif: &["--readers", "lookup"],
     },
     Case {
+        name: "read-mostly 0%, rwlock (detailed)",
+        src: "rw_table.c",
+        openmp: false,
+        unfixed: &["60000", "mutex", "0", "512", "200"],
+        fixed: &["60000", "rwlock", "0", "512", "200"],
+        recorded: &["6000", "mutex", "0", "512", "200"],
+        mode: Mode::Detailed,
+        whatif: &["--rwlock", "m"],
+    },
+    Case {
         name: "read-mostly 5%, rwlock (detailed)",
         src: "rw_table.c",
         openmp: false,
