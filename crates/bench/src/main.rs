@@ -73,7 +73,7 @@ fn gcc(src: &Path, out: &Path, extra: &[&str]) {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
@@ -278,6 +278,28 @@ fn field(s: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.trim_start_matches('=').parse().ok())
 }
 
+/// (CPU ns per event, peak MB) of the recorder, from `record`'s summary
+/// line "the recorder used X of CPU (N ns per event) and M MB of memory
+/// at its peak" (not printed with `--quiet`).
+fn recorder_cost(stderr: &str) -> Option<(f64, f64)> {
+    let line = stderr.lines().find(|l| l.contains("the recorder used"))?;
+    let per = line
+        .split('(')
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let mb = line
+        .split(" and ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((per, mb))
+}
+
 /// (acquisitions, contended) of MutexLock in a trace.
 fn contended_in_trace(t: &Trace) -> (u64, u64) {
     let (mut acq, mut cont) = (0, 0);
@@ -342,12 +364,14 @@ fn main() {
         let mut plain = Vec::new();
         let mut rec = vec![Vec::new(); recs.len()];
         let mut lost_v = vec![Vec::new(); recs.len()];
+        let mut cost_v = vec![Vec::new(); recs.len()];
         for _ in 0..reps {
             let (_, out, _) = run_plain(&unc, &[&pa], &[]);
             plain.push(field(&out, "ns_per_pair").unwrap_or(f64::NAN));
             for (k, (_, lb)) in recs.iter().enumerate() {
-                let r = run_recorded_with(lb, &tmp, &unc, &[&pa], &["--quiet"]);
+                let r = run_recorded_with(lb, &tmp, &unc, &[&pa], &[]);
                 rec[k].push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
+                cost_v[k].push(recorder_cost(&r.stderr).map_or(f64::NAN, |c| c.0));
                 let t = Trace::open(&r.trace).expect("trace");
                 let l = t.footer.as_ref().map_or(0, |f| f.lost);
                 lost_v[k].push(l as f64 / (l as f64 + t.event_count() as f64));
@@ -359,11 +383,12 @@ fn main() {
             let r = median(rec[k].clone());
             let l = &lost_v[k];
             println!(
-                "{label}: recorded {r:.1} ns/pair: +{:.1} ns per pair, ratio {:.2}x; lost {:.1}% (median; runs: {})",
+                "{label}: recorded {r:.1} ns/pair: +{:.1} ns per pair, ratio {:.2}x; lost {:.1}% (median; runs: {}); the recorder's own CPU {:.1} ns per event (target 15)",
                 r - p,
                 r / p,
                 median(l.clone()) * 100.0,
-                l.iter().map(|x| format!("{:.1}%", x * 100.0)).collect::<Vec<_>>().join(" ")
+                l.iter().map(|x| format!("{:.1}%", x * 100.0)).collect::<Vec<_>>().join(" "),
+                median(cost_v[k].clone())
             );
         }
         // What no recorder of this design can avoid on this machine (issue
@@ -618,19 +643,23 @@ fn main() {
         // also counts the time it waited for a CPU: "CPU-normalized"
         // scales the added cost by min(threads, CPUs) / threads.
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        println!("| threads | unrecorded ns/pair | recorded ns/pair | added ns/pair | ratio | added vs 1 thread | CPU-normalized added vs 1 thread | events lost |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("| threads | unrecorded ns/pair | recorded ns/pair | added ns/pair | ratio | added vs 1 thread | CPU-normalized added vs 1 thread | events lost | recorder CPU ns/event | recorder peak MB |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         let pa = pairs.to_string();
         let mut added1 = f64::NAN;
         for threads in [1, 2, 8, 16] {
             let th = threads.to_string();
             let args = [th.as_str(), pa.as_str()];
             let (mut pw, mut rw, mut lost) = (Vec::new(), Vec::new(), 0u64);
+            let (mut cpu, mut mem) = (Vec::new(), Vec::new());
             for _ in 0..reps {
                 let (_, out, _) = run_plain(&pv, &args, &[]);
                 pw.push(field(&out, "ns_per_pair").unwrap_or(f64::NAN));
-                let r = run_recorded(&tmp, &pv, &args, &["--quiet"]);
+                let r = run_recorded(&tmp, &pv, &args, &[]);
                 rw.push(field(&r.stdout, "ns_per_pair").unwrap_or(f64::NAN));
+                let (c, m) = recorder_cost(&r.stderr).unwrap_or((f64::NAN, f64::NAN));
+                cpu.push(c);
+                mem.push(m);
                 let t = Trace::open(&r.trace).expect("trace");
                 lost += t.footer.as_ref().map_or(0, |f| f.lost);
             }
@@ -639,11 +668,13 @@ fn main() {
                 added1 = r - p;
             }
             println!(
-                "| {threads} | {p:.1} | {r:.1} | {:+.1} | {:.2}x | {:.2}x | {:.2}x | {lost} |",
+                "| {threads} | {p:.1} | {r:.1} | {:+.1} | {:.2}x | {:.2}x | {:.2}x | {lost} | {:.1} | {:.0} |",
                 r - p,
                 r / p,
                 (r - p) / added1,
-                (r - p) * (threads as f64).min(cpus) / threads as f64 / added1
+                (r - p) * (threads as f64).min(cpus) / threads as f64 / added1,
+                median(cpu),
+                median(mem)
             );
         }
     }

@@ -268,6 +268,32 @@ pub struct RecordOutcome {
     /// The directory the session was created in (`/dev/shm` unless told
     /// otherwise), for messages about its space.
     pub session_parent: PathBuf,
+    /// CPU time (user and system) the recording process itself used, ns:
+    /// the drain, the converters and the writer, not the program (its
+    /// own time is its children's). What the recorder costs a machine
+    /// whose CPUs the program keeps busy.
+    pub recorder_cpu_ns: u64,
+    /// Peak resident memory of the recording process, bytes: its
+    /// buffers, and the program's rings it has mapped (shared memory
+    /// counted once here, once in the program).
+    pub recorder_peak_rss_bytes: u64,
+}
+
+/// (CPU ns, peak RSS bytes) of the calling process so far, its children
+/// excluded; zeros where `getrusage` fails.
+pub fn own_usage() -> (u64, u64) {
+    // SAFETY: rusage is plain data; all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    (
+        ns(ru.ru_utime) + ns(ru.ru_stime),
+        // ru_maxrss is in KiB on Linux.
+        (ru.ru_maxrss.max(0) as u64) * 1024,
+    )
 }
 
 /// Why a recording failed.

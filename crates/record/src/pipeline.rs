@@ -333,6 +333,8 @@ impl Pipeline {
         // run is known, store the refined frequency (the events themselves
         // were converted with the running estimate).
         let _ = patch_header_hz(output, hz);
+        // After the writer's last byte: the whole recording's cost.
+        let (recorder_cpu_ns, recorder_peak_rss_bytes) = crate::own_usage();
         Ok(RecordOutcome {
             output: output.to_path_buf(),
             exit_status,
@@ -361,6 +363,8 @@ impl Pipeline {
             buffers_not_pooled: totals.rings_not_pooled,
             pool_not_ready: totals.pool_not_ready,
             session_parent: PathBuf::new(),
+            recorder_cpu_ns,
+            recorder_peak_rss_bytes,
         })
     }
 }

@@ -511,6 +511,26 @@ fn print_summary(o: &RecordOutcome, program: &OsString, quiet: bool) {
         o.output.display(),
         o.bytes as f64 / 1e6
     );
+    // The recorder's own cost, so that nobody has to guess it: on a
+    // machine whose CPUs the program keeps busy, its CPU time is taken
+    // from the program's threads.
+    // Per event only where there are enough events for the figure to be
+    // the cost of recording them rather than of starting up.
+    if o.recorder_cpu_ns > 0 {
+        let per_event = if o.events >= 1000 {
+            format!(
+                " ({:.1} ns per event)",
+                o.recorder_cpu_ns as f64 / o.events as f64
+            )
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "lockscope: the recorder used {} of CPU{per_event} and {} of memory at its peak",
+            secs(o.recorder_cpu_ns),
+            mib(o.recorder_peak_rss_bytes)
+        );
+    }
     // Ranked by time waited (what costs the program), not by how many
     // acquisitions waited.
     // A lock a thread was still waiting for when the program ended (a

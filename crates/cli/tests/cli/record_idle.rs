@@ -95,3 +95,84 @@ fn a_thread_that_ends_while_the_drain_sleeps_loses_nothing() {
         .count();
     assert_eq!(exits, 2);
 }
+
+/// Parses a duration as the summary prints it (`12.5 ms`, `1.02 s`,
+/// `850.0 us`) into ms.
+fn summary_ms(v: &str, unit: &str) -> f64 {
+    let v: f64 = v.parse().unwrap();
+    match unit {
+        "s" => v * 1e3,
+        "ms" => v,
+        "us" => v / 1e3,
+        u => panic!("unit {u}"),
+    }
+}
+
+// See issue 30: the recorder's cost per event is printed so that nobody
+// has to estimate it; it must be the recorder's own CPU, never the
+// program's (which is the recorder process's children's).
+#[test]
+#[allow(clippy::zombie_processes)]
+fn the_recorder_reports_its_own_cpu_apart_from_the_programs() {
+    let dir = temp("own_cpu");
+    let bin = build_c("mutex", &dir);
+    // A shell loop (a few hundred ms of CPU in the program, no lock
+    // call), then the mutex fixture in the same process (exit status 3).
+    let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .arg("record")
+        .arg("-o")
+        .arg(dir.join("trace.lstrace"))
+        .args(["--", "sh", "-c"])
+        .arg("i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; exec \"$0\"")
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage; wait4 fills it for our child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid out-pointers. Its few
+    // lines of stderr fit in the pipe until read below.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    let total = ms(ru.ru_utime) + ms(ru.ru_stime);
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(libc::WEXITSTATUS(status), 3, "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("lockscope: the recorder used "))
+        .unwrap_or_else(|| panic!("no cost line: {stderr}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    // lockscope: the recorder used V UNIT of CPU (N ns per event) and M MB ...
+    let recorder = summary_ms(w[4], w[5]);
+    let per_event: f64 = w[8].trim_start_matches('(').parse().unwrap();
+    let events: f64 = stderr
+        .lines()
+        .find(|l| l.starts_with("lockscope: recorded "))
+        .and_then(|l| l.split(", ").find(|p| p.ends_with("bytes/event)")))
+        .and_then(|p| p.split_whitespace().next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no event count: {stderr}"));
+    assert!(recorder > 0.0, "{line}");
+    assert!(
+        recorder <= total,
+        "the recorder's {recorder} ms is part of the command's {total} ms: {line}"
+    );
+    // The loop's CPU is the program's: the recorder, idle but for its
+    // start and end, used a small part of the whole.
+    assert!(
+        recorder < total / 2.0,
+        "the recorder reports {recorder} ms of the command's {total} ms: the program's \
+         loop counted as the recorder's? {line}"
+    );
+    let want = recorder * 1e6 / events.max(1.0);
+    assert!(
+        (per_event - want).abs() <= 0.05 * want + 0.1,
+        "{per_event} ns per event for {recorder} ms and {events} events: {line}"
+    );
+}
