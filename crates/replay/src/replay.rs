@@ -308,6 +308,12 @@ pub struct Program {
     /// look longer than it is in the uninstrumented program, and
     /// `--ulcp-free` predicted gains that a fixed program did not have.
     pub access_ns: u64,
+    /// The largest of the recorder's calibrated costs per event (an
+    /// acquisition's, a release's, another event's), ns, over the trace's
+    /// processes; 0 without a calibration. The part of a compute
+    /// segment's `oh` that is calibrated cost is at most this (the rest is
+    /// preemption taken out), which [`Grant::recorder_cost_pct`] scales.
+    pub calibrated_max_ns: u64,
     /// Per lock: recorded acquisitions (turns).
     pub turns: Vec<u64>,
     /// The recorded hand-off latency (release to the woken waiter's
@@ -504,6 +510,13 @@ impl Builder {
             .filter(|e| e.is_finite() && *e > 0.0)
             .reduce(f64::max)
             .map(|e| (e * IN_SITU_COST_FACTOR).round() as u64);
+        b.p.calibrated_max_ns = meta
+            .overhead
+            .values()
+            .flat_map(|o| [o.acquire_ns, o.release_ns, o.event_ns])
+            .filter(|e| e.is_finite() && *e > 0.0)
+            .fold(0.0f64, f64::max)
+            .round() as u64;
         b
     }
 
@@ -1236,11 +1249,13 @@ fn access_cost(h: &[u64], cap: Option<u64>) -> u64 {
 }
 
 /// How many times its hot-cache calibration the recorder's cost per event
-/// may be in a running program for [`access_cost`]: measured at about 3
-/// times (an access hook in a table scan: 50 ns in situ against a
-/// calibrated 16.4 ns per event; PARSEC fluidanimate's lock events:
-/// 0.69 s of extra CPU for 9.2 M events against 0.22 s calibrated).
-const IN_SITU_COST_FACTOR: f64 = 4.0;
+/// may be in a running program: measured at about 3 times (an access hook
+/// in a table scan: 50 ns in situ against a calibrated 16.4 ns per event;
+/// PARSEC fluidanimate's lock events: 0.69 s of extra CPU for 9.2 M events
+/// against 0.22 s calibrated). The bound of [`access_cost`], and the far
+/// end of a prediction's range where the recorder's cost is a large share
+/// of the work ([`Grant::recorder_cost_pct`]).
+pub const IN_SITU_COST_FACTOR: f64 = 4.0;
 
 /// Removes from a compute segment that ended at a memory access the part
 /// of the access's recording cost the synchronization layer did not
@@ -1676,6 +1691,18 @@ pub struct Grant {
     /// Wake-up latency of a waiter, in percent of the recorded one
     /// ([`Program::wake_after`]): the range of a prediction varies it.
     pub latency_pct: u32,
+    /// The recorder's cost per lock event where the program ran, in
+    /// percent of its calibration (100: as calibrated). Above 100 each
+    /// compute segment that ended at a lock event loses that much more
+    /// of the calibrated cost ([`Program::calibrated_max_ns`] at most per
+    /// segment, from its removed `oh`): the range of a prediction whose
+    /// trace the recorder's cost dominates spans it, because in a running
+    /// program the hooks cost several times their hot-cache calibration
+    /// ([`IN_SITU_COST_FACTOR`]) and the sections they lengthened made
+    /// convoys the program alone does not have. Segments that ended at a
+    /// memory access are left alone: their cost is estimated from the
+    /// trace itself ([`Program::access_ns`]).
+    pub recorder_cost_pct: u32,
 }
 
 impl Default for Grant {
@@ -1684,6 +1711,7 @@ impl Default for Grant {
             handoff: false,
             prefer_writers: false,
             latency_pct: 100,
+            recorder_cost_pct: 100,
         }
     }
 }
@@ -2017,6 +2045,11 @@ pub fn simulate_logged(
     let removed: Vec<bool> = (0..p.locks.len())
         .map(|l| sc.remove_locks.contains(&(l as u32)))
         .collect();
+    // The recorder's in-situ cost variant (Grant::recorder_cost_pct).
+    let extra_pct = sc
+        .arrival
+        .map_or(0, |g| u64::from(g.recorder_cost_pct.saturating_sub(100)));
+    let cal_max = p.calibrated_max_ns;
     let mut scale: Vec<u32> = vec![100; p.sections.len()];
     for &(cs, pct) in &sc.shrink {
         if let Some(s) = scale.get_mut(cs as usize) {
@@ -2178,7 +2211,7 @@ pub fn simulate_logged(
                             ns
                         }
                         Action::UnlockWork { .. } => 0,
-                        _ => compute_ns(&a, &scale, sc.keep_overhead),
+                        _ => compute_ns(&a, &scale, sc.keep_overhead, extra_pct, cal_max),
                     };
                     if ns == 0 {
                         pc[ti_us].next();
@@ -2455,11 +2488,19 @@ impl Sim {
     }
 }
 
-fn compute_ns(a: &Action, scale: &[u32], keep_overhead: bool) -> u64 {
+/// The work of a compute action in a scenario: `keep_overhead` adds the
+/// recorder's removed cost back; `extra_pct` (with `cal_max`, see
+/// [`Grant::recorder_cost_pct`]) removes that percentage more of the
+/// calibrated part of it.
+fn compute_ns(a: &Action, scale: &[u32], keep_overhead: bool, extra_pct: u64, cal_max: u64) -> u64 {
     match *a {
-        Action::Compute { ns, cs, oh, .. } => {
+        Action::Compute {
+            ns, cs, oh, access, ..
+        } => {
             let ns = if keep_overhead {
                 ns + u64::from(oh)
+            } else if extra_pct > 0 && !access {
+                ns.saturating_sub(u64::from(oh).min(cal_max) * extra_pct / 100)
             } else {
                 ns
             };
@@ -2971,6 +3012,33 @@ mod tests {
         let h = hist(&[(40, ACCESS_SAMPLES - 1)]);
         assert_eq!(access_cost(&h, None), 0);
         assert_eq!(quantile(&[0; 8], 1, 2), None);
+    }
+
+    /// The in-situ variant takes more of a lock event's calibrated cost
+    /// out of its segment, never the preemption folded into `oh`, never
+    /// from a segment that ended at a memory access, and nothing when
+    /// the recorder's cost is kept.
+    #[test]
+    fn the_in_situ_cost_variant_scales_only_the_calibrated_part() {
+        let c = |ns, oh, access| Action::Compute {
+            ns,
+            cs: u32::MAX,
+            oh,
+            access,
+            pre: 0,
+        };
+        // 40 ns calibrated, 300 % more of it: 120 ns.
+        assert_eq!(compute_ns(&c(1000, 40, false), &[], false, 300, 40), 880);
+        // 2 ms of preemption in `oh`: still at most 3 x 40 ns.
+        assert_eq!(
+            compute_ns(&c(1000, 2_000_040, false), &[], false, 300, 40),
+            880
+        );
+        // Never below zero.
+        assert_eq!(compute_ns(&c(100, 40, false), &[], false, 300, 40), 0);
+        assert_eq!(compute_ns(&c(1000, 40, true), &[], false, 300, 40), 1000);
+        assert_eq!(compute_ns(&c(1000, 40, false), &[], true, 300, 40), 1040);
+        assert_eq!(compute_ns(&c(1000, 40, false), &[], false, 0, 40), 1000);
     }
 
     #[test]
