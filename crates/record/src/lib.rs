@@ -280,7 +280,7 @@ pub struct RecordOutcome {
 }
 
 /// (CPU ns, peak RSS bytes) of the calling process so far, its children
-/// excluded; zeros where `getrusage` fails.
+/// excluded; zeros where they cannot be read.
 pub fn own_usage() -> (u64, u64) {
     // SAFETY: rusage is plain data; all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -289,11 +289,24 @@ pub fn own_usage() -> (u64, u64) {
         return (0, 0);
     }
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    (
-        ns(ru.ru_utime) + ns(ru.ru_stime),
-        // ru_maxrss is in KiB on Linux.
-        (ru.ru_maxrss.max(0) as u64) * 1024,
-    )
+    (ns(ru.ru_utime) + ns(ru.ru_stime), peak_rss())
+}
+
+/// The process's peak resident memory, bytes (`VmHWM`), 0 if unknown.
+///
+/// Not `getrusage`'s `ru_maxrss`: Linux keeps it across `exec`, so a
+/// recorder started by a large process (a benchmark harness holding a
+/// trace in memory) reported that process's 4.8 GB as its own.
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// Why a recording failed.
