@@ -7,6 +7,11 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+/// The library (address of its NUL-terminated soname, a `'static`) that a
+/// load-time [`Real::prefetch`] found not loaded: the prefetches after it
+/// do not look for it again (see there). 0: none.
+static PREFETCH_LIB_ABSENT: AtomicUsize = AtomicUsize::new(0);
+
 /// One lazily resolved function pointer.
 pub(crate) struct Real {
     p: AtomicUsize,
@@ -63,7 +68,19 @@ impl Real {
     /// program ever calls it.
     pub(crate) fn prefetch(&self) {
         if self.p.load(Ordering::Relaxed) == 0 {
-            let p = self.lookup();
+            // At load time a library that is not loaded yet stays so for
+            // every prefetch (they run one after another in our
+            // constructors): once one `dlopen(RTLD_NOLOAD)` of it has
+            // failed, the others skip it. Each failed one opened the
+            // library's file and `/etc/ld.so.cache` to compare identities
+            // (glibc does, for a name no loaded object has): 19 of them
+            // for libgomp's entry points in every process of a program
+            // without OpenMP, about 1 ms of its start-up. The lazy path
+            // (`get`) still looks in the library once it is loaded.
+            let lib = self.lib.as_ptr() as usize;
+            let skip_lib =
+                !self.lib.is_empty() && PREFETCH_LIB_ABSENT.load(Ordering::Relaxed) == lib;
+            let p = self.lookup_in(!skip_lib, true);
             if p != 0 {
                 self.p.store(p, Ordering::Relaxed);
             }
@@ -73,6 +90,13 @@ impl Real {
     /// dlvsym/dlsym in the global scope after us, then in `lib`; errno
     /// preserved; 0 if not found.
     fn lookup(&self) -> usize {
+        self.lookup_in(true, false)
+    }
+
+    /// [`Real::lookup`], looking in `lib` only when `in_lib`; with
+    /// `note_absent`, a `lib` found not loaded is remembered in
+    /// [`PREFETCH_LIB_ABSENT`].
+    fn lookup_in(&self, in_lib: bool, note_absent: bool) -> usize {
         // SAFETY: dlsym/dlvsym/dlopen with NUL-terminated names; errno is
         // saved because the program must not see our lookups. The handle
         // of `dlopen(RTLD_NOLOAD)` (a reference to an already loaded
@@ -80,7 +104,7 @@ impl Real {
         unsafe {
             let saved = *libc::__errno_location();
             let mut p = find(libc::RTLD_NEXT, self.name, self.version);
-            if p == 0 && !self.lib.is_empty() {
+            if p == 0 && in_lib && !self.lib.is_empty() {
                 let h = libc::dlopen(
                     self.lib.as_ptr() as *const libc::c_char,
                     libc::RTLD_LAZY | libc::RTLD_NOLOAD,
@@ -88,6 +112,8 @@ impl Real {
                 if !h.is_null() {
                     p = find(h, self.name, self.version);
                     libc::dlclose(h);
+                } else if note_absent {
+                    PREFETCH_LIB_ABSENT.store(self.lib.as_ptr() as usize, Ordering::Relaxed);
                 }
             }
             *libc::__errno_location() = saved;

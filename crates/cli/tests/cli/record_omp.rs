@@ -378,3 +378,42 @@ fn a_thread_waiting_for_a_task_is_not_hung_by_the_region_barrier() {
     // One per region: the thread with the empty body, each time.
     assert_eq!(gave_up, 2);
 }
+
+// See issue 30: every process of a program without OpenMP opened
+// libgomp's file and the loader's cache once per libgomp entry point at
+// start (19 times: a failed `dlopen(RTLD_NOLOAD)` compares file
+// identities), about 1 ms of each process's start-up.
+#[test]
+fn a_program_without_openmp_looks_for_libgomp_once_at_start() {
+    let Some(strace) = lockscope_test_support::tool_or_skip("strace", "strace") else {
+        return;
+    };
+    let dir = temp("omp_absent");
+    let log = dir.join("openat.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["record", "-q", "-o"])
+        .arg(dir.join("t.lstrace"))
+        .arg("--")
+        .arg(&strace)
+        .args(["-f", "-qq", "-e", "trace=openat", "-o"])
+        .arg(&log)
+        .arg("/bin/true")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The preload library is in /bin/true under strace: its own file is
+    // opened by the loader, so the log shows the preload at work.
+    assert!(text.contains("liblockscope_preload.so"), "{text}");
+    // Files opened, not the search path's misses (LD_LIBRARY_PATH under
+    // `cargo test` adds several): one search at most.
+    let opens = text
+        .lines()
+        .filter(|l| l.contains("libgomp.so") && !l.contains("= -1"))
+        .count();
+    assert!(opens <= 1, "libgomp opened {opens} times at start:\n{text}");
+}
