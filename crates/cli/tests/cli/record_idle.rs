@@ -14,31 +14,44 @@ use lockscope_format::{phase, Op};
 /// accounting at its exit: CPU time, not wall time, so that the bound
 /// holds on a loaded machine. (`-q`: no closing summary, whose symbol
 /// look-ups are a fixed cost that varies with the page cache.)
-// The child is reaped by wait4 (which gives its CPU time), not by
-// `Child::wait`, which clippy cannot see.
-#[allow(clippy::zombie_processes)]
 fn record_cpu_ms(dir: &std::path::Path, prog: &std::path::Path, args: &[&str]) -> (i32, f64) {
-    let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .arg("record")
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+    c.arg("record")
         .arg("-q")
         .arg("-o")
         .arg(dir.join("trace.lstrace"))
         .arg("--")
         .arg(prog)
-        .args(args)
+        .args(args);
+    let (status, ms, _) = run_with_cpu(c);
+    (status, ms)
+}
+
+/// Runs `c` (stdin and stdout null, stderr captured) and returns its
+/// wait status, the CPU time (ms) of it and of the processes it waited
+/// for, and its stderr.
+// The child is reaped by wait4 (which gives its CPU time), not by
+// `Child::wait`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn run_with_cpu(mut c: Command) -> (i32, f64, String) {
+    let child = c
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut status = 0;
     // SAFETY: all-zero is a valid rusage; wait4 fills it for our child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child, with valid out-pointers.
+    // SAFETY: waiting for our own child, with valid out-pointers. Its few
+    // lines of stderr fit in the pipe until read below.
     let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
     assert_eq!(pid, child.id() as libc::pid_t);
     let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    (status, ms(ru.ru_utime) + ms(ru.ru_stime))
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.unwrap().read_to_string(&mut stderr).unwrap();
+    (status, ms(ru.ru_utime) + ms(ru.ru_stime), stderr)
 }
 
 // See issue 30: the drain polled every 0.5 ms, 3-6 % of a vCPU (110-130 ms
@@ -112,36 +125,19 @@ fn summary_ms(v: &str, unit: &str) -> f64 {
 // has to estimate it; it must be the recorder's own CPU, never the
 // program's (which is the recorder process's children's).
 #[test]
-#[allow(clippy::zombie_processes)]
 fn the_recorder_reports_its_own_cpu_apart_from_the_programs() {
     let dir = temp("own_cpu");
     let bin = build_c("mutex", &dir);
     // A shell loop (a few hundred ms of CPU in the program, no lock
     // call), then the mutex fixture in the same process (exit status 3).
-    let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .arg("record")
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+    c.arg("record")
         .arg("-o")
         .arg(dir.join("trace.lstrace"))
         .args(["--", "sh", "-c"])
         .arg("i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; exec \"$0\"")
-        .arg(&bin)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: all-zero is a valid rusage; wait4 fills it for our child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child, with valid out-pointers. Its few
-    // lines of stderr fit in the pipe until read below.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    assert_eq!(pid, child.id() as libc::pid_t);
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    let total = ms(ru.ru_utime) + ms(ru.ru_stime);
-    let mut stderr = String::new();
-    use std::io::Read;
-    child.stderr.unwrap().read_to_string(&mut stderr).unwrap();
+        .arg(&bin);
+    let (status, total, stderr) = run_with_cpu(c);
     assert_eq!(libc::WEXITSTATUS(status), 3, "{stderr}");
     let line = stderr
         .lines()
