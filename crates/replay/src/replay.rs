@@ -301,7 +301,7 @@ pub struct Program {
     /// Estimated cost of recording one memory access in a detailed-mode
     /// trace, ns (0: no estimate, fewer than [`ACCESS_SAMPLES`] back-to-back
     /// accesses): the median of the dense intervals between two
-    /// consecutive accesses of a thread ([`access_cost`]). The recorder measures the cost of
+    /// consecutive accesses of a thread (`access_cost`). The recorder measures the cost of
     /// its lock hooks (`event_ns`, what the synchronization layer removes
     /// per event) but not of the access hooks, which cost several times
     /// more: without this, every access inside a critical section made it
@@ -1252,7 +1252,7 @@ fn access_cost(h: &[u64], cap: Option<u64>) -> u64 {
 /// may be in a running program: measured at about 3 times (an access hook
 /// in a table scan: 50 ns in situ against a calibrated 16.4 ns per event;
 /// PARSEC fluidanimate's lock events: 0.69 s of extra CPU for 9.2 M events
-/// against 0.22 s calibrated). The bound of [`access_cost`], and the far
+/// against 0.22 s calibrated). The bound of `access_cost`, and the far
 /// end of a prediction's range where the recorder's cost is a large share
 /// of the work ([`Grant::recorder_cost_pct`]).
 pub const IN_SITU_COST_FACTOR: f64 = 4.0;
