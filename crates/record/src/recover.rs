@@ -306,6 +306,45 @@ fn same_events(p: &[Event], s: &[Event]) -> bool {
     })
 }
 
+/// Fewest events a partial overlap is matched on ([`pick_partial`]).
+const PARTIAL_MIN: usize = 2;
+
+/// Events to skip for a thread whose overlap with the first part is
+/// shorter than [`WINDOW`] (it wrote fewer events than that between the
+/// dead recorder's last mark and its death): among `partial`, the matches
+/// of the ring's first events with the first part's last ones (events to
+/// skip, the signed difference of the two parts' times at the first
+/// part's last event, that event's time), the one whose time difference
+/// is the one the full matches of other threads measured (`offsets`:
+/// signed difference, time), within 10 ns plus 10 ppm of the time between
+/// them. None without such a match or without a full match to compare
+/// with: then nothing is skipped, as before.
+///
+/// Why the clock and not the events alone: a short window of a lock loop
+/// (lock, unlock, lock, unlock) also matches the first part's end shifted
+/// by one iteration, and taking that for the overlap would drop events
+/// silently; shifted by an iteration, the times differ by its length
+/// (tens of ns at least), while the same event read twice differs by the
+/// two rate estimates only. Without a partial match an overlap under 32
+/// events was written twice: 5 events of one thread in a recovery under
+/// load (`a_recorder_killed_while_the_program_runs_loses_nothing_it_does_not_count`),
+/// at +156 ns where the other thread's full match was.
+fn pick_partial(partial: &[(u64, i64, u64)], offsets: &[(i64, u64)]) -> Option<u64> {
+    partial
+        .iter()
+        .filter_map(|&(k, signed, at)| {
+            let fits = offsets.iter().any(|&(off, t)| {
+                let tol = 10 + (at.abs_diff(t) / 100_000) as i64;
+                (signed - off).abs() <= tol
+            });
+            fits.then_some((k, signed))
+        })
+        // The longest overlap that fits: a longer one has more events
+        // checked.
+        .max_by_key(|&(k, _)| k)
+        .map(|(k, _)| k)
+}
+
 /// The matching of the rings' threads onto the first part's, and how many
 /// leading events of each matched thread the first part already holds.
 struct Overlap {
@@ -472,9 +511,15 @@ impl Merge {
         };
         let mut matched: HashSet<u32> = HashSet::new();
         // Per matched thread: events seen so far, the latest WINDOW of
-        // them, and the best match yet (events to skip, distance in time
-        // from the first part's last event).
-        type Search = (u64, std::collections::VecDeque<Event>, Option<(u64, u64)>);
+        // them, the best match yet (events to skip, distance in time
+        // from the first part's last event, the signed difference of the
+        // two parts' times there), and the partial matches (below).
+        type Search = (
+            u64,
+            std::collections::VecDeque<Event>,
+            Option<(u64, u64, i64)>,
+            Vec<(u64, i64, u64)>,
+        );
         let mut search: HashMap<u32, Search> = HashMap::new();
         while let Some(rec) = tail.next()? {
             match rec {
@@ -508,12 +553,12 @@ impl Merge {
                         matched.insert(id);
                         o.threads.insert(t.id, id);
                         if self.last_first.get(&id).is_some_and(|v| !v.is_empty()) {
-                            search.insert(t.id, (0, Default::default(), None));
+                            search.insert(t.id, (0, Default::default(), None, Vec::new()));
                         }
                     }
                 }
                 Record::Events(c) => {
-                    let Some((n, win, best)) = search.get_mut(&c.thread) else {
+                    let Some((n, win, best, partial)) = search.get_mut(&c.thread) else {
                         continue;
                     };
                     let Some(p) = o
@@ -532,6 +577,7 @@ impl Merge {
                         }
                         win.push_back(e);
                         // Cheap test first: the last event's fields.
+                        let signed = e.time as i64 - p_last.time as i64;
                         if win.len() == p.len()
                             && e.op == p_last.op
                             && e.addr == p_last.addr
@@ -540,16 +586,46 @@ impl Merge {
                         {
                             let d = e.time.abs_diff(p_last.time);
                             if best.is_none_or(|b| d < b.1) {
-                                *best = Some((*n, d));
+                                *best = Some((*n, d, signed));
                             }
+                        } else if win.len() < p.len()
+                            && *n as usize == win.len()
+                            && win.len() >= PARTIAL_MIN
+                            && e.op == p_last.op
+                            && e.addr == p_last.addr
+                            && e.arg == p_last.arg
+                            && same_events(&p[p.len() - win.len()..], win.make_contiguous())
+                        {
+                            // The ring's first events are the first
+                            // part's last ones: an overlap shorter than
+                            // the window (see `pick_partial`).
+                            partial.push((*n, signed, p_last.time));
                         }
                     })?;
                 }
                 _ => {}
             }
         }
-        for (t, (_, _, best)) in search {
-            if let Some((k, _)) = best {
+        // The two parts' clocks differ by the same amount for every
+        // thread near the end (their rate estimates differ by parts per
+        // million): the full matches measure it.
+        let offsets: Vec<(i64, u64)> = search
+            .iter()
+            .filter_map(|(t, (_, _, best, _))| {
+                let (_, _, signed) = (*best)?;
+                let at = o
+                    .threads
+                    .get(t)
+                    .and_then(|id| self.last_first.get(id))
+                    .and_then(|v| v.back())
+                    .map_or(0, |e| e.time);
+                Some((signed, at))
+            })
+            .collect();
+        for (t, (_, _, best, partial)) in search {
+            if let Some((k, _, _)) = best {
+                o.skip.insert(t, k);
+            } else if let Some(k) = pick_partial(&partial, &offsets) {
                 o.skip.insert(t, k);
             }
         }
@@ -777,5 +853,39 @@ impl Merge {
             w.write(&rec).map_err(out)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // See issue 32: a thread that wrote 5 events between the dead
+    // recorder's last mark and its death had them written twice.
+    #[test]
+    fn a_short_overlap_is_matched_where_the_other_threads_clock_difference_is() {
+        // Another thread's full match: the rings' times are 156 ns later.
+        let offsets = [(156, 3_021_070_942)];
+        // The ring's first 5 events are the first part's last 5, at +157.
+        assert_eq!(pick_partial(&[(5, 157, 3_020_698_552)], &offsets), Some(5));
+    }
+
+    #[test]
+    fn a_short_match_shifted_by_a_loop_iteration_is_not_an_overlap() {
+        let offsets = [(156, 3_021_070_942)];
+        // lock/unlock/lock/unlock matched one iteration (60 ns) off.
+        assert_eq!(pick_partial(&[(4, 96, 3_020_698_552)], &offsets), None);
+        assert_eq!(pick_partial(&[(4, 216, 3_020_698_552)], &offsets), None);
+        // Nothing to compare with: nothing skipped, as without the rule.
+        assert_eq!(pick_partial(&[(5, 157, 3_020_698_552)], &[]), None);
+    }
+
+    #[test]
+    fn of_several_short_matches_that_fit_the_longest_is_taken() {
+        let offsets = [(-40, 1_000_000)];
+        assert_eq!(
+            pick_partial(&[(2, -41, 1_000_000), (6, -38, 1_000_000)], &offsets),
+            Some(6)
+        );
     }
 }
