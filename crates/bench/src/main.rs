@@ -21,8 +21,8 @@
 //! 6. fluid_like (fluidanimate-like) in default mode: events offered/s,
 //!    drained/s, lost, back-pressure waits.
 //! 7. 1000 short threads (16 alive at once, and one after another):
-//!    wall-time and program-time ratios, peak RSS (run it alone: see
-//!    there), buffers reused.
+//!    wall-time and program-time ratios, the recorder's peak RSS (from
+//!    its summary), buffers reused.
 //!
 //! 8. The cost of a call path per event (what a contended event adds
 //!    for its stack): uncontended.c with `--stacks all` against the
@@ -167,49 +167,6 @@ struct Recorded {
     stdout: String,
     stderr: String,
     trace: PathBuf,
-}
-
-/// `lockscope record` of `bin` with the recorder `lockscope`, with the
-/// peak RSS (KiB) of the recorder process itself (`wait4` on it; the
-/// program is its child, not ours).
-// The child is reaped with wait4 (for its rusage), which clippy cannot see.
-#[allow(clippy::zombie_processes)]
-fn run_recorded_rss(lockscope: &Path, tmp: &Path, bin: &Path, args: &[&str]) -> (Recorded, i64) {
-    use std::io::Read;
-    let trace = tmp.join("bench.lstrace");
-    let t0 = Instant::now();
-    let mut child = Command::new(lockscope)
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("lockscope record");
-    let mut status = 0;
-    // SAFETY: rusage is plain data; all zeroes is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child with valid out-pointers. The child
-    // writes a few lines: they fit in the pipes' buffers until read below.
-    unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    let wall_s = t0.elapsed().as_secs_f64();
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut stdout);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut stderr);
-    }
-    let r = Recorded {
-        wall_s,
-        stdout,
-        stderr,
-        trace,
-    };
-    (r, ru.ru_maxrss)
 }
 
 fn run_plain(bin: &Path, args: &[&str], env: &[(&str, &Path)]) -> (f64, String, String) {
@@ -568,10 +525,10 @@ fn main() {
         // take over the buffers of joined ones (no mapping per thread);
         // "program" is the time the program itself measures (creating,
         // running and joining the threads), "wall" the whole command.
-        // RSS: a child's ru_maxrss starts at its parent's at fork (Linux
-        // keeps the high-water mark across fork and exec), so run this
-        // section alone: after a section that read large traces here, every
-        // figure shows this process's own peak.
+        // RSS: the recorder's own peak as its summary prints it (`VmHWM`;
+        // not `wait4`'s ru_maxrss, which Linux keeps across fork and exec:
+        // after a section that read large traces here it showed this
+        // process's peak). A build before that line prints NaN.
         println!("\n## 7. 1000 short threads (short_threads.c: 100 pairs each)");
         let st = tmp.join("short_threads");
         gcc(&progs.join("short_threads.c"), &st, &[]);
@@ -593,11 +550,11 @@ fn main() {
                 pw.push(w);
                 ps.push(field(&out, "seconds").unwrap_or(f64::NAN));
                 for (i, (_, lsb)) in recs.iter().enumerate() {
-                    let (r, maxrss_kb) = run_recorded_rss(lsb, &tmp, &st, &args);
+                    let r = run_recorded_with(lsb, &tmp, &st, &args, &[]);
                     let e = &mut per[i];
                     e.0.push(r.wall_s);
                     e.1.push(field(&r.stdout, "seconds").unwrap_or(f64::NAN));
-                    e.2.push(maxrss_kb as f64 / 1024.0);
+                    e.2.push(recorder_cost(&r.stderr).map_or(f64::NAN, |c| c.1));
                     let t = Trace::open(&r.trace).expect("trace");
                     e.3 += t.footer.as_ref().map_or(0, |f| f.lost);
                     // "lockscope: N threads reused the buffer of a finished thread"
