@@ -40,6 +40,11 @@ fn contended(dir: &Path) -> PathBuf {
 /// preemptions for waits, would leave this band.
 #[test]
 fn the_trace_counts_the_contention_the_program_itself_saw() {
+    // Its threads must run at once: beside another CPU-heavy test of this
+    // binary the hook's look (a few ns after the program's) found the lock
+    // taken 690 times against the program's 402 (2 threads), a
+    // preemption between the two looks.
+    let _cpus = crate::cpus();
     let dir = temp("own-contention");
     let bin = contended(&dir);
     let mut seen = Vec::new();
