@@ -7,11 +7,10 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// The library (its NUL-terminated soname) that a load-time
-/// [`Real::prefetch`] found not loaded: the prefetches after it do not
-/// look for it again (see there). Compared by content, not address: a
-/// `const` byte string used in several places need not be one object.
-static PREFETCH_LIB_ABSENT: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+/// The library (address of its NUL-terminated soname, a `'static`) that a
+/// load-time [`Real::prefetch`] found not loaded: the prefetches after it
+/// do not look for it again (see there). 0: none.
+static PREFETCH_LIB_ABSENT: AtomicUsize = AtomicUsize::new(0);
 
 /// One lazily resolved function pointer.
 pub(crate) struct Real {
@@ -78,7 +77,9 @@ impl Real {
             // for libgomp's entry points in every process of a program
             // without OpenMP, about 1 ms of its start-up. The lazy path
             // (`get`) still looks in the library once it is loaded.
-            let skip_lib = !self.lib.is_empty() && PREFETCH_LIB_ABSENT.get() == Some(&self.lib);
+            let lib = self.lib.as_ptr() as usize;
+            let skip_lib =
+                !self.lib.is_empty() && PREFETCH_LIB_ABSENT.load(Ordering::Relaxed) == lib;
             let p = self.lookup_in(!skip_lib, true);
             if p != 0 {
                 self.p.store(p, Ordering::Relaxed);
@@ -112,7 +113,7 @@ impl Real {
                     p = find(h, self.name, self.version);
                     libc::dlclose(h);
                 } else if note_absent {
-                    let _ = PREFETCH_LIB_ABSENT.set(self.lib);
+                    PREFETCH_LIB_ABSENT.store(self.lib.as_ptr() as usize, Ordering::Relaxed);
                 }
             }
             *libc::__errno_location() = saved;
