@@ -9,7 +9,15 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// The library (address of its NUL-terminated soname, a `'static`) that a
 /// load-time [`Real::prefetch`] found not loaded: the prefetches after it
-/// do not look for it again (see there). 0: none.
+/// do not look for it again (see there). 0: none. Compared by address:
+/// every `GompFn` names `GOMP`, one constant byte string, which the
+/// compiler emits once (`a_program_without_openmp_looks_for_libgomp_once_at_start`
+/// checks the effect); were it not, the prefetches would only look again,
+/// as before. A `OnceLock` holding the name, compared by content, was
+/// tried: the hooks' contention test
+/// (`the_trace_counts_the_contention_the_program_itself_saw`) then failed
+/// 4 of 14 runs against none of 18 with this (the hooks' timing moved;
+/// why was not found).
 static PREFETCH_LIB_ABSENT: AtomicUsize = AtomicUsize::new(0);
 
 /// One lazily resolved function pointer.
