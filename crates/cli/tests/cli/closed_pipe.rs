@@ -11,14 +11,18 @@ use lockscope_test_support::workspace_root;
 /// Runs `lockscope ARGS` with its standard output a pipe closed before
 /// the command writes: exit status and standard error.
 fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+    // The reader is closed before the command starts, so that every write
+    // fails. Closing it after `spawn` (the first version) raced with the
+    // command: a report that finished before the test's thread ran again
+    // fit in the pipe's buffer and exited 0 (seen once in a full run).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(args)
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The reader goes away at once: every write of the command fails.
-    drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     (
         out.status.code(),
