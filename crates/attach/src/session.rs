@@ -30,13 +30,8 @@ const FUTEX_CMD_MASK: u32 = !(128 | 256);
 
 /// The effective capabilities of this process (`CapEff`).
 fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
+    lockscope_record::self_status("CapEff")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
         .unwrap_or(0)
 }
 

@@ -292,20 +292,25 @@ pub fn own_usage() -> (u64, u64) {
     (ns(ru.ru_utime) + ns(ru.ru_stime), peak_rss())
 }
 
+/// The value of field `name` (`VmHWM`, `CapEff`) in this process's
+/// `/proc/self/status`, trimmed; `None` if it cannot be read.
+pub fn self_status(name: &str) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|v| v.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    })
+}
+
 /// The process's peak resident memory, bytes (`VmHWM`), 0 if unknown.
 ///
 /// Not `getrusage`'s `ru_maxrss`: Linux keeps it across `exec`, so a
 /// recorder started by a large process (a benchmark harness holding a
 /// trace in memory) reported that process's 4.8 GB as its own.
 fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
+    self_status("VmHWM")
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
 

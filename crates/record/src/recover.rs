@@ -511,14 +511,15 @@ impl Merge {
         };
         let mut matched: HashSet<u32> = HashSet::new();
         // Per matched thread: events seen so far, the latest WINDOW of
-        // them, the best match yet (events to skip, distance in time
-        // from the first part's last event, the signed difference of the
-        // two parts' times there), and the partial matches (below).
+        // them, the best full match yet and the partial matches (below),
+        // each as (events to skip, the rings' time minus the first
+        // part's at the first part's last event, that event's time).
+        type Match = (u64, i64, u64);
         type Search = (
             u64,
             std::collections::VecDeque<Event>,
-            Option<(u64, u64, i64)>,
-            Vec<(u64, i64, u64)>,
+            Option<Match>,
+            Vec<Match>,
         );
         let mut search: HashMap<u32, Search> = HashMap::new();
         while let Some(rec) = tail.next()? {
@@ -576,30 +577,26 @@ impl Merge {
                             win.pop_front();
                         }
                         win.push_back(e);
-                        // Cheap test first: the last event's fields.
-                        let signed = e.time as i64 - p_last.time as i64;
-                        if win.len() == p.len()
+                        // Cheap test first: the last event's fields. A
+                        // full window, or every event of the ring so far
+                        // (an overlap shorter than the window, see
+                        // `pick_partial`), against as many of the first
+                        // part's last events.
+                        let m = win.len();
+                        let full = m == p.len();
+                        if (full || (*n as usize == m && m >= PARTIAL_MIN))
                             && e.op == p_last.op
                             && e.addr == p_last.addr
                             && e.arg == p_last.arg
-                            && same_events(&p, win.make_contiguous())
+                            && same_events(&p[p.len() - m..], win.make_contiguous())
                         {
-                            let d = e.time.abs_diff(p_last.time);
-                            if best.is_none_or(|b| d < b.1) {
-                                *best = Some((*n, d, signed));
+                            let hit = (*n, e.time as i64 - p_last.time as i64, p_last.time);
+                            if !full {
+                                partial.push(hit);
+                            } else if best.is_none_or(|b| hit.1.unsigned_abs() < b.1.unsigned_abs())
+                            {
+                                *best = Some(hit);
                             }
-                        } else if win.len() < p.len()
-                            && *n as usize == win.len()
-                            && win.len() >= PARTIAL_MIN
-                            && e.op == p_last.op
-                            && e.addr == p_last.addr
-                            && e.arg == p_last.arg
-                            && same_events(&p[p.len() - win.len()..], win.make_contiguous())
-                        {
-                            // The ring's first events are the first
-                            // part's last ones: an overlap shorter than
-                            // the window (see `pick_partial`).
-                            partial.push((*n, signed, p_last.time));
                         }
                     })?;
                 }
@@ -610,22 +607,14 @@ impl Merge {
         // thread near the end (their rate estimates differ by parts per
         // million): the full matches measure it.
         let offsets: Vec<(i64, u64)> = search
-            .iter()
-            .filter_map(|(t, (_, _, best, _))| {
-                let (_, _, signed) = (*best)?;
-                let at = o
-                    .threads
-                    .get(t)
-                    .and_then(|id| self.last_first.get(id))
-                    .and_then(|v| v.back())
-                    .map_or(0, |e| e.time);
-                Some((signed, at))
-            })
+            .values()
+            .filter_map(|(_, _, best, _)| best.map(|(_, signed, at)| (signed, at)))
             .collect();
         for (t, (_, _, best, partial)) in search {
-            if let Some((k, _, _)) = best {
-                o.skip.insert(t, k);
-            } else if let Some(k) = pick_partial(&partial, &offsets) {
+            if let Some(k) = best
+                .map(|b| b.0)
+                .or_else(|| pick_partial(&partial, &offsets))
+            {
                 o.skip.insert(t, k);
             }
         }

@@ -1432,7 +1432,7 @@ impl Consumer {
                 }
                 let head = Head::from_slot(slot);
                 let len = head.slots() as u64;
-                if head.nframes as usize > MAX_FRAMES || k + len > dst.len() as u64 {
+                if head.nframes as usize > MAX_FRAMES || k + len > room {
                     break;
                 }
                 k += len;

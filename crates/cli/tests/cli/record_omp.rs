@@ -390,21 +390,22 @@ fn a_program_without_openmp_looks_for_libgomp_once_at_start() {
     };
     let dir = temp("omp_absent");
     let log = dir.join("openat.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-        .args(["record", "-q", "-o"])
-        .arg(dir.join("t.lstrace"))
-        .arg("--")
-        .arg(&strace)
-        .args(["-f", "-qq", "-e", "trace=openat", "-o"])
-        .arg(&log)
-        .arg("/bin/true")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let run = record(
+        &dir,
+        &["-q"],
+        &strace,
+        &[
+            "-f",
+            "-qq",
+            "-e",
+            "trace=openat",
+            "-o",
+            log.to_str().unwrap(),
+            "/bin/true",
+        ],
+        b"",
     );
+    assert_eq!(run.code, 0, "{}", run.stderr);
     let text = std::fs::read_to_string(&log).unwrap();
     // The preload library is in /bin/true under strace: its own file is
     // opened by the loader, so the log shows the preload at work.
